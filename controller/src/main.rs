@@ -1,0 +1,56 @@
+//! `bootplate`: the controller binary. This file only wires the subcommands up.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// bootplate: a Cluster API bootstrap provider whose bootstrap data comes from templates
+/// published as Kubernetes objects.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions of all bootplate kinds as one multi-document YAML.
+    Crds {
+        /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead
+        /// (`deploy/crds` in this repository).
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<std::path::PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds { output_dir } => crds(output_dir.as_deref()),
+    }
+}
+
+fn crds(output_dir: Option<&std::path::Path>) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    for crd in crd_types::crds::all() {
+        let yaml = format!(
+            "---\n{}",
+            serde_yaml::to_string(&crd).expect("a CRD always serializes")
+        );
+        let written = match output_dir {
+            Some(dir) => {
+                let path = dir.join(crd_types::crds::file_name(&crd));
+                std::fs::write(&path, yaml)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            }
+            None => out.write_all(yaml.as_bytes()).map_err(|e| e.to_string()),
+        };
+        if let Err(message) = written {
+            eprintln!("bootplate crds: {message}");
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}

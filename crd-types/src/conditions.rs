@@ -1,0 +1,53 @@
+//! Condition types and reasons bootplate writes. `docs/concepts.md` explains each reason and
+//! what to do about it.
+
+/// Config: the data Secret is written and current.
+pub const READY: &str = "Ready";
+/// Config: the data Secret exists.
+pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
+/// Config: reconciliation is paused.
+pub const PAUSED: &str = "Paused";
+/// Template: every template and partial compiles and renders for each role.
+pub const VALID: &str = "Valid";
+
+/// Reasons used in conditions, events and metrics.
+pub mod reason {
+    /// The data Secret was written.
+    pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
+    /// The Cluster or the config is paused.
+    pub const PAUSED: &str = "Paused";
+    /// Not paused.
+    pub const NOT_PAUSED: &str = "NotPaused";
+    /// The Cluster named by the config's label does not exist (yet).
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    /// The config has no owner Machine yet.
+    pub const WAITING_FOR_MACHINE: &str = "WaitingForMachine";
+    /// The Cluster's infrastructure is not provisioned yet.
+    pub const WAITING_FOR_INFRASTRUCTURE: &str = "WaitingForInfrastructure";
+    /// Another control-plane machine holds the init lock.
+    pub const WAITING_FOR_INIT_LOCK: &str = "WaitingForInitLock";
+    /// The control plane is not initialized yet.
+    pub const WAITING_FOR_CONTROL_PLANE: &str = "WaitingForControlPlane";
+    /// The referenced template does not exist.
+    pub const TEMPLATE_NOT_FOUND: &str = "TemplateNotFound";
+    /// The referenced template is broken.
+    pub const TEMPLATE_INVALID: &str = "TemplateInvalid";
+    /// The reference is not allowed (for example, across namespaces).
+    pub const INVALID_REFERENCE: &str = "InvalidReference";
+    /// A variable is missing or has the wrong type.
+    pub const INVALID_VARIABLES: &str = "InvalidVariables";
+    /// Rendering failed (undefined variable, helper error, format check).
+    pub const RENDER_FAILED: &str = "RenderFailed";
+    /// The output exceeds the size limit.
+    pub const OUTPUT_TOO_LARGE: &str = "OutputTooLarge";
+    /// A `contentFrom` Secret or key is missing or not valid UTF-8.
+    pub const FILE_SOURCE_ERROR: &str = "FileSourceError";
+    /// The Cluster's certificates are missing or unreadable.
+    pub const CERTIFICATES_ERROR: &str = "CertificatesError";
+    /// The workload cluster could not be reached or the token could not be written.
+    pub const BOOTSTRAP_TOKEN_ERROR: &str = "BootstrapTokenError";
+    /// Template valid.
+    pub const VALID: &str = "Valid";
+    /// Template invalid.
+    pub const INVALID: &str = "Invalid";
+}

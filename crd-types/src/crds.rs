@@ -1,0 +1,36 @@
+//! The CustomResourceDefinitions of every bootplate kind, as a cluster admin installs them.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+use crate::{
+    BootplateConfig, BootplateConfigTemplate, BootstrapTemplate, ClusterBootstrapTemplate,
+};
+
+/// The CAPI contract labels: the versions of the CAPI contract each served version satisfies.
+pub const CONTRACT_LABELS: [(&str, &str); 2] = [
+    ("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    ("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+];
+
+/// All four CRDs, each labelled with the CAPI contract versions.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![
+        BootstrapTemplate::crd(),
+        ClusterBootstrapTemplate::crd(),
+        BootplateConfig::crd(),
+        BootplateConfigTemplate::crd(),
+    ];
+    for crd in &mut crds {
+        let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+        for (key, value) in CONTRACT_LABELS {
+            labels.insert(key.to_owned(), value.to_owned());
+        }
+    }
+    crds
+}
+
+/// File name of each CRD under `deploy/crds/`: `<group>_<plural>.yaml`.
+pub fn file_name(crd: &CustomResourceDefinition) -> String {
+    format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
+}

@@ -1,0 +1,28 @@
+//! API types of bootplate (`bootstrap.bootplate.dev/v1alpha1`) and the subset of Cluster API
+//! types the controller reads.
+//!
+//! Doc comments on fields become the CRD descriptions that `kubectl explain` shows, so they are
+//! written for the people who write these objects.
+
+pub mod capi;
+pub mod conditions;
+pub mod config;
+pub mod crds;
+pub mod template;
+
+pub use config::{
+    BootplateConfig, BootplateConfigSpec, BootplateConfigStatus, BootplateConfigTemplate,
+    BootplateConfigTemplateResource, BootplateConfigTemplateSpec, ConfigFile, ConfigInitialization,
+    FileSource, ObjectMetaTemplate, SecretKeyRef, TemplateKind, TemplateRef,
+};
+pub use template::{
+    BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
+    ClusterBootstrapTemplateSpec, Compression, DropIn, FileEncoding, ItemSchema, OsInfo,
+    OutputFormat, Part, Role, TemplateFile, TemplateSpec, Unit, ValueType, VariableDecl,
+    VariableSchema,
+};
+
+/// API group of every bootplate kind.
+pub const GROUP: &str = "bootstrap.bootplate.dev";
+/// The one served (and stored) version.
+pub const VERSION: &str = "v1alpha1";

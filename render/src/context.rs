@@ -1,0 +1,216 @@
+//! The render context: everything a template sees, typed.
+//!
+//! Serialized with camelCase names, so templates read `cluster.controlPlaneEndpoint.host`,
+//! `machine.role`, `join.caCertHashes`, `certs.ca.key`, `values.<name>`, `files`.
+
+use std::collections::BTreeMap;
+
+use crd_types::Role;
+use crd_types::capi::{Cluster, Machine};
+use serde::Serialize;
+
+/// What the engine renders a template with, minus `values` (built from the template's
+/// declarations and the config's variables) and `files` (the config's files).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RenderContext {
+    /// The machine's Cluster.
+    pub cluster: ClusterInfo,
+    /// The machine itself.
+    pub machine: MachineInfo,
+    /// How to join the cluster. Absent for `init`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinInfo>,
+    /// The cluster's certificates. Only for control-plane roles: a worker's context holds no
+    /// private key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certs: Option<Certificates>,
+}
+
+/// The Cluster, as templates see it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterInfo {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// API server endpoint (`host` may be empty before the infrastructure sets it).
+    pub control_plane_endpoint: Endpoint,
+    /// Networks.
+    pub network: Network,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Host and port.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Endpoint {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: i32,
+}
+
+impl Endpoint {
+    /// `host:port`, with IPv6 hosts bracketed.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Cluster networks.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Network {
+    /// Pod CIDR blocks.
+    pub pods: Vec<String>,
+    /// Service CIDR blocks.
+    pub services: Vec<String>,
+    /// Service DNS domain (default `cluster.local`).
+    pub service_domain: String,
+}
+
+/// The Machine, as templates see it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineInfo {
+    /// Name (templates use it as the node name).
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Kubernetes version, for example `v1.31.2` (empty when the Machine has none).
+    pub version: String,
+    /// Failure domain (empty when none).
+    pub failure_domain: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// `init`, `control-plane-join` or `worker`.
+    pub role: Role,
+}
+
+/// Join data for `control-plane-join` and `worker`.
+#[derive(Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinInfo {
+    /// Bootstrap token, `<id>.<secret>`.
+    pub token: String,
+    /// `host:port` of the API server.
+    pub api_server_endpoint: String,
+    /// `sha256:<hex>` hashes of the CA's SubjectPublicKeyInfo.
+    pub ca_cert_hashes: Vec<String>,
+}
+
+impl std::fmt::Debug for JoinInfo {
+    // The token is a credential: never print it, even in debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinInfo")
+            .field("token", &"<redacted>")
+            .field("api_server_endpoint", &self.api_server_endpoint)
+            .field("ca_cert_hashes", &self.ca_cert_hashes)
+            .finish()
+    }
+}
+
+/// The cluster's certificates, PEM-encoded.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Certificates {
+    /// The cluster CA (`<cluster>-ca`).
+    pub ca: KeyPair,
+    /// The etcd CA (`<cluster>-etcd`).
+    pub etcd: KeyPair,
+    /// The front-proxy CA (`<cluster>-proxy`).
+    pub front_proxy: KeyPair,
+    /// The service-account signing key pair (`<cluster>-sa`; `cert` holds the public key).
+    pub service_account: KeyPair,
+}
+
+/// A PEM certificate (or public key) and its PEM private key.
+#[derive(Clone, Default, Serialize, PartialEq)]
+pub struct KeyPair {
+    /// Certificate (or public key), PEM.
+    pub cert: String,
+    /// Private key, PEM.
+    pub key: String,
+}
+
+impl std::fmt::Debug for KeyPair {
+    // Private keys never reach debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyPair")
+            .field("cert", &self.cert)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+impl RenderContext {
+    /// Builds the context of `machine` in `cluster` for `role`. `certs` is dropped for workers
+    /// whatever the caller passes: a worker's context never holds a private key.
+    pub fn new(
+        cluster: &Cluster,
+        machine: &Machine,
+        role: Role,
+        join: Option<JoinInfo>,
+        certs: Option<Certificates>,
+    ) -> Self {
+        RenderContext {
+            cluster: ClusterInfo::from_cluster(cluster),
+            machine: MachineInfo::from_machine(machine, role),
+            join: if role == Role::Init { None } else { join },
+            certs: if role.is_control_plane() { certs } else { None },
+        }
+    }
+}
+
+impl ClusterInfo {
+    /// The template's view of a Cluster.
+    pub fn from_cluster(cluster: &Cluster) -> Self {
+        let network = cluster.spec.cluster_network.clone().unwrap_or_default();
+        let endpoint = cluster
+            .spec
+            .control_plane_endpoint
+            .clone()
+            .unwrap_or_default();
+        let port = if endpoint.port != 0 {
+            endpoint.port
+        } else {
+            network.api_server_port.unwrap_or(6443)
+        };
+        ClusterInfo {
+            name: cluster.metadata.name.clone().unwrap_or_default(),
+            namespace: cluster.metadata.namespace.clone().unwrap_or_default(),
+            control_plane_endpoint: Endpoint {
+                host: endpoint.host,
+                port,
+            },
+            network: Network {
+                pods: network.pods.map(|p| p.cidr_blocks).unwrap_or_default(),
+                services: network.services.map(|s| s.cidr_blocks).unwrap_or_default(),
+                service_domain: network
+                    .service_domain
+                    .unwrap_or_else(|| "cluster.local".to_owned()),
+            },
+            labels: cluster.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl MachineInfo {
+    /// The template's view of a Machine.
+    pub fn from_machine(machine: &Machine, role: Role) -> Self {
+        MachineInfo {
+            name: machine.metadata.name.clone().unwrap_or_default(),
+            namespace: machine.metadata.namespace.clone().unwrap_or_default(),
+            version: machine.spec.version.clone().unwrap_or_default(),
+            failure_domain: machine.spec.failure_domain.clone().unwrap_or_default(),
+            labels: machine.labels(),
+            role,
+        }
+    }
+}

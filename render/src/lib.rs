@@ -1,0 +1,2 @@
+//! Render engine (see the render issue).
+pub mod context;
