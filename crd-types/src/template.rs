@@ -375,7 +375,6 @@ pub struct TemplateFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// The content (a handlebars template), in `encoding`.
-    #[serde(default)]
     pub content: String,
     /// How `content` is encoded: `plain` (default), `base64` or `gzip+base64`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

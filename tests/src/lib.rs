@@ -1,1 +1,398 @@
-//! Test environment.
+//! Test environment: a real etcd + kube-apiserver on loopback, one pair per [`ApiServer`].
+//!
+//! The apiserver binary is built from Debian's `kubernetes` source package by
+//! `tests/scripts/build-apiserver.sh` (the README's test command runs it); its path comes from
+//! `BOOTPLATE_KUBE_APISERVER` or the script's cache location. A missing binary fails the test
+//! with a message saying how to build it: integration tests never skip silently.
+
+pub mod fixtures;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+const ADMIN_TOKEN: &str = "bootplate-test-admin-token";
+
+/// One etcd + kube-apiserver pair, stopped (SIGKILL) and its data removed on drop, also when
+/// the test panics.
+pub struct ApiServer {
+    etcd: Child,
+    apiserver: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+    kubeconfig_yaml: String,
+}
+
+/// Path of the cached kube-apiserver binary.
+pub fn apiserver_binary() -> anyhow::Result<PathBuf> {
+    let path = match std::env::var_os("BOOTPLATE_KUBE_APISERVER") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let cache = std::env::var_os("BOOTPLATE_CACHE")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bootplate"))
+                })
+                .context("neither BOOTPLATE_CACHE nor HOME is set")?;
+            cache.join("kube-apiserver-1.20.2")
+        }
+    };
+    if !path.is_file() {
+        bail!(
+            "kube-apiserver not found at {}; build it with tests/scripts/build-apiserver.sh \
+             (tests/scripts/ci.sh does this)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+fn spawn_logged(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
+    let file = std::fs::File::create(log)?;
+    cmd.stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .with_context(|| format!("cannot start {cmd:?}"))
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+impl ApiServer {
+    /// Starts etcd and kube-apiserver on free loopback ports with a fresh data directory and
+    /// waits until `/readyz` answers.
+    pub async fn start() -> anyhow::Result<ApiServer> {
+        let binary = apiserver_binary()?;
+        let dir = tempfile::Builder::new()
+            .prefix("bootplate-apiserver-")
+            .tempdir()?;
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("certs"))?;
+        run(Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(d.join("sa.key"))
+            .arg("2048")
+            .stderr(Stdio::piped()))?;
+        run(Command::new("openssl")
+            .args(["rsa", "-pubout", "-in"])
+            .arg(d.join("sa.key"))
+            .arg("-out")
+            .arg(d.join("sa.pub"))
+            .stderr(Stdio::piped()))?;
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!("{ADMIN_TOKEN},admin,admin,system:masters\n"),
+        )?;
+
+        // A port can be taken between picking and binding; retry a few times.
+        let mut last_error = None;
+        for _ in 0..3 {
+            match Self::start_once(&binary, dir.path()).await {
+                Ok((etcd, apiserver, port)) => {
+                    let kubeconfig_yaml = kubeconfig_yaml(port, &d.join("certs/apiserver.crt"))?;
+                    return Ok(ApiServer {
+                        etcd,
+                        apiserver,
+                        dir,
+                        port,
+                        kubeconfig_yaml,
+                    });
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.expect("at least one attempt"))
+    }
+
+    async fn start_once(binary: &Path, d: &Path) -> anyhow::Result<(Child, Child, u16)> {
+        let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
+        let etcd_data = d.join(format!("etcd-{etcd_port}"));
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let mut etcd = spawn_logged(
+            Command::new("etcd")
+                .arg("--data-dir")
+                .arg(&etcd_data)
+                .args([
+                    "--listen-client-urls",
+                    &etcd_url,
+                    "--advertise-client-urls",
+                    &etcd_url,
+                ])
+                .args([
+                    "--listen-peer-urls",
+                    &format!("http://127.0.0.1:{peer_port}"),
+                ])
+                .args([
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{peer_port}"),
+                ])
+                .args([
+                    "--initial-cluster",
+                    &format!("default=http://127.0.0.1:{peer_port}"),
+                ])
+                .args(["--log-level", "warn"]),
+            &d.join("etcd.log"),
+        )?;
+        let mut apiserver = match spawn_logged(
+            Command::new(binary)
+                .arg(format!("--etcd-servers={etcd_url}"))
+                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--secure-port={port}"))
+                .arg(format!("--cert-dir={}", d.join("certs").display()))
+                .arg(format!(
+                    "--service-account-key-file={}",
+                    d.join("sa.pub").display()
+                ))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    d.join("sa.key").display()
+                ))
+                .arg("--service-account-issuer=https://kubernetes.default.svc")
+                .arg(format!(
+                    "--token-auth-file={}",
+                    d.join("tokens.csv").display()
+                ))
+                .arg("--authorization-mode=RBAC")
+                .arg("--service-cluster-ip-range=10.0.0.0/24")
+                .arg("--advertise-address=127.0.0.1")
+                .arg("--v=0"),
+            &d.join("apiserver.log"),
+        ) {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = etcd.kill();
+                let _ = etcd.wait();
+                return Err(e);
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(status) = apiserver.try_wait()? {
+                let _ = etcd.kill();
+                let _ = etcd.wait();
+                bail!(
+                    "kube-apiserver exited ({status}) before becoming ready:\n{}\netcd log:\n{}",
+                    log_tail(&d.join("apiserver.log")),
+                    log_tail(&d.join("etcd.log"))
+                );
+            }
+            if is_ready(port, &d.join("certs")).await {
+                return Ok((etcd, apiserver, port));
+            }
+            if Instant::now() > deadline {
+                for child in [&mut apiserver, &mut etcd] {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                bail!(
+                    "kube-apiserver not ready after 90 s:\n{}",
+                    log_tail(&d.join("apiserver.log"))
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The apiserver's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A kubeconfig (YAML) with admin rights that verifies the serving certificate.
+    pub fn kubeconfig_yaml(&self) -> &str {
+        &self.kubeconfig_yaml
+    }
+
+    /// Writes the kubeconfig to a file in the data directory and returns its path (for child
+    /// processes such as the controller binary or kubectl).
+    pub fn kubeconfig_path(&self) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join("kubeconfig");
+        std::fs::write(&path, &self.kubeconfig_yaml)?;
+        Ok(path)
+    }
+
+    /// A client with admin rights.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_yaml)?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// The data directory (logs: `apiserver.log`, `etcd.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        for child in [&mut self.apiserver, &mut self.etcd] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn kubeconfig_yaml(port: u16, ca_path: &Path) -> anyhow::Result<String> {
+    use base64::Engine as _;
+    let ca = std::fs::read(ca_path).with_context(|| format!("reading {}", ca_path.display()))?;
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(ca);
+    Ok(format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: https://127.0.0.1:{port}
+    certificate-authority-data: {ca_b64}
+users:
+- name: admin
+  user:
+    token: {ADMIN_TOKEN}
+contexts:
+- name: test
+  context:
+    cluster: test
+    user: admin
+current-context: test
+"
+    ))
+}
+
+/// Whether the apiserver on `port` answers `/readyz` with `ok`, through a client that verifies
+/// its certificate (written to `cert_dir` when the apiserver starts).
+async fn is_ready(port: u16, cert_dir: &Path) -> bool {
+    let crt = cert_dir.join("apiserver.crt");
+    if !crt.is_file() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        return false;
+    }
+    let Ok(yaml) = kubeconfig_yaml(port, &crt) else {
+        return false;
+    };
+    let Ok(kubeconfig) = Kubeconfig::from_yaml(&yaml) else {
+        return false;
+    };
+    let Ok(config) =
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await
+    else {
+        return false;
+    };
+    let Ok(client) = Client::try_from(config) else {
+        return false;
+    };
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("a valid request");
+    matches!(client.request_text(request).await.as_deref(), Ok("ok"))
+}
+
+/// Applies CRDs with server-side apply and waits until each is Established.
+pub async fn install_crds(
+    client: &Client,
+    crds: &[CustomResourceDefinition],
+) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply("bootplate-tests").force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().context("CRD without a name")?;
+        api.patch(&name, &params, &Patch::Apply(crd))
+            .await
+            .with_context(|| format!("applying CRD {name}"))?;
+    }
+    for crd in crds {
+        let name = crd.metadata.name.as_deref().unwrap_or_default();
+        wait_established(&api, name).await?;
+    }
+    Ok(())
+}
+
+async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let crd = api.get(name).await?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("CRD {name} not Established after 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Parses a multi-document YAML file of CRDs.
+pub fn crds_from_yaml(text: &str) -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    use serde::Deserialize;
+    let mut crds = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let value = serde_yaml::Value::deserialize(doc)?;
+        if value.is_null() {
+            continue;
+        }
+        crds.push(serde_yaml::from_value(value)?);
+    }
+    Ok(crds)
+}
+
+/// The real Cluster API CRDs beside the checkout (`../shared/capi-crds/`), when present.
+pub fn real_capi_crds_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/capi-crds");
+    dir.is_dir().then_some(dir)
+}
+
+/// Installs the Cluster API CRDs: the real ones when `../shared/capi-crds/` exists, else the
+/// minimal fixtures shipped in `tests/fixtures/`.
+pub async fn install_capi_crds(client: &Client) -> anyhow::Result<()> {
+    let text = match real_capi_crds_dir() {
+        Some(dir) => {
+            let mut text = String::new();
+            for file in [
+                "cluster.x-k8s.io_clusters.yaml",
+                "cluster.x-k8s.io_machines.yaml",
+            ] {
+                text.push_str(&std::fs::read_to_string(dir.join(file))?);
+                text.push_str("\n---\n");
+            }
+            text
+        }
+        None => fixtures::MINIMAL_CAPI_CRDS.to_owned(),
+    };
+    install_crds(client, &crds_from_yaml(&text)?).await
+}
+
+/// Installs bootplate's own CRDs.
+pub async fn install_bootplate_crds(client: &Client) -> anyhow::Result<()> {
+    install_crds(client, &crd_types::crds::all()).await
+}

@@ -1,0 +1,271 @@
+//! Objects the integration tests create.
+
+/// Minimal Cluster and Machine CRDs (v1beta2), used when the real CAPI CRDs are not beside the
+/// checkout.
+pub const MINIMAL_CAPI_CRDS: &str = include_str!("../fixtures/capi-minimal-crds.yaml");
+
+use std::collections::BTreeMap;
+
+use crd_types::capi::{
+    ApiEndpoint, Cluster, ClusterNetwork, ClusterSpec, ContractReference, Machine,
+    MachineBootstrap, MachineSpec, NetworkRanges,
+};
+use crd_types::{
+    BootplateConfig, BootplateConfigSpec, BootplateConfigTemplate, BootplateConfigTemplateResource,
+    BootplateConfigTemplateSpec, BootstrapTemplate, ClusterBootstrapTemplate,
+    ClusterBootstrapTemplateSpec, Compression, ConfigFile, DropIn, FileEncoding, FileSource,
+    ItemSchema, ObjectMetaTemplate, OsInfo, OutputFormat, Part, Role, SecretKeyRef, TemplateFile,
+    TemplateKind, TemplateRef, TemplateSpec, Unit, ValueType, VariableDecl, VariableSchema,
+};
+use kube::api::ObjectMeta;
+use serde_json::json;
+
+/// Object metadata with a name and, when given, a namespace.
+pub fn meta(namespace: Option<&str>, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        ..Default::default()
+    }
+}
+
+/// A template spec with every field set, so a round trip shows any pruned field.
+pub fn full_template_spec() -> TemplateSpec {
+    TemplateSpec {
+        os: OsInfo {
+            name: "ubuntu".into(),
+            version: Some("24.04".into()),
+        },
+        format: OutputFormat::CloudConfig,
+        variables: vec![
+            VariableDecl {
+                name: "containerdVersion".into(),
+                description: Some("containerd package version".into()),
+                required: false,
+                default: Some(json!("1.7.22")),
+                schema: Some(VariableSchema {
+                    type_: Some(ValueType::String),
+                    enum_: Some(vec![json!("1.7.22"), json!("2.0.0")]),
+                    pattern: Some(r"^\d+\.\d+\.\d+$".into()),
+                    min_length: Some(1),
+                    max_length: Some(32),
+                    ..Default::default()
+                }),
+            },
+            VariableDecl {
+                name: "ntpServers".into(),
+                description: Some("NTP servers".into()),
+                required: true,
+                default: None,
+                schema: Some(VariableSchema {
+                    type_: Some(ValueType::Array),
+                    items: Some(ItemSchema {
+                        type_: ValueType::String,
+                    }),
+                    ..Default::default()
+                }),
+            },
+            VariableDecl {
+                name: "maxPods".into(),
+                description: None,
+                required: false,
+                default: Some(json!(110)),
+                schema: Some(VariableSchema {
+                    type_: Some(ValueType::Integer),
+                    minimum: Some(10.0),
+                    maximum: Some(250.0),
+                    ..Default::default()
+                }),
+            },
+        ],
+        partials: BTreeMap::from([("proxy".to_owned(), "HTTP_PROXY={{values.proxy}}".to_owned())]),
+        template: None,
+        parts: vec![Part {
+            name: "install".into(),
+            roles: vec![Role::Init, Role::Worker],
+            files: vec![TemplateFile {
+                path: "/etc/sysctl.d/99-k8s.conf".into(),
+                permissions: Some("0644".into()),
+                owner: Some("root:root".into()),
+                content: "net.ipv4.ip_forward = 1\n".into(),
+                encoding: Some(FileEncoding::Plain),
+            }],
+            units: vec![Unit {
+                name: "kubelet.service".into(),
+                enable: Some(true),
+                content: Some("[Service]\nExecStart=/usr/bin/kubelet\n".into()),
+                drop_ins: vec![DropIn {
+                    name: "10-proxy.conf".into(),
+                    content: "[Service]\n".into(),
+                }],
+            }],
+            commands: vec!["systemctl daemon-reload".into()],
+        }],
+        compression: Some(Compression::Gzip),
+        max_output_bytes: Some(65536),
+    }
+}
+
+/// A namespaced template with every field set.
+pub fn full_bootstrap_template(namespace: &str, name: &str) -> BootstrapTemplate {
+    BootstrapTemplate {
+        metadata: meta(Some(namespace), name),
+        spec: full_template_spec(),
+        status: None,
+    }
+}
+
+/// A cluster-scoped template with every field set.
+pub fn full_cluster_bootstrap_template(name: &str) -> ClusterBootstrapTemplate {
+    ClusterBootstrapTemplate {
+        metadata: meta(None, name),
+        spec: ClusterBootstrapTemplateSpec(full_template_spec()),
+        status: None,
+    }
+}
+
+/// A config spec with every field set.
+pub fn full_config_spec() -> BootplateConfigSpec {
+    BootplateConfigSpec {
+        template_ref: TemplateRef {
+            kind: TemplateKind::ClusterBootstrapTemplate,
+            name: "ubuntu-2404".into(),
+        },
+        variables: BTreeMap::from([
+            (
+                "ntpServers".to_owned(),
+                json!(["ntp1.example.com", "ntp2.example.com"]),
+            ),
+            ("maxPods".to_owned(), json!(200)),
+            ("nested".to_owned(), json!({"a": {"b": [1, true, null]}})),
+        ]),
+        skip_parts: vec!["install".into()],
+        files: vec![
+            ConfigFile {
+                path: "/etc/motd".into(),
+                permissions: Some("0644".into()),
+                owner: Some("root:root".into()),
+                content: Some("aGVsbG8K".into()),
+                content_from: None,
+                encoding: Some(FileEncoding::Base64),
+            },
+            ConfigFile {
+                path: "/etc/secret.conf".into(),
+                permissions: Some("0600".into()),
+                owner: None,
+                content: None,
+                content_from: Some(FileSource {
+                    secret: SecretKeyRef {
+                        name: "extra".into(),
+                        key: "conf".into(),
+                    },
+                }),
+                encoding: None,
+            },
+        ],
+        pre_commands: vec!["echo pre".into()],
+        post_commands: vec!["echo post".into()],
+        max_output_bytes: Some(524288),
+    }
+}
+
+/// A config with every field set.
+pub fn full_config(namespace: &str, name: &str) -> BootplateConfig {
+    BootplateConfig {
+        metadata: meta(Some(namespace), name),
+        spec: full_config_spec(),
+        status: None,
+    }
+}
+
+/// A config template with every field set.
+pub fn full_config_template(namespace: &str, name: &str) -> BootplateConfigTemplate {
+    BootplateConfigTemplate {
+        metadata: meta(Some(namespace), name),
+        spec: BootplateConfigTemplateSpec {
+            template: BootplateConfigTemplateResource {
+                metadata: Some(ObjectMetaTemplate {
+                    labels: BTreeMap::from([("team".to_owned(), "apps".to_owned())]),
+                    annotations: BTreeMap::from([("note".to_owned(), "x".to_owned())]),
+                }),
+                spec: full_config_spec(),
+            },
+        },
+    }
+}
+
+/// A v1beta2 Cluster with its endpoint and networks set.
+pub fn cluster(namespace: &str, name: &str) -> Cluster {
+    let mut cluster = Cluster::new(
+        name,
+        ClusterSpec {
+            paused: None,
+            control_plane_endpoint: Some(ApiEndpoint {
+                host: "10.0.0.10".into(),
+                port: 6443,
+            }),
+            cluster_network: Some(ClusterNetwork {
+                api_server_port: None,
+                pods: Some(NetworkRanges {
+                    cidr_blocks: vec!["192.168.0.0/16".into()],
+                }),
+                services: Some(NetworkRanges {
+                    cidr_blocks: vec!["10.96.0.0/12".into()],
+                }),
+                service_domain: Some("cluster.local".into()),
+            }),
+            control_plane_ref: None,
+            infrastructure_ref: Some(ContractReference {
+                api_group: "infrastructure.cluster.x-k8s.io".into(),
+                kind: "DockerCluster".into(),
+                name: name.into(),
+            }),
+        },
+    );
+    cluster.metadata.namespace = Some(namespace.into());
+    cluster
+}
+
+/// A v1beta2 Machine of `cluster` whose bootstrap config is the `BootplateConfig` `config`.
+pub fn machine(
+    namespace: &str,
+    name: &str,
+    cluster: &str,
+    control_plane: bool,
+    config: &str,
+) -> Machine {
+    let mut labels = BTreeMap::from([(
+        crd_types::capi::CLUSTER_NAME_LABEL.to_owned(),
+        cluster.to_owned(),
+    )]);
+    if control_plane {
+        labels.insert(
+            crd_types::capi::CONTROL_PLANE_LABEL.to_owned(),
+            String::new(),
+        );
+    }
+    let mut machine = Machine::new(
+        name,
+        MachineSpec {
+            cluster_name: cluster.into(),
+            bootstrap: MachineBootstrap {
+                config_ref: Some(ContractReference {
+                    api_group: crd_types::GROUP.into(),
+                    kind: "BootplateConfig".into(),
+                    name: config.into(),
+                }),
+                data_secret_name: None,
+            },
+            infrastructure_ref: ContractReference {
+                api_group: "infrastructure.cluster.x-k8s.io".into(),
+                kind: "DockerMachine".into(),
+                name: name.into(),
+            },
+            version: Some("v1.31.2".into()),
+            failure_domain: Some("zone-a".into()),
+        },
+    );
+    machine.metadata.namespace = Some(namespace.into());
+    machine.metadata.labels = Some(labels);
+    machine
+}
