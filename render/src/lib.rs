@@ -1,2 +1,356 @@
-//! Render engine (see the render issue).
+//! bootplate's render engine: a template spec, a config spec and a typed render context in,
+//! user-data bytes (and the Secret's `format`) or a typed error out. No Kubernetes client.
+//!
+//! ```text
+//! let compiled = CompiledTemplate::compile("ClusterBootstrapTemplate ubuntu-2404", &spec)?; // once per revision
+//! let rendered = compiled.render(&config, &RenderContext::new(&cluster, &machine, role, join, certs))?;
+//! secret.data["value"] = rendered.data; secret.data["format"] = rendered.secret_format();
+//! ```
+//!
+//! `docs/templates.md` is the template author's reference for everything here.
+
+mod body;
 pub mod context;
+mod engine;
+mod error;
+mod formats;
+mod helpers;
+mod limit;
+mod lint;
+mod sample;
+mod values;
+
+use crd_types::{BootplateConfigSpec, Compression, OutputFormat, TemplateSpec};
+use handlebars::Context;
+use serde_json::{Map, Value};
+
+pub use context::*;
+pub use engine::MAX_DEPTH;
+pub use error::{Origin, Position, Problem, RenderError, Severity};
+pub use limit::{GZIP_EXPANSION, Limit, SECRET_LIMIT_BYTES};
+pub use lint::lint;
+pub use sample::{
+    SAMPLE_CA_HASH, SAMPLE_CLUSTER, SAMPLE_TOKEN, sample_certificates, sample_context,
+};
+
+use body::CompiledPart;
+use engine::{Engine, FieldError, Text};
+use limit::Budget;
+use values::Declarations;
+
+/// A template spec compiled once per revision; cheap to share (`Send + Sync`, use it behind an
+/// `Arc`). Rendering borrows it immutably.
+pub struct CompiledTemplate {
+    object: String,
+    revision: String,
+    format: OutputFormat,
+    compression: Compression,
+    max_output_bytes: Option<u64>,
+    engine: Engine,
+    declarations: Declarations,
+    body: Body,
+}
+
+enum Body {
+    Raw(Text),
+    Parts(Vec<CompiledPart>),
+}
+
+/// Rendered user-data.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The bytes for the data Secret's `value` key (gzip-compressed when the template asks).
+    pub data: Vec<u8>,
+    /// The precise format (for the Secret's annotation).
+    pub format: OutputFormat,
+}
+
+impl std::fmt::Debug for Rendered {
+    // The data holds tokens and keys: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rendered")
+            .field("data", &format_args!("<{} bytes>", self.data.len()))
+            .field("format", &self.format)
+            .finish()
+    }
+}
+
+impl Rendered {
+    /// The Secret's `format` key: `ignition` for Ignition, `cloud-config` otherwise (cloud-init
+    /// consumes scripts and MIME archives as user-data).
+    pub fn secret_format(&self) -> &'static str {
+        self.format.secret_format()
+    }
+}
+
+impl CompiledTemplate {
+    /// Compiles every template text of `spec` (partials, the raw `template` or each file path,
+    /// file content, unit, drop-in and command of the parts) and checks the spec: variable
+    /// declarations, partial references and recursion, nesting depth, names and modes.
+    /// `object` names the template in messages, for example
+    /// `ClusterBootstrapTemplate ubuntu-2404` or `BootstrapTemplate ns/name`.
+    ///
+    /// Err is always [`RenderError::TemplateInvalid`], listing every problem found.
+    pub fn compile(object: &str, spec: &TemplateSpec) -> Result<CompiledTemplate, RenderError> {
+        let mut problems = Vec::new();
+        let compiled = Self::compile_collecting(object, spec, &mut problems);
+        if problems.is_empty() {
+            Ok(compiled)
+        } else {
+            Err(RenderError::invalid(object, problems))
+        }
+    }
+
+    fn compile_collecting(
+        object: &str,
+        spec: &TemplateSpec,
+        problems: &mut Vec<Problem>,
+    ) -> CompiledTemplate {
+        let declarations = Declarations::compile(&spec.variables, problems);
+        let mut engine = Engine::new();
+        for (name, text) in &spec.partials {
+            if valid_partial_name(name) {
+                engine.add_partial(name, text, problems);
+            } else {
+                problems.push(Problem::template(
+                    format!("spec.partials.{}", engine::truncate(name, 64)),
+                    "a partial name is letters, digits, `_` and `-`",
+                ));
+            }
+        }
+        let body = match (&spec.template, spec.parts.is_empty()) {
+            (Some(text), true) => Body::Raw(engine.add("spec.template", text, problems)),
+            (None, false) => Body::Parts(body::compile_parts(&spec.parts, &mut engine, problems)),
+            (Some(_), false) => {
+                problems.push(Problem::template(
+                    "spec.template",
+                    "set either spec.template or spec.parts, not both",
+                ));
+                Body::Parts(Vec::new())
+            }
+            (None, true) => {
+                problems.push(Problem::template(
+                    "spec",
+                    "the template has no body: set spec.template or spec.parts",
+                ));
+                Body::Parts(Vec::new())
+            }
+        };
+        engine.check_partials(problems);
+        CompiledTemplate {
+            object: object.to_owned(),
+            revision: spec.revision(),
+            format: spec.format,
+            compression: spec.compression.unwrap_or_default(),
+            max_output_bytes: spec.max_output_bytes,
+            engine,
+            declarations,
+            body,
+        }
+    }
+
+    /// The revision of the compiled spec (`TemplateSpec::revision`).
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// The output format.
+    pub fn format(&self) -> OutputFormat {
+        self.format
+    }
+
+    /// The object name given to [`CompiledTemplate::compile`].
+    pub fn object(&self) -> &str {
+        &self.object
+    }
+
+    /// Renders the user-data of the machine described by `ctx` with `config`: checks the config's
+    /// variables against the declarations and builds `values` (defaults overridden by the
+    /// config), renders (stopping as soon as the size budget runs out), lays the structured body
+    /// out in the format or checks a raw body's output against it, compresses if the template
+    /// asks, and enforces the size limit.
+    ///
+    /// `config.files` must carry `content` (the controller resolves `contentFrom` first).
+    pub fn render(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+    ) -> Result<Rendered, RenderError> {
+        let values = self.declarations.values(&self.object, &config.variables)?;
+        let limit = Limit::new(self.max_output_bytes, config.max_output_bytes);
+        let compress =
+            self.compression == Compression::Gzip && self.format != OutputFormat::Ignition;
+        let cap = if compress {
+            limit.bytes * GZIP_EXPANSION
+        } else {
+            limit.bytes
+        };
+        let mut budget = Budget::new(cap);
+        let context = self.context(config, ctx, values)?;
+        let text = match &self.body {
+            Body::Raw(text) => {
+                let out = self
+                    .engine
+                    .render(text, &context, &mut budget)
+                    .map_err(|e| self.field_error(e, &budget, limit, compress))?;
+                formats::check_raw(self.format, &out).map_err(|message| {
+                    RenderError::failed(
+                        &self.object,
+                        Problem::template("spec.template", message)
+                            .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+                    )
+                })?;
+                out
+            }
+            Body::Parts(parts) => {
+                let body = body::collect(
+                    parts,
+                    config,
+                    ctx.machine.role,
+                    &self.engine,
+                    &context,
+                    &mut budget,
+                )
+                .map_err(|e| self.field_error(e, &budget, limit, compress))?;
+                let meta = formats::Meta {
+                    object: &self.object,
+                    revision: &self.revision,
+                    role: ctx.machine.role,
+                };
+                formats::write(self.format, &meta, &body)
+            }
+        };
+        if compress && text.len() as u64 > cap {
+            return Err(self.too_large(text.len() as u64, cap, limit, true, false));
+        }
+        let data = if compress {
+            helpers::gzip(text.as_bytes())
+        } else {
+            text.into_bytes()
+        };
+        if data.len() as u64 > limit.bytes {
+            return Err(self.too_large(data.len() as u64, limit.bytes, limit, false, false));
+        }
+        Ok(Rendered {
+            data,
+            format: self.format,
+        })
+    }
+
+    /// Lints the compiled template: the static checks (undeclared or unknown names, unused
+    /// variables) and a sample render for every role with [`sample_context`], which also runs the
+    /// format checks. This is what the controller's template `Valid` condition reports; use the
+    /// free function [`lint`] to include compile problems and sample config variables.
+    pub fn lint(&self) -> Vec<Problem> {
+        lint::lint_compiled(self, None)
+    }
+
+    /// The render context as JSON: the typed context plus `values`, `files`, `preCommands` and
+    /// `postCommands`. Built once per render and shared by every field.
+    fn context(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+        values: Map<String, Value>,
+    ) -> Result<Context, RenderError> {
+        let fail = |message: String| {
+            RenderError::failed(
+                &self.object,
+                Problem::template("spec", message)
+                    .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+            )
+        };
+        let Value::Object(mut map) =
+            serde_json::to_value(ctx).map_err(|e| fail(format!("render context: {e}")))?
+        else {
+            return Err(fail("the render context is not a map".to_owned()));
+        };
+        let files = body::config_files(config)
+            .map_err(|e| self.field_error(e, &Budget::new(0), Limit::new(None, None), false))?;
+        let files: Vec<Value> = files
+            .into_iter()
+            .map(|f| {
+                serde_json::json!({
+                    "path": f.path,
+                    "permissions": f.permissions,
+                    "owner": f.owner,
+                    "content": f.content,
+                    "encoding": match f.encoding {
+                        crd_types::FileEncoding::Plain => "plain",
+                        crd_types::FileEncoding::Base64 => "base64",
+                        crd_types::FileEncoding::GzipBase64 => "gzip+base64",
+                    },
+                })
+            })
+            .collect();
+        map.insert("values".to_owned(), Value::Object(values));
+        map.insert("files".to_owned(), Value::Array(files));
+        map.insert(
+            "preCommands".to_owned(),
+            serde_json::json!(config.pre_commands),
+        );
+        map.insert(
+            "postCommands".to_owned(),
+            serde_json::json!(config.post_commands),
+        );
+        Ok(Context::from(Value::Object(map)))
+    }
+
+    fn field_error(
+        &self,
+        e: FieldError,
+        budget: &Budget,
+        limit: Limit,
+        compress: bool,
+    ) -> RenderError {
+        match e {
+            FieldError::TooLarge => {
+                self.too_large(budget.used(), budget.cap(), limit, compress, true)
+            }
+            FieldError::Failed(problem) => RenderError::failed(&self.object, problem),
+        }
+    }
+
+    fn too_large(
+        &self,
+        size: u64,
+        cap: u64,
+        limit: Limit,
+        uncompressed: bool,
+        at_least: bool,
+    ) -> RenderError {
+        RenderError::OutputTooLarge {
+            object: self.object.clone(),
+            size,
+            limit: cap,
+            limit_source: if uncompressed {
+                format!(
+                    "{GZIP_EXPANSION} times {}, for the uncompressed output",
+                    limit.source
+                )
+            } else {
+                limit.source.to_owned()
+            },
+            at_least,
+        }
+    }
+}
+
+fn valid_partial_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn compiled_template_is_shareable() {
+        assert_send_sync::<CompiledTemplate>();
+    }
+}

@@ -1,0 +1,512 @@
+//! The structured body: parts compiled once, then, for each render, the files, units and
+//! commands of the parts that apply to the role (and are not skipped), plus the config's files
+//! and commands, in order. The format writers only lay these out.
+
+use crd_types::{BootplateConfigSpec, FileEncoding, Part, Role};
+use handlebars::Context;
+
+use crate::engine::{Engine, FieldError, Text};
+use crate::error::{Origin, Problem};
+use crate::limit::Budget;
+
+/// A file to write, rendered.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct File {
+    pub(crate) path: String,
+    /// Octal, always four digits (`0644`).
+    pub(crate) permissions: String,
+    pub(crate) owner: String,
+    /// The content, in `encoding`.
+    pub(crate) content: String,
+    pub(crate) encoding: FileEncoding,
+}
+
+/// A systemd unit, rendered.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Unit {
+    pub(crate) name: String,
+    pub(crate) enable: bool,
+    pub(crate) content: Option<String>,
+    pub(crate) drop_ins: Vec<(String, String)>,
+}
+
+/// What one render writes, in order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Body {
+    pub(crate) files: Vec<File>,
+    pub(crate) units: Vec<Unit>,
+    /// The config's pre-commands, the parts' commands, the config's post-commands.
+    pub(crate) commands: Vec<String>,
+}
+
+struct CompiledFile {
+    field: String,
+    path: Text,
+    content: Text,
+    permissions: String,
+    owner: String,
+    encoding: FileEncoding,
+}
+
+struct CompiledUnit {
+    name: String,
+    enable: Option<bool>,
+    content: Option<Text>,
+    drop_ins: Vec<(String, Text)>,
+}
+
+pub(crate) struct CompiledPart {
+    pub(crate) name: String,
+    roles: Vec<Role>,
+    files: Vec<CompiledFile>,
+    units: Vec<CompiledUnit>,
+    commands: Vec<Text>,
+}
+
+/// Compiles the parts, checking what the CRD schema checks too (the offline CLI bypasses the
+/// API server): unique part names, modes, owners, unit and drop-in names.
+pub(crate) fn compile_parts(
+    parts: &[Part],
+    engine: &mut Engine,
+    problems: &mut Vec<Problem>,
+) -> Vec<CompiledPart> {
+    let mut out: Vec<CompiledPart> = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let field = format!("spec.parts[{i}]");
+        if part.name.is_empty() || out.iter().any(|p| p.name == part.name) {
+            problems.push(Problem::template(
+                format!("{field}.name"),
+                format!("part names must be unique and not empty (`{}`)", part.name),
+            ));
+        }
+        let files = part
+            .files
+            .iter()
+            .enumerate()
+            .map(|(j, f)| {
+                let field = format!("{field}.files[{j}]");
+                CompiledFile {
+                    path: engine.add(&format!("{field}.path"), &f.path, problems),
+                    content: engine.add(&format!("{field}.content"), &f.content, problems),
+                    permissions: permissions(
+                        f.permissions.as_deref(),
+                        Origin::Template,
+                        &field,
+                        problems,
+                    ),
+                    owner: owner(f.owner.as_deref(), Origin::Template, &field, problems),
+                    encoding: f.encoding.unwrap_or_default(),
+                    field,
+                }
+            })
+            .collect();
+        let units = part
+            .units
+            .iter()
+            .enumerate()
+            .map(|(j, u)| {
+                let field = format!("{field}.units[{j}]");
+                if !valid_unit_name(&u.name) {
+                    problems.push(Problem::template(
+                        format!("{field}.name"),
+                        "a unit name is letters, digits and `:_.@-`, ending in .service, .socket, .timer, .path, .mount or .target",
+                    ));
+                }
+                CompiledUnit {
+                    name: u.name.clone(),
+                    enable: u.enable,
+                    content: u
+                        .content
+                        .as_ref()
+                        .map(|c| engine.add(&format!("{field}.content"), c, problems)),
+                    drop_ins: u
+                        .drop_ins
+                        .iter()
+                        .enumerate()
+                        .map(|(k, d)| {
+                            let field = format!("{field}.dropIns[{k}]");
+                            if !valid_drop_in_name(&d.name) {
+                                problems.push(Problem::template(
+                                    format!("{field}.name"),
+                                    "a drop-in name is letters, digits and `_.@-`, ending in .conf",
+                                ));
+                            }
+                            (
+                                d.name.clone(),
+                                engine.add(&format!("{field}.content"), &d.content, problems),
+                            )
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        let commands = part
+            .commands
+            .iter()
+            .enumerate()
+            .map(|(j, c)| engine.add(&format!("{field}.commands[{j}]"), c, problems))
+            .collect();
+        out.push(CompiledPart {
+            name: part.name.clone(),
+            roles: part.roles.clone(),
+            files,
+            units,
+            commands,
+        });
+    }
+    out
+}
+
+fn valid_unit_name(name: &str) -> bool {
+    let Some((stem, kind)) = name.rsplit_once('.') else {
+        return false;
+    };
+    matches!(
+        kind,
+        "service" | "socket" | "timer" | "path" | "mount" | "target"
+    ) && !stem.is_empty()
+        && stem
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ":_.@-".contains(c))
+}
+
+fn valid_drop_in_name(name: &str) -> bool {
+    name.strip_suffix(".conf").is_some_and(|stem| {
+        !stem.is_empty()
+            && stem
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c))
+    })
+}
+
+fn problem(origin: Origin, field: String, message: impl Into<String>) -> Problem {
+    match origin {
+        Origin::Template => Problem::template(field, message),
+        Origin::Config => Problem::config(field, message),
+    }
+}
+
+/// `0644`-style permissions, normalised to four digits.
+fn permissions(
+    given: Option<&str>,
+    origin: Origin,
+    field: &str,
+    problems: &mut Vec<Problem>,
+) -> String {
+    let p = given.unwrap_or("0644");
+    let ok = (3..=4).contains(&p.len()) && p.chars().all(|c| ('0'..='7').contains(&c));
+    if !ok {
+        problems.push(problem(
+            origin,
+            format!("{field}.permissions"),
+            "permissions are three or four octal digits, for example \"0644\"",
+        ));
+    }
+    format!("{p:0>4}")
+}
+
+/// `user` or `user:group`, default `root:root`.
+fn owner(given: Option<&str>, origin: Origin, field: &str, problems: &mut Vec<Problem>) -> String {
+    let o = given.unwrap_or("root:root");
+    let name_ok = |s: &str| {
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    };
+    let ok = match o.split_once(':') {
+        Some((u, g)) => name_ok(u) && name_ok(g),
+        None => name_ok(o),
+    };
+    if !ok {
+        problems.push(problem(
+            origin,
+            format!("{field}.owner"),
+            "owner is `user` or `user:group` (letters, digits and `_.-`)",
+        ));
+    }
+    o.to_owned()
+}
+
+/// A path must be absolute and clean: the formats write it into YAML, JSON and shell, and
+/// Ignition rejects relative or unnormalised paths.
+fn check_path(path: &str) -> Result<(), &'static str> {
+    if !path.starts_with('/') || path.len() < 2 {
+        return Err("the path must be absolute, as in /etc/example.conf");
+    }
+    if path.ends_with('/') {
+        return Err("the path must name a file, not end in /");
+    }
+    if path.chars().any(|c| c.is_control()) {
+        return Err("the path must not contain control characters (newline, tab, NUL)");
+    }
+    if path[1..]
+        .split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err("the path must be normalised (no empty, `.` or `..` segments)");
+    }
+    Ok(())
+}
+
+/// Checks that encoded content decodes, so a broken file fails the render, not the boot.
+fn check_content(content: &str, encoding: FileEncoding) -> Result<(), &'static str> {
+    use base64::Engine as _;
+    let decode = || {
+        base64::engine::general_purpose::STANDARD
+            .decode(content.split_ascii_whitespace().collect::<String>())
+            .map_err(|_| "the content is not valid base64")
+    };
+    match encoding {
+        FileEncoding::Plain => Ok(()),
+        FileEncoding::Base64 => decode().map(|_| ()),
+        FileEncoding::GzipBase64 => {
+            if decode()?.starts_with(&[0x1f, 0x8b]) {
+                Ok(())
+            } else {
+                Err("the content is base64 but not gzip data")
+            }
+        }
+    }
+}
+
+/// Collects what the render for `role` writes.
+pub(crate) fn collect(
+    parts: &[CompiledPart],
+    config: &BootplateConfigSpec,
+    role: Role,
+    engine: &Engine,
+    ctx: &Context,
+    budget: &mut Budget,
+) -> Result<Body, FieldError> {
+    for (i, skip) in config.skip_parts.iter().enumerate() {
+        if !parts.iter().any(|p| &p.name == skip) {
+            let names: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
+            return Err(FieldError::Failed(Problem::config(
+                format!("spec.skipParts[{i}]"),
+                format!(
+                    "the template has no part named `{}` (parts: {})",
+                    crate::engine::truncate(skip, 64),
+                    names.join(", ")
+                ),
+            )));
+        }
+    }
+    let mut body = Body::default();
+    body.commands.extend(config.pre_commands.iter().cloned());
+    for part in parts {
+        if (!part.roles.is_empty() && !part.roles.contains(&role))
+            || config.skip_parts.contains(&part.name)
+        {
+            continue;
+        }
+        for f in &part.files {
+            let path = engine.render(&f.path, ctx, budget)?;
+            let content = engine.render(&f.content, ctx, budget)?;
+            check_path(&path).map_err(|m| {
+                FieldError::Failed(located(Origin::Template, format!("{}.path", f.field), m))
+            })?;
+            check_content(&content, f.encoding).map_err(|m| {
+                FieldError::Failed(located(Origin::Template, format!("{}.content", f.field), m))
+            })?;
+            add_file(
+                &mut body.files,
+                File {
+                    path,
+                    permissions: f.permissions.clone(),
+                    owner: f.owner.clone(),
+                    content,
+                    encoding: f.encoding,
+                },
+            );
+        }
+        for u in &part.units {
+            let content = match &u.content {
+                Some(t) => Some(engine.render(t, ctx, budget)?),
+                None => None,
+            };
+            let mut drop_ins = Vec::with_capacity(u.drop_ins.len());
+            for (name, text) in &u.drop_ins {
+                drop_ins.push((name.clone(), engine.render(text, ctx, budget)?));
+            }
+            add_unit(&mut body.units, &u.name, u.enable, content, drop_ins);
+        }
+        for c in &part.commands {
+            body.commands.push(engine.render(c, ctx, budget)?);
+        }
+    }
+    for (i, f) in config_files(config)?.into_iter().enumerate() {
+        if !budget.take(f.content.len()) {
+            return Err(FieldError::TooLarge);
+        }
+        check_path(&f.path).map_err(|m| {
+            FieldError::Failed(located(Origin::Config, format!("spec.files[{i}].path"), m))
+        })?;
+        check_content(&f.content, f.encoding).map_err(|m| {
+            FieldError::Failed(located(
+                Origin::Config,
+                format!("spec.files[{i}].content"),
+                m,
+            ))
+        })?;
+        add_file(&mut body.files, f);
+    }
+    body.commands.extend(config.post_commands.iter().cloned());
+    Ok(body)
+}
+
+fn located(origin: Origin, field: String, message: &str) -> Problem {
+    problem(origin, field, message).with_reason(crd_types::conditions::reason::RENDER_FAILED)
+}
+
+/// The config's files with defaults filled in. `contentFrom` must have been resolved into
+/// `content` by the caller (the controller reads the Secret).
+pub(crate) fn config_files(config: &BootplateConfigSpec) -> Result<Vec<File>, FieldError> {
+    let mut problems = Vec::new();
+    let mut files = Vec::with_capacity(config.files.len());
+    for (i, f) in config.files.iter().enumerate() {
+        let field = format!("spec.files[{i}]");
+        let Some(content) = &f.content else {
+            return Err(FieldError::Failed(
+                Problem::config(
+                    format!("{field}.content"),
+                    "the file has no content (contentFrom must be resolved before rendering)",
+                )
+                .with_reason(crd_types::conditions::reason::FILE_SOURCE_ERROR),
+            ));
+        };
+        files.push(File {
+            path: f.path.clone(),
+            permissions: permissions(
+                f.permissions.as_deref(),
+                Origin::Config,
+                &field,
+                &mut problems,
+            ),
+            owner: owner(f.owner.as_deref(), Origin::Config, &field, &mut problems),
+            content: content.clone(),
+            encoding: f.encoding.unwrap_or_default(),
+        });
+    }
+    match problems.into_iter().next() {
+        Some(p) => Err(FieldError::Failed(
+            p.with_reason(crd_types::conditions::reason::RENDER_FAILED),
+        )),
+        None => Ok(files),
+    }
+}
+
+/// A later file with the same path replaces the earlier one in place (a config can override a
+/// template's file; Ignition rejects duplicate paths).
+fn add_file(files: &mut Vec<File>, file: File) {
+    match files.iter_mut().find(|f| f.path == file.path) {
+        Some(existing) => *existing = file,
+        None => files.push(file),
+    }
+}
+
+/// A later unit of the same name merges into the earlier one: its content and `enable` win
+/// when set, its drop-ins are added (replacing drop-ins of the same name).
+fn add_unit(
+    units: &mut Vec<Unit>,
+    name: &str,
+    enable: Option<bool>,
+    content: Option<String>,
+    drop_ins: Vec<(String, String)>,
+) {
+    if let Some(u) = units.iter_mut().find(|u| u.name == name) {
+        if content.is_some() {
+            u.content = content;
+        }
+        if let Some(e) = enable {
+            u.enable = e;
+        }
+        for (n, c) in drop_ins {
+            match u.drop_ins.iter_mut().find(|(existing, _)| *existing == n) {
+                Some(d) => d.1 = c,
+                None => u.drop_ins.push((n, c)),
+            }
+        }
+    } else {
+        units.push(Unit {
+            name: name.to_owned(),
+            enable: enable.unwrap_or(true),
+            content,
+            drop_ins,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_must_be_absolute_and_clean() {
+        assert!(check_path("/etc/a.conf").is_ok());
+        for bad in [
+            "etc/a",
+            "/",
+            "/etc/",
+            "/etc/../a",
+            "/etc//a",
+            "/a\nb",
+            "/./a",
+            "",
+        ] {
+            assert!(check_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn encoded_content_must_decode() {
+        assert!(check_content("aGk=", FileEncoding::Base64).is_ok());
+        assert!(check_content("aGk=\n", FileEncoding::Base64).is_ok());
+        assert!(check_content("not base64!", FileEncoding::Base64).is_err());
+        assert!(check_content("aGk=", FileEncoding::GzipBase64).is_err());
+    }
+
+    #[test]
+    fn later_units_merge_into_earlier_ones() {
+        let mut units = Vec::new();
+        add_unit(
+            &mut units,
+            "a.service",
+            None,
+            Some("x".into()),
+            vec![("1.conf".into(), "one".into())],
+        );
+        add_unit(
+            &mut units,
+            "a.service",
+            Some(false),
+            None,
+            vec![
+                ("1.conf".into(), "uno".into()),
+                ("2.conf".into(), "two".into()),
+            ],
+        );
+        assert_eq!(units.len(), 1);
+        assert_eq!(units[0].content.as_deref(), Some("x"));
+        assert!(!units[0].enable);
+        assert_eq!(
+            units[0].drop_ins,
+            [
+                ("1.conf".into(), "uno".into()),
+                ("2.conf".into(), "two".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(valid_unit_name("kubelet.service"));
+        assert!(valid_unit_name("getty@tty1.service"));
+        assert!(!valid_unit_name("kubelet"));
+        assert!(!valid_unit_name("a b.service"));
+        assert!(valid_drop_in_name("10-kubeadm.conf"));
+        assert!(!valid_drop_in_name("x.txt"));
+        assert!(!valid_drop_in_name("../x.conf"));
+    }
+}

@@ -1,0 +1,532 @@
+//! The handlebars side: compiling every template text of a spec once, checking the parsed
+//! trees (partial references, recursion, nesting depth), and rendering one text with a size
+//! budget.
+//!
+//! Every text is registered under its field path (`spec.parts[1].commands[0]`), so a handlebars
+//! error already carries the field; partials are registered under their own name, which partial
+//! names cannot collide with (they may not contain `.` or `[`).
+//!
+//! Stack safety: pest, which handlebars parses with, probes the stack and fails with "stack
+//! limit reached" instead of overflowing. The parsed tree is then measured with an explicit
+//! stack; a tree deeper than [`MAX_DEPTH`] (counting blocks, `else if` chains, subexpressions and
+//! partial includes) is rejected and torn down iteratively, so neither rendering nor dropping it
+//! can recurse deeply.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use handlebars::template::{Parameter, Template, TemplateElement, TemplateMapping};
+use handlebars::{Context, Handlebars, RenderErrorReason, TemplateError};
+
+use crate::error::{Position, Problem};
+use crate::helpers;
+use crate::limit::{Budget, LimitedWriter};
+
+/// Deepest allowed nesting of blocks, `else if` branches, subexpressions and partial includes,
+/// all counted together along one path. Real templates nest a handful of levels; a render frame
+/// costs a few KiB of stack in a debug build, so 64 levels stay far below a 2 MiB thread stack.
+pub const MAX_DEPTH: usize = 64;
+
+/// A text field of the spec: literal text (no `{{`) skips handlebars, everything else is a
+/// registered template named by its field path.
+#[derive(Clone, Debug)]
+pub(crate) enum Text {
+    Literal(String),
+    Template(String),
+}
+
+/// A `{{> name}}` in a template text.
+#[derive(Clone, Debug)]
+struct PartialRef {
+    name: String,
+    position: Option<Position>,
+    /// Nesting depth at the reference.
+    depth: usize,
+    /// Inside a block that changes the context (`each`, `with`) or with a context parameter.
+    scoped: bool,
+}
+
+/// A path a template reads, for lint's declared-vs-used checks.
+#[derive(Clone, Debug)]
+pub(crate) struct Use {
+    pub(crate) path: String,
+    pub(crate) position: Option<Position>,
+    /// Inside `each`/`with`: relative to another context, so not checked against the root.
+    pub(crate) scoped: bool,
+}
+
+/// What the walk over one parsed text found.
+#[derive(Debug, Default)]
+struct Analysis {
+    depth: usize,
+    partials: Vec<PartialRef>,
+    uses: Vec<Use>,
+}
+
+/// All texts of one spec, compiled.
+pub(crate) struct Engine {
+    registry: Handlebars<'static>,
+    /// Field path of every registered text (key: registry name).
+    fields: BTreeMap<String, String>,
+    analyses: BTreeMap<String, Analysis>,
+    partial_names: BTreeSet<String>,
+}
+
+impl Engine {
+    pub(crate) fn new() -> Self {
+        let mut registry = Handlebars::new();
+        registry.set_strict_mode(true);
+        // User-data is YAML, JSON and shell, never HTML.
+        registry.register_escape_fn(handlebars::no_escape);
+        helpers::register(&mut registry);
+        Engine {
+            registry,
+            fields: BTreeMap::new(),
+            analyses: BTreeMap::new(),
+            partial_names: BTreeSet::new(),
+        }
+    }
+
+    /// Compiles a partial of `spec.partials`.
+    pub(crate) fn add_partial(&mut self, name: &str, text: &str, problems: &mut Vec<Problem>) {
+        let field = format!("spec.partials.{name}");
+        self.partial_names.insert(name.to_owned());
+        self.compile(name, &field, text, problems);
+    }
+
+    /// Compiles the text of `field`.
+    pub(crate) fn add(&mut self, field: &str, text: &str, problems: &mut Vec<Problem>) -> Text {
+        if !text.contains("{{") {
+            return Text::Literal(text.to_owned());
+        }
+        self.compile(field, field, text, problems);
+        Text::Template(field.to_owned())
+    }
+
+    fn compile(&mut self, name: &str, field: &str, text: &str, problems: &mut Vec<Problem>) {
+        self.fields.insert(name.to_owned(), field.to_owned());
+        let template = match Template::compile_with_name(text, name.to_owned()) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(syntax_problem(field, &e));
+                return;
+            }
+        };
+        let mut analysis = Analysis::default();
+        let mut found = Vec::new();
+        analyze(&template, &mut analysis, &mut found);
+        if analysis.depth > MAX_DEPTH {
+            problems.push(Problem::template(
+                field,
+                format!(
+                    "nested {} levels deep (blocks, `else if` branches and subexpressions); the limit is {MAX_DEPTH}",
+                    analysis.depth
+                ),
+            ));
+            dismantle(template);
+            return;
+        }
+        problems.extend(
+            found
+                .into_iter()
+                .map(|(position, message)| Problem::template(field, message).at(position)),
+        );
+        self.analyses.insert(name.to_owned(), analysis);
+        self.registry.register_template(name, template);
+    }
+
+    /// After all texts are added: every partial reference must name a partial of
+    /// `spec.partials`, partials must not recurse (directly or through others), and the nesting
+    /// through partial includes must stay within [`MAX_DEPTH`].
+    pub(crate) fn check_partials(&self, problems: &mut Vec<Problem>) {
+        for (name, analysis) in &self.analyses {
+            for r in &analysis.partials {
+                if r.name != "@partial-block" && !self.partial_names.contains(&r.name) {
+                    problems.push(
+                        Problem::template(
+                            &self.fields[name],
+                            format!(
+                                "partial `{}` is not defined in spec.partials{}",
+                                r.name,
+                                known(&self.partial_names)
+                            ),
+                        )
+                        .at(r.position),
+                    );
+                }
+            }
+        }
+        let depths = match self.partial_depths() {
+            Ok(depths) => depths,
+            Err(problem) => {
+                problems.push(problem);
+                return;
+            }
+        };
+        for (name, analysis) in &self.analyses {
+            let depth = self.effective_depth(analysis, &depths);
+            if depth > MAX_DEPTH {
+                problems.push(Problem::template(
+                    &self.fields[name],
+                    format!(
+                        "nested {depth} levels deep counting the partials it includes; the limit is {MAX_DEPTH}"
+                    ),
+                ));
+            }
+        }
+    }
+
+    fn effective_depth(&self, analysis: &Analysis, depths: &BTreeMap<&str, usize>) -> usize {
+        analysis
+            .partials
+            .iter()
+            .filter_map(|r| depths.get(r.name.as_str()).map(|d| r.depth + 1 + d))
+            .fold(analysis.depth, usize::max)
+    }
+
+    /// The effective depth of every compiled partial, or the first recursion found. Iterative
+    /// (explicit stack): a chain of thousands of partials cannot overflow the stack here.
+    fn partial_depths(&self) -> Result<BTreeMap<&str, usize>, Problem> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mark {
+            Open,
+            Done,
+        }
+        let mut marks: BTreeMap<&str, Mark> = BTreeMap::new();
+        let mut depths: BTreeMap<&str, usize> = BTreeMap::new();
+        for start in self.partial_names.iter() {
+            if marks.contains_key(start.as_str()) || !self.analyses.contains_key(start) {
+                continue;
+            }
+            // (partial, index of the next reference to follow)
+            let mut path: Vec<(&str, usize)> = vec![(start.as_str(), 0)];
+            marks.insert(start, Mark::Open);
+            while let Some((name, next)) = path.last().copied() {
+                let refs = &self.analyses[name].partials;
+                if let Some(r) = refs.get(next) {
+                    path.last_mut().expect("non-empty").1 += 1;
+                    let target = r.name.as_str();
+                    if !self.analyses.contains_key(target) {
+                        continue; // undefined or broken partial: reported elsewhere
+                    }
+                    match marks.get(target) {
+                        Some(Mark::Done) => {}
+                        Some(Mark::Open) => {
+                            let from = path.iter().position(|(n, _)| *n == target).unwrap_or(0);
+                            let mut cycle: Vec<&str> =
+                                path[from..].iter().map(|(n, _)| *n).collect();
+                            cycle.push(target);
+                            return Err(Problem::template(
+                                &self.fields[name],
+                                format!(
+                                    "partial recursion: {} (partials may not include themselves, directly or through other partials)",
+                                    cycle.join(" → ")
+                                ),
+                            )
+                            .at(r.position));
+                        }
+                        None => {
+                            marks.insert(target, Mark::Open);
+                            path.push((target, 0));
+                        }
+                    }
+                } else {
+                    let depth = self.effective_depth(&self.analyses[name], &depths);
+                    depths.insert(name, depth);
+                    marks.insert(name, Mark::Done);
+                    path.pop();
+                }
+            }
+        }
+        Ok(depths)
+    }
+
+    /// The paths each field's text reads, for lint. Partials only count as read from the root
+    /// context when every inclusion of them is at the root, without a context parameter.
+    pub(crate) fn uses(&self) -> Vec<(String, Vec<Use>)> {
+        let scoped_partials: BTreeSet<&str> = self
+            .analyses
+            .values()
+            .flat_map(|a| a.partials.iter())
+            .filter(|r| r.scoped)
+            .map(|r| r.name.as_str())
+            .collect();
+        self.analyses
+            .iter()
+            .map(|(name, a)| {
+                let scoped = scoped_partials.contains(name.as_str());
+                let uses = a
+                    .uses
+                    .iter()
+                    .map(|u| Use {
+                        scoped: u.scoped || scoped,
+                        ..u.clone()
+                    })
+                    .collect();
+                (self.fields[name].clone(), uses)
+            })
+            .collect()
+    }
+
+    /// Renders `text` against `ctx`, taking the bytes from `budget`.
+    pub(crate) fn render(
+        &self,
+        text: &Text,
+        ctx: &Context,
+        budget: &mut Budget,
+    ) -> Result<String, FieldError> {
+        match text {
+            Text::Literal(s) => {
+                if budget.take(s.len()) {
+                    Ok(s.clone())
+                } else {
+                    Err(FieldError::TooLarge)
+                }
+            }
+            Text::Template(name) => {
+                let mut out = LimitedWriter::new(budget);
+                let result = self
+                    .registry
+                    .render_with_context_to_write(name, ctx, &mut out);
+                let buf = std::mem::take(&mut out.buf);
+                match result {
+                    Ok(()) => String::from_utf8(buf).map_err(|_| {
+                        FieldError::Failed(Problem::template(name, "rendered text is not UTF-8"))
+                    }),
+                    Err(_) if budget.exceeded() => Err(FieldError::TooLarge),
+                    Err(e) => Err(FieldError::Failed(self.render_problem(name, &e))),
+                }
+            }
+        }
+    }
+
+    fn render_problem(&self, top: &str, e: &handlebars::RenderError) -> Problem {
+        let inner = e.template_name.as_deref().unwrap_or(top);
+        let field = self.fields.get(inner).map_or(top, String::as_str);
+        let position = match (e.line_no, e.column_no) {
+            (Some(line), Some(column)) => Some(Position { line, column }),
+            _ => None,
+        };
+        let mut message = render_message(e.reason());
+        if field != top {
+            message.push_str(&format!(" (included from {top})"));
+        }
+        Problem::template(field, message)
+            .at(position)
+            .with_reason(crd_types::conditions::reason::RENDER_FAILED)
+    }
+}
+
+/// Why rendering one text failed.
+pub(crate) enum FieldError {
+    /// The size budget ran out.
+    TooLarge,
+    /// Anything else, located.
+    Failed(Problem),
+}
+
+fn known(names: &BTreeSet<String>) -> String {
+    if names.is_empty() {
+        " (there are none)".to_owned()
+    } else {
+        let list: Vec<&str> = names.iter().map(String::as_str).collect();
+        format!(" (defined: {})", list.join(", "))
+    }
+}
+
+/// Keeps messages short: handlebars quotes whole parameters in some errors.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        let cut: String = s.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+fn syntax_problem(field: &str, e: &TemplateError) -> Problem {
+    let position = e.pos().map(|(line, column)| Position { line, column });
+    Problem::template(
+        field,
+        format!("syntax error: {}", truncate(&e.reason().to_string(), 200)),
+    )
+    .at(position)
+}
+
+fn render_message(reason: &RenderErrorReason) -> String {
+    match reason {
+        RenderErrorReason::MissingVariable(Some(path)) => {
+            let hint = match path.split(['.', '/']).next() {
+                Some("join") => " (`join` is absent for role init: guard it with {{#if join}})",
+                Some("certs") => {
+                    " (`certs` exist only for control-plane roles: guard it with {{#if certs}})"
+                }
+                Some("values") => " (declare it in spec.variables)",
+                _ => "",
+            };
+            format!("undefined variable `{}`{hint}", truncate(path, 100))
+        }
+        RenderErrorReason::MissingVariable(None) => "undefined variable".to_owned(),
+        RenderErrorReason::HelperNotFound(name) => {
+            format!("unknown helper `{}`", truncate(name, 100))
+        }
+        RenderErrorReason::PartialNotFound(name) => {
+            format!("partial `{}` is not defined", truncate(name, 100))
+        }
+        RenderErrorReason::ParamNotFoundForIndex(helper, index) => {
+            format!("helper `{helper}` needs a parameter {}", index + 1)
+        }
+        RenderErrorReason::Other(message) => truncate(message, 300),
+        other => truncate(&other.to_string(), 300),
+    }
+}
+
+fn position(mapping: &[TemplateMapping], index: usize) -> Option<Position> {
+    mapping.get(index).map(|m| Position {
+        line: m.0,
+        column: m.1,
+    })
+}
+
+/// Walks a parsed template with an explicit stack: nesting depth, partial references, the
+/// paths it reads, and constructs bootplate does not support (decorators and inline partials,
+/// which would make partial recursion invisible to the static check; dynamic partial names).
+fn analyze(template: &Template, out: &mut Analysis, found: &mut Vec<(Option<Position>, String)>) {
+    enum Item<'a> {
+        Template(&'a Template, usize, bool),
+        Param(&'a Parameter, usize, bool, Option<Position>),
+    }
+    let mut stack = vec![Item::Template(template, 0, false)];
+    while let Some(item) = stack.pop() {
+        match item {
+            Item::Param(param, depth, scoped, pos) => {
+                out.depth = out.depth.max(depth);
+                match param {
+                    Parameter::Path(path) => out.uses.push(Use {
+                        path: path_raw(path),
+                        position: pos,
+                        scoped,
+                    }),
+                    Parameter::Subexpression(sub) => {
+                        if let TemplateElement::Expression(h) = sub.element.as_ref() {
+                            for p in h.params.iter().chain(h.hash.values()) {
+                                stack.push(Item::Param(p, depth + 1, scoped, pos));
+                            }
+                            stack.push(Item::Param(&h.name, depth + 1, scoped, pos));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Item::Template(t, depth, scoped) => {
+                out.depth = out.depth.max(depth);
+                for (i, element) in t.elements.iter().enumerate() {
+                    let pos = position(&t.mapping, i);
+                    match element {
+                        TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
+                            for p in h.params.iter().chain(h.hash.values()) {
+                                stack.push(Item::Param(p, depth + 1, scoped, pos));
+                            }
+                            stack.push(Item::Param(&h.name, depth, scoped, pos));
+                        }
+                        TemplateElement::HelperBlock(h) => {
+                            for p in h.params.iter().chain(h.hash.values()) {
+                                stack.push(Item::Param(p, depth + 1, scoped, pos));
+                            }
+                            let name = match &h.name {
+                                Parameter::Name(n) => n.as_str(),
+                                _ => "",
+                            };
+                            let inner = scoped || matches!(name, "each" | "with");
+                            if let Some(body) = &h.template {
+                                stack.push(Item::Template(body, depth + 1, inner));
+                            }
+                            if let Some(inverse) = &h.inverse {
+                                stack.push(Item::Template(inverse, depth + 1, scoped));
+                            }
+                        }
+                        TemplateElement::PartialExpression(d) | TemplateElement::PartialBlock(d) => {
+                            let name = match &d.name {
+                                Parameter::Name(n) => Some(n.clone()),
+                                Parameter::Path(p) => Some(path_raw(p)),
+                                _ => None,
+                            };
+                            match name {
+                                Some(name) => out.partials.push(PartialRef {
+                                    name,
+                                    position: pos,
+                                    depth,
+                                    scoped: scoped || !d.params.is_empty() || !d.hash.is_empty(),
+                                }),
+                                None => found.push((
+                                    pos,
+                                    "dynamic partial names are not supported: name the partial, as in {{> install}}".to_owned(),
+                                )),
+                            }
+                            for p in d.params.iter().chain(d.hash.values()) {
+                                stack.push(Item::Param(p, depth + 1, scoped, pos));
+                            }
+                            if let Some(body) = &d.template {
+                                stack.push(Item::Template(body, depth + 1, scoped));
+                            }
+                        }
+                        TemplateElement::DecoratorExpression(_)
+                        | TemplateElement::DecoratorBlock(_) => found.push((
+                            pos,
+                            "decorators and inline partials are not supported: put partials in spec.partials".to_owned(),
+                        )),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn path_raw(path: &handlebars::Path) -> String {
+    match path {
+        handlebars::Path::Relative((_, raw)) => raw.clone(),
+        handlebars::Path::Local((_, _, raw)) => raw.clone(),
+    }
+}
+
+/// Drops a parsed template without recursion: an `else if` chain of 100 000 branches is a
+/// 100 000-deep tree, and the compiler-generated drop would recurse once per level.
+fn dismantle(template: Template) {
+    let mut elements: Vec<TemplateElement> = template.elements;
+    let mut params: Vec<Parameter> = Vec::new();
+    loop {
+        if let Some(param) = params.pop() {
+            if let Parameter::Subexpression(sub) = param {
+                elements.push(*sub.element);
+            }
+            continue;
+        }
+        let Some(element) = elements.pop() else { break };
+        match element {
+            TemplateElement::Expression(mut h)
+            | TemplateElement::HtmlExpression(mut h)
+            | TemplateElement::HelperBlock(mut h) => {
+                params.append(&mut h.params);
+                params.extend(h.hash.drain().map(|(_, v)| v));
+                params.push(std::mem::replace(
+                    &mut h.name,
+                    Parameter::Name(String::new()),
+                ));
+                for t in [h.template.take(), h.inverse.take()].into_iter().flatten() {
+                    elements.extend(t.elements);
+                }
+            }
+            TemplateElement::PartialExpression(mut d)
+            | TemplateElement::PartialBlock(mut d)
+            | TemplateElement::DecoratorExpression(mut d)
+            | TemplateElement::DecoratorBlock(mut d) => {
+                params.append(&mut d.params);
+                params.extend(d.hash.drain().map(|(_, v)| v));
+                if let Some(t) = d.template.take() {
+                    elements.extend(t.elements);
+                }
+            }
+            _ => {}
+        }
+    }
+}

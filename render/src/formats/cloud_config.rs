@@ -1,0 +1,165 @@
+//! `#cloud-config`: `write_files` and `runcmd`.
+//!
+//! Emitted by hand rather than with serde_yaml: cloud-init reads YAML 1.1 (PyYAML), where plain
+//! scalars such as `on`, `yes`, `1_000` or `2001-12-14` are booleans, numbers and dates, and
+//! serde_yaml (a YAML 1.2 emitter) leaves them unquoted. Every scalar here is either a
+//! double-quoted string with full escaping or a literal block whose characters all read back
+//! unchanged in YAML 1.1 and 1.2.
+
+use crd_types::FileEncoding;
+
+use super::{Meta, all_commands, unit_files};
+use crate::body::{Body, File};
+use crate::helpers::yaml_double_quoted;
+
+/// The whole cloud-config of `body`: files and units in `write_files`, commands in `runcmd`.
+pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
+    let mut out = header(meta);
+    write_files(&mut out, body);
+    runcmd(&mut out, &all_commands(body));
+    out
+}
+
+/// `#cloud-config` and the bootplate comment.
+pub(super) fn header(meta: &Meta<'_>) -> String {
+    format!("#cloud-config\n{}", meta.comment())
+}
+
+/// The `write_files` section with the body's files and unit files (nothing when there are none:
+/// the cloud-init schema wants at least one entry).
+pub(super) fn write_files(out: &mut String, body: &Body) {
+    let units = unit_files(body);
+    let files: Vec<&File> = body.files.iter().chain(units.iter()).collect();
+    if files.is_empty() {
+        return;
+    }
+    out.push_str("write_files:\n");
+    for f in files {
+        out.push_str(&format!("- path: {}\n", yaml_double_quoted(&f.path)));
+        out.push_str(&format!(
+            "  permissions: {}\n",
+            yaml_double_quoted(&f.permissions)
+        ));
+        out.push_str(&format!("  owner: {}\n", yaml_double_quoted(&f.owner)));
+        match f.encoding {
+            FileEncoding::Plain => {}
+            FileEncoding::Base64 => out.push_str("  encoding: \"b64\"\n"),
+            FileEncoding::GzipBase64 => out.push_str("  encoding: \"gz+b64\"\n"),
+        }
+        out.push_str("  content: ");
+        scalar(out, &f.content, 4);
+    }
+}
+
+fn runcmd(out: &mut String, commands: &[String]) {
+    out.push_str("runcmd:\n");
+    for c in commands {
+        out.push_str("- ");
+        scalar(out, c, 2);
+    }
+}
+
+/// Writes `s` as a YAML scalar value followed by a newline: a literal block (indented by
+/// `indent` spaces) for readable multi-line text, a double-quoted string otherwise.
+fn scalar(out: &mut String, s: &str, indent: usize) {
+    let Some(chomp) = literal_chomping(s) else {
+        out.push_str(&yaml_double_quoted(s));
+        out.push('\n');
+        return;
+    };
+    out.push('|');
+    out.push_str(chomp);
+    out.push('\n');
+    let pad = " ".repeat(indent);
+    for line in s.trim_end_matches('\n').split('\n') {
+        if !line.is_empty() {
+            out.push_str(&pad);
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    // `|+` keeps the trailing empty lines, which must be written out.
+    let trailing = s.len() - s.trim_end_matches('\n').len();
+    for _ in 1..trailing {
+        out.push('\n');
+    }
+}
+
+/// The chomping indicator when `s` can be a literal block: it has a line break, starts with a
+/// character that is not white space, and holds only characters a YAML 1.1 reader keeps as they
+/// are inside a block (no CR, NEL, U+2028/2029, BOM or control characters but tab).
+fn literal_chomping(s: &str) -> Option<&'static str> {
+    let body = s.trim_end_matches('\n');
+    if !body.contains('\n') && body.len() == s.len() {
+        return None;
+    }
+    if body.is_empty() || body.starts_with([' ', '\t', '\n']) {
+        return None;
+    }
+    let printable = |c: char| {
+        let n = c as u32;
+        c == '\t'
+            || c == '\n'
+            || (0x20..0x7f).contains(&n)
+            || ((0xa0..0xd800).contains(&n) && n != 0x2028 && n != 0x2029)
+            || ((0xe000..=0xfffd).contains(&n) && n != 0xfeff)
+            || n >= 0x10000
+    };
+    if !s.chars().all(printable) {
+        return None;
+    }
+    Some(match s.len() - body.len() {
+        0 => "-",
+        1 => "",
+        _ => "+",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(s: &str) {
+        let mut doc = String::from("v: ");
+        scalar(&mut doc, s, 2);
+        let parsed: std::collections::BTreeMap<String, String> =
+            serde_yaml::from_str(&doc).unwrap_or_else(|e| panic!("{doc:?}: {e}"));
+        assert_eq!(parsed["v"], s, "{doc}");
+    }
+
+    #[test]
+    fn scalars_read_back_unchanged() {
+        for s in [
+            "",
+            "on",
+            "yes",
+            "1_000",
+            "2001-12-14",
+            "a\nb",
+            "a\nb\n",
+            "a\nb\n\n\n",
+            "a\n\n  b\n",
+            "  lead\nx\n",
+            "\nx\n",
+            "x\r\ny\n",
+            "x\u{2028}y\nz\n",
+            "tab\there\n",
+            "'; rm -rf / #\nkey: value\n",
+            "é ✓ 𝄞\n",
+            "\n",
+            "\n\n",
+        ] {
+            round_trip(s);
+        }
+    }
+
+    #[test]
+    fn multi_line_text_is_a_literal_block() {
+        let mut out = String::new();
+        scalar(&mut out, "a\n b\n", 4);
+        assert_eq!(out, "|\n    a\n     b\n");
+        let mut out = String::new();
+        scalar(&mut out, "a\nb", 2);
+        assert_eq!(out, "|-\n  a\n  b\n");
+    }
+}

@@ -1,0 +1,214 @@
+//! Output formats: writers that lay a structured [`Body`] out as cloud-config, Ignition, a
+//! shell script or a MIME archive, and the checks a raw `template` body's output must pass.
+//!
+//! Common to the writers: files first, then systemd units (written under
+//! `/etc/systemd/system`, then `daemon-reload` and `enable`; Ignition declares them natively),
+//! then the commands (config pre-commands, part commands, config post-commands), and last the
+//! Cluster API bootstrap sentinel `/run/cluster-api/bootstrap-success.complete`, which some
+//! infrastructure providers wait for.
+
+mod cloud_config;
+mod ignition;
+mod mime;
+mod script;
+
+use crd_types::{FileEncoding, OutputFormat, Role};
+
+use crate::body::{Body, File};
+
+/// Who rendered what, for the comment at the top of the output.
+pub(crate) struct Meta<'a> {
+    pub(crate) object: &'a str,
+    pub(crate) revision: &'a str,
+    pub(crate) role: Role,
+}
+
+impl Meta<'_> {
+    fn comment(&self) -> String {
+        format!(
+            "# Rendered by bootplate from {} (revision {}) for role {}.\n",
+            self.object.replace(['\n', '\r'], " "),
+            self.revision,
+            self.role
+        )
+    }
+}
+
+/// The Cluster API bootstrap sentinel, written last.
+const SENTINEL: [&str; 2] = [
+    "mkdir -p /run/cluster-api",
+    "echo success > /run/cluster-api/bootstrap-success.complete",
+];
+
+const SYSTEMD_DIR: &str = "/etc/systemd/system";
+
+/// Lays `body` out in `format`.
+pub(crate) fn write(format: OutputFormat, meta: &Meta<'_>, body: &Body) -> String {
+    match format {
+        OutputFormat::CloudConfig => cloud_config::write(meta, body),
+        OutputFormat::Ignition => ignition::write(meta, body),
+        OutputFormat::Script => script::write(meta, body),
+        OutputFormat::MimeMultipart => mime::write(meta, body),
+    }
+}
+
+/// Units as plain files, for the formats without native units.
+fn unit_files(body: &Body) -> Vec<File> {
+    let file = |path: String, content: &str| File {
+        path,
+        permissions: "0644".to_owned(),
+        owner: "root:root".to_owned(),
+        content: content.to_owned(),
+        encoding: FileEncoding::Plain,
+    };
+    let mut files = Vec::new();
+    for u in &body.units {
+        if let Some(content) = &u.content {
+            files.push(file(format!("{SYSTEMD_DIR}/{}", u.name), content));
+        }
+        for (name, content) in &u.drop_ins {
+            files.push(file(format!("{SYSTEMD_DIR}/{}.d/{name}", u.name), content));
+        }
+    }
+    files
+}
+
+/// `daemon-reload` and one `systemctl enable` per enabled unit (units are enabled, not started:
+/// the commands start what they need, as kubeadm does with the kubelet).
+fn unit_commands(body: &Body) -> Vec<String> {
+    if body.units.is_empty() {
+        return Vec::new();
+    }
+    let mut commands = vec!["systemctl daemon-reload".to_owned()];
+    commands.extend(
+        body.units
+            .iter()
+            .filter(|u| u.enable)
+            .map(|u| format!("systemctl enable {}", crate::helpers::quote(&u.name))),
+    );
+    commands
+}
+
+/// Everything run after the files are in place: units, commands, the sentinel.
+fn all_commands(body: &Body) -> Vec<String> {
+    let mut commands = unit_commands(body);
+    commands.extend(body.commands.iter().cloned());
+    commands.extend(SENTINEL.iter().map(|s| (*s).to_owned()));
+    commands
+}
+
+/// Checks a raw `template` body's output against the declared format. The message describes
+/// what is wrong without quoting the output (it may hold a token).
+pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> {
+    match format {
+        OutputFormat::CloudConfig => {
+            let first = text.lines().next().unwrap_or("");
+            if first.trim_end() != "#cloud-config" {
+                return Err(
+                    "the output is not a cloud-config: its first line must be `#cloud-config`"
+                        .to_owned(),
+                );
+            }
+            match serde_yaml::from_str::<serde_yaml::Value>(text) {
+                Ok(serde_yaml::Value::Mapping(_)) | Ok(serde_yaml::Value::Null) => Ok(()),
+                Ok(_) => Err(
+                    "the output is not a cloud-config: the YAML document is not a map".to_owned(),
+                ),
+                Err(e) => Err(format!(
+                    "the output is not valid YAML{}: {}",
+                    e.location()
+                        .map(|l| format!(" (output line {}, column {})", l.line(), l.column()))
+                        .unwrap_or_default(),
+                    yaml_error_kind(&e)
+                )),
+            }
+        }
+        OutputFormat::Ignition => {
+            let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+                format!(
+                    "the output is not valid JSON (output line {}, column {}): {}",
+                    e.line(),
+                    e.column(),
+                    json_error_kind(&e)
+                )
+            })?;
+            let version = value
+                .get("ignition")
+                .and_then(|i| i.get("version"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
+            let mut parts = version.splitn(3, '.');
+            let ok = parts.next() == Some("3")
+                && parts
+                    .next()
+                    .is_some_and(|m| !m.is_empty() && m.chars().all(|c| c.is_ascii_digit()))
+                && parts
+                    .next()
+                    .is_some_and(|p| p.chars().next().is_some_and(|c| c.is_ascii_digit()));
+            if ok {
+                Ok(())
+            } else {
+                Err(
+                    "the output is not an Ignition 3.x config: `ignition.version` must be 3.x.y"
+                        .to_owned(),
+                )
+            }
+        }
+        OutputFormat::Script => {
+            if text.starts_with("#!") {
+                Ok(())
+            } else {
+                Err("the output is not a script: its first line must be a `#!` line".to_owned())
+            }
+        }
+        OutputFormat::MimeMultipart => mime::check(text),
+    }
+}
+
+/// serde_yaml's messages name positions and expectations, never document content; keep only
+/// the part before " at line" (the position is reported separately).
+fn yaml_error_kind(e: &serde_yaml::Error) -> String {
+    let s = e.to_string();
+    crate::engine::truncate(s.split(" at line").next().unwrap_or(&s), 200)
+}
+
+fn json_error_kind(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    crate::engine::truncate(s.split(" at line").next().unwrap_or(&s), 200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_checks() {
+        let cc = OutputFormat::CloudConfig;
+        assert!(check_raw(cc, "#cloud-config\nruncmd: [a]\n").is_ok());
+        assert!(check_raw(cc, "#cloud-config\n").is_ok());
+        assert!(
+            check_raw(cc, "runcmd: [a]\n")
+                .unwrap_err()
+                .contains("#cloud-config")
+        );
+        let e = check_raw(cc, "#cloud-config\na: [\n").unwrap_err();
+        assert!(e.contains("not valid YAML (output line"), "{e}");
+        assert!(
+            check_raw(cc, "#cloud-config\n- a\n")
+                .unwrap_err()
+                .contains("not a map")
+        );
+        let ig = OutputFormat::Ignition;
+        assert!(check_raw(ig, r#"{"ignition":{"version":"3.3.0"}}"#).is_ok());
+        assert!(check_raw(ig, r#"{"ignition":{"version":"3.4.0-experimental"}}"#).is_ok());
+        assert!(
+            check_raw(ig, r#"{"ignition":{"version":"2.3.0"}}"#)
+                .unwrap_err()
+                .contains("3.x")
+        );
+        assert!(check_raw(ig, r#"{"ignition":{}}"#).is_err());
+        assert!(check_raw(ig, "{").unwrap_err().contains("not valid JSON"));
+        assert!(check_raw(OutputFormat::Script, "#!/bin/sh\n").is_ok());
+        assert!(check_raw(OutputFormat::Script, "echo\n").is_err());
+    }
+}

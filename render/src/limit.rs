@@ -1,0 +1,157 @@
+//! Output size limits, enforced while rendering.
+//!
+//! A template can multiply its output (a partial included ten times that includes another ten
+//! times ...), so the limit is checked as bytes are produced: rendering stops at the first byte
+//! over the budget instead of building a 100 MiB string and measuring it afterwards.
+
+use std::io;
+
+/// The largest user-data a Secret can hold (1 MiB), and the default limit.
+pub const SECRET_LIMIT_BYTES: u64 = 1 << 20;
+
+/// With `compression: gzip` the limit applies to the compressed output; the uncompressed text
+/// may be this many times larger (typical text compresses 3-5 times), which still bounds memory.
+pub const GZIP_EXPANSION: u64 = 16;
+
+/// The output limit of one render and the setting it comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    /// Bytes.
+    pub bytes: u64,
+    /// The setting, for error messages.
+    pub source: &'static str,
+}
+
+impl Limit {
+    /// The smallest of the Secret limit, the template's and the config's `maxOutputBytes`: a
+    /// config may lower the template's limit, never raise it.
+    pub fn new(template: Option<u64>, config: Option<u64>) -> Limit {
+        let mut limit = Limit {
+            bytes: SECRET_LIMIT_BYTES,
+            source: "the 1 MiB Secret limit",
+        };
+        if let Some(bytes) = template.filter(|b| *b < limit.bytes) {
+            limit = Limit {
+                bytes,
+                source: "the template's spec.maxOutputBytes",
+            };
+        }
+        if let Some(bytes) = config.filter(|b| *b < limit.bytes) {
+            limit = Limit {
+                bytes,
+                source: "the config's spec.maxOutputBytes",
+            };
+        }
+        limit
+    }
+}
+
+/// Bytes of text rendered so far in one render, shared by all of its fields.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    cap: u64,
+    used: u64,
+    exceeded: bool,
+}
+
+impl Budget {
+    pub(crate) fn new(cap: u64) -> Self {
+        Budget {
+            cap,
+            used: 0,
+            exceeded: false,
+        }
+    }
+
+    pub(crate) fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    /// Bytes used, plus the byte that broke the budget once it is exceeded.
+    pub(crate) fn used(&self) -> u64 {
+        self.used
+    }
+
+    pub(crate) fn exceeded(&self) -> bool {
+        self.exceeded
+    }
+
+    /// Takes `n` bytes; false (and marked exceeded) when they do not fit.
+    pub(crate) fn take(&mut self, n: usize) -> bool {
+        let n = n as u64;
+        if self.used + n > self.cap {
+            self.used = self.cap + 1;
+            self.exceeded = true;
+            return false;
+        }
+        self.used += n;
+        true
+    }
+}
+
+/// An `io::Write` that fails as soon as the shared budget runs out; handlebars then aborts the
+/// render, and the caller turns the failure into `OutputTooLarge` by looking at the budget.
+pub(crate) struct LimitedWriter<'a> {
+    pub(crate) buf: Vec<u8>,
+    budget: &'a mut Budget,
+}
+
+impl<'a> LimitedWriter<'a> {
+    pub(crate) fn new(budget: &'a mut Budget) -> Self {
+        LimitedWriter {
+            buf: Vec::new(),
+            budget,
+        }
+    }
+}
+
+impl io::Write for LimitedWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if !self.budget.take(data.len()) {
+            return Err(io::Error::other("output size limit reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn config_lowers_but_never_raises_the_template_limit() {
+        assert_eq!(Limit::new(None, None).bytes, SECRET_LIMIT_BYTES);
+        let l = Limit::new(Some(1000), Some(2000));
+        assert_eq!(
+            (l.bytes, l.source),
+            (1000, "the template's spec.maxOutputBytes")
+        );
+        let l = Limit::new(Some(1000), Some(10));
+        assert_eq!(
+            (l.bytes, l.source),
+            (10, "the config's spec.maxOutputBytes")
+        );
+        let l = Limit::new(Some(5 << 20), None);
+        assert_eq!(
+            l.bytes, SECRET_LIMIT_BYTES,
+            "above the Secret limit is capped"
+        );
+    }
+
+    #[test]
+    fn writer_stops_at_the_budget() {
+        let mut budget = Budget::new(5);
+        let mut w = LimitedWriter::new(&mut budget);
+        w.write_all(b"abc").unwrap();
+        assert!(w.write_all(b"def").is_err());
+        assert_eq!(w.buf, b"abc");
+        assert!(budget.exceeded());
+        assert_eq!(budget.used(), 6);
+    }
+}

@@ -1,0 +1,108 @@
+//! Sample render contexts: clearly fake values for lint, tests and the offline CLI. Nothing
+//! here is a usable credential: the "certificates" are not even valid PEM.
+
+use std::collections::BTreeMap;
+
+use crd_types::Role;
+
+use crate::context::{
+    Certificates, ClusterInfo, Endpoint, JoinInfo, KeyPair, MachineInfo, Network, RenderContext,
+};
+
+/// The sample cluster's name.
+pub const SAMPLE_CLUSTER: &str = "sample-cluster";
+/// A bootstrap token in the right shape (`[a-z0-9]{6}.[a-z0-9]{16}`) that says what it is.
+pub const SAMPLE_TOKEN: &str = "sample.notarealtoken000";
+/// A CA hash in the right shape, all zeros.
+pub const SAMPLE_CA_HASH: &str =
+    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+fn sample_pair(what: &str) -> KeyPair {
+    KeyPair {
+        cert: format!(
+            "-----BEGIN CERTIFICATE-----\nSAMPLE {what} CERTIFICATE, NOT REAL\n-----END CERTIFICATE-----\n"
+        ),
+        key: format!(
+            "-----BEGIN PRIVATE KEY-----\nSAMPLE {what} KEY, NOT REAL\n-----END PRIVATE KEY-----\n"
+        ),
+    }
+}
+
+/// Placeholder certificates (PEM-shaped text that says it is fake).
+pub fn sample_certificates() -> Certificates {
+    Certificates {
+        ca: sample_pair("CLUSTER CA"),
+        etcd: sample_pair("ETCD CA"),
+        front_proxy: sample_pair("FRONT PROXY CA"),
+        service_account: sample_pair("SERVICE ACCOUNT"),
+    }
+}
+
+/// A fixed, clearly fake context for `role`: cluster `sample-cluster` in `default`, endpoint
+/// `sample-cluster.example.invalid:6443`, machine `sample-cluster-<role>-0` at `v1.31.0`, join
+/// data (not for `init`) with [`SAMPLE_TOKEN`], and placeholder certificates for control-plane
+/// roles only, exactly as [`RenderContext::new`] would shape them.
+pub fn sample_context(role: Role) -> RenderContext {
+    let cluster_labels = BTreeMap::from([(
+        crd_types::capi::CLUSTER_NAME_LABEL.to_owned(),
+        SAMPLE_CLUSTER.to_owned(),
+    )]);
+    let mut machine_labels = cluster_labels.clone();
+    if role.is_control_plane() {
+        machine_labels.insert(
+            crd_types::capi::CONTROL_PLANE_LABEL.to_owned(),
+            String::new(),
+        );
+    }
+    let endpoint = Endpoint {
+        host: format!("{SAMPLE_CLUSTER}.example.invalid"),
+        port: 6443,
+    };
+    RenderContext {
+        join: (role != Role::Init).then(|| JoinInfo {
+            token: SAMPLE_TOKEN.to_owned(),
+            api_server_endpoint: endpoint.address(),
+            ca_cert_hashes: vec![SAMPLE_CA_HASH.to_owned()],
+        }),
+        certs: role.is_control_plane().then(sample_certificates),
+        cluster: ClusterInfo {
+            name: SAMPLE_CLUSTER.to_owned(),
+            namespace: "default".to_owned(),
+            control_plane_endpoint: endpoint,
+            network: Network {
+                pods: vec!["192.168.0.0/16".to_owned()],
+                services: vec!["10.128.0.0/12".to_owned()],
+                service_domain: "cluster.local".to_owned(),
+            },
+            labels: cluster_labels,
+        },
+        machine: MachineInfo {
+            name: format!("{SAMPLE_CLUSTER}-{role}-0"),
+            namespace: "default".to_owned(),
+            version: "v1.31.0".to_owned(),
+            failure_domain: "fd-1".to_owned(),
+            labels: machine_labels,
+            role,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shaped_like_render_context_new() {
+        assert!(sample_context(Role::Init).join.is_none());
+        assert!(sample_context(Role::Init).certs.is_some());
+        assert!(sample_context(Role::ControlPlaneJoin).join.is_some());
+        assert!(sample_context(Role::Worker).certs.is_none());
+        assert_eq!(
+            sample_context(Role::Worker)
+                .join
+                .unwrap()
+                .api_server_endpoint,
+            "sample-cluster.example.invalid:6443"
+        );
+    }
+}
