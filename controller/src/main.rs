@@ -1,4 +1,5 @@
-//! `bootplate`: the controller binary. This file only wires the subcommands up.
+//! `bootplate`: the controller binary. This file only wires the subcommands up; their code
+//! lives in the library (src/lib.rs).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller: watch BootplateConfigs and render their data Secrets.
+    Run(Box<bootplate::flags::RunArgs>),
     /// Print the CustomResourceDefinitions of all bootplate kinds as one multi-document YAML.
     Crds {
         /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead
@@ -28,7 +31,19 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => run(*args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
+    }
+}
+
+fn run(args: bootplate::flags::RunArgs) -> ExitCode {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    match runtime.block_on(bootplate::run::main(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bootplate run: {e:#}");
+            ExitCode::from(1)
+        }
     }
 }
 

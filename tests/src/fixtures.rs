@@ -269,3 +269,70 @@ pub fn machine(
     machine.metadata.labels = Some(labels);
     machine
 }
+
+/// Creates a namespace.
+pub async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+    api.create(
+        &Default::default(),
+        &Namespace {
+            metadata: meta(None, name),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// A config owned by `machine` (the ownerReference CAPI's Machine controller adds), labelled
+/// with its cluster, referencing `template_ref`.
+pub fn owned_config(machine: &Machine, template_ref: TemplateRef) -> BootplateConfig {
+    use kube::Resource;
+    let namespace = machine.metadata.namespace.clone().unwrap_or_default();
+    let name = machine
+        .spec
+        .bootstrap
+        .config_ref
+        .as_ref()
+        .map(|r| r.name.clone())
+        .unwrap_or_default();
+    let mut config = BootplateConfig::new(
+        &name,
+        BootplateConfigSpec {
+            template_ref,
+            ..Default::default()
+        },
+    );
+    config.metadata.namespace = Some(namespace);
+    config.metadata.labels = Some(BTreeMap::from([(
+        crd_types::capi::CLUSTER_NAME_LABEL.to_owned(),
+        machine.spec.cluster_name.clone(),
+    )]));
+    let mut owner = machine
+        .controller_owner_ref(&())
+        .expect("a created Machine has a uid");
+    owner.controller = Some(true);
+    owner.block_owner_deletion = Some(true);
+    config.metadata.owner_references = Some(vec![owner]);
+    config
+}
+
+/// A template spec with a raw script body that shows what the render context held:
+/// role, join data, and whether certificates (with private keys) were present.
+pub fn probe_template_spec(marker: &str) -> TemplateSpec {
+    TemplateSpec {
+        os: OsInfo {
+            name: "linux".into(),
+            version: None,
+        },
+        format: OutputFormat::Script,
+        template: Some(format!(
+            "#!/bin/bash\n# {marker}\nrole={{{{machine.role}}}}\nnode={{{{machine.name}}}}\n\
+             {{{{#if join}}}}token={{{{join.token}}}}\nendpoint={{{{join.apiServerEndpoint}}}}\n\
+             {{{{#each join.caCertHashes}}}}hash={{{{this}}}}\n{{{{/each}}}}{{{{/if}}}}\
+             {{{{#if certs}}}}{{{{certs.ca.cert}}}}{{{{certs.ca.key}}}}{{{{certs.etcd.key}}}}{{{{certs.frontProxy.key}}}}{{{{certs.serviceAccount.key}}}}{{{{/if}}}}\n"
+        )),
+        ..Default::default()
+    }
+}

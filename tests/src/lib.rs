@@ -5,6 +5,7 @@
 //! `BOOTPLATE_KUBE_APISERVER` or the script's cache location. A missing binary fails the test
 //! with a message saying how to build it: integration tests never skip silently.
 
+pub mod controller;
 pub mod fixtures;
 
 use std::net::TcpListener;
@@ -54,7 +55,8 @@ pub fn apiserver_binary() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -395,4 +397,22 @@ pub async fn install_capi_crds(client: &Client) -> anyhow::Result<()> {
 /// Installs bootplate's own CRDs.
 pub async fn install_bootplate_crds(client: &Client) -> anyhow::Result<()> {
     install_crds(client, &crd_types::crds::all()).await
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

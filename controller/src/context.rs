@@ -1,0 +1,126 @@
+//! What every reconcile shares: the client, the caches, the settings.
+
+use std::time::Duration;
+
+use crd_types::capi::{Cluster, Machine};
+use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::templates::CompiledCache;
+use crate::workload::WorkloadClients;
+
+/// Settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Watch only this namespace (all when `None`).
+    pub namespace: Option<String>,
+    /// Reconcile only objects whose `cluster.x-k8s.io/watch-filter` label has this value.
+    pub watch_filter: Option<String>,
+    /// Lifetime of a bootstrap token; refreshed while the Machine has not joined.
+    pub bootstrap_token_ttl: Duration,
+    /// Timeout for requests to workload clusters.
+    pub workload_timeout: Duration,
+    /// How many configs are reconciled at once.
+    pub concurrency: u16,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: None,
+            watch_filter: None,
+            bootstrap_token_ttl: Duration::from_secs(15 * 60),
+            workload_timeout: Duration::from_secs(10),
+            concurrency: 16,
+        }
+    }
+}
+
+/// Read-only caches kept up to date by watches.
+#[derive(Clone)]
+pub struct Stores {
+    /// Configs.
+    pub configs: Store<BootplateConfig>,
+    /// Machines.
+    pub machines: Store<Machine>,
+    /// Clusters.
+    pub clusters: Store<Cluster>,
+    /// Namespaced templates.
+    pub templates: Store<BootstrapTemplate>,
+    /// Cluster-scoped templates.
+    pub cluster_templates: Store<ClusterBootstrapTemplate>,
+}
+
+impl Stores {
+    /// Waits until every store holds its initial listing, so a reconcile never mistakes a
+    /// cache still filling for a missing object.
+    pub async fn wait_until_ready(&self) {
+        // A dropped writer means the controller is shutting down; nothing to wait for then.
+        let _ = self.configs.wait_until_ready().await;
+        let _ = self.machines.wait_until_ready().await;
+        let _ = self.clusters.wait_until_ready().await;
+        let _ = self.templates.wait_until_ready().await;
+        let _ = self.cluster_templates.wait_until_ready().await;
+    }
+
+    /// Whether every store holds its initial listing.
+    pub fn is_ready(&self) -> bool {
+        use futures::FutureExt;
+        self.wait_until_ready().now_or_never().is_some()
+    }
+
+    /// The Machine `name` in `namespace`.
+    pub fn machine(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Machine>> {
+        self.machines.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Cluster `name` in `namespace`.
+    pub fn cluster(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Cluster>> {
+        self.clusters.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    /// Client of the management cluster.
+    pub client: Client,
+    /// Settings.
+    pub settings: Settings,
+    /// Watched objects.
+    pub stores: Stores,
+    /// Compiled templates, one per template revision.
+    pub compiled: CompiledCache,
+    /// Clients of workload clusters, one per kubeconfig Secret version.
+    pub workloads: WorkloadClients,
+    /// Publishes Kubernetes events.
+    pub recorder: Recorder,
+    /// Prometheus metrics.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl Context {
+    /// A context for `client` with empty caches.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        stores: Stores,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "bootplate".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Context {
+            client,
+            settings,
+            stores,
+            compiled: CompiledCache::default(),
+            workloads: WorkloadClients::default(),
+            recorder,
+            metrics,
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Flags of `bootplate run`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::context::Settings;
+
+/// Flags of `bootplate run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Kubeconfig of the management cluster. Default: in-cluster config, then $KUBECONFIG,
+    /// then ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Watch only this namespace (configs, Machines, Clusters, BootstrapTemplates).
+    /// ClusterBootstrapTemplates are always watched. Default: all namespaces.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Reconcile only configs, Machines and Clusters whose `cluster.x-k8s.io/watch-filter`
+    /// label has this value, so several instances can share a management cluster.
+    #[arg(long, value_name = "VALUE")]
+    pub watch_filter: Option<String>,
+    /// How many configs are reconciled at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// Lifetime of bootstrap tokens (for example 15m, 1h). Tokens are extended while their
+    /// Machine has not joined, and deleted once it has.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub bootstrap_token_ttl: Duration,
+    /// Timeout of each request to a workload cluster.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub workload_timeout: Duration,
+    /// Address serving Prometheus metrics on /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: std::net::SocketAddr,
+    /// Address serving /healthz and /readyz (may equal --metrics-addr).
+    #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR")]
+    pub health_addr: std::net::SocketAddr,
+    /// Elect a leader among replicas with a coordination.k8s.io/v1 Lease; only the leader
+    /// reconciles. Standbys take over when the leader dies or releases the Lease on SIGTERM.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "bootplate-leader", value_name = "NAME")]
+    pub leader_elect_lease_name: String,
+    /// Namespace of the leader-election Lease. Default: $POD_NAMESPACE, else `default`.
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "default",
+        value_name = "NAMESPACE"
+    )]
+    pub leader_elect_namespace: String,
+    /// How long the Lease stays valid after the leader's last renewal: the longest a standby
+    /// waits when the leader dies without releasing it.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops reconciling and exits.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often the leader renews and standbys try to acquire the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log level or filter (overrides RUST_LOG), for example `info` or `bootplate=debug`.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+}
+
+/// Log output format.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration =
+        humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 90s, 15m, 1h)"))?;
+    if duration.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(duration)
+}
+
+impl RunArgs {
+    /// Checks relations between flags that clap cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.leader_elect
+            && (self.leader_elect_renew_deadline >= self.leader_elect_lease_duration
+                || self.leader_elect_retry_period >= self.leader_elect_renew_deadline)
+        {
+            return Err("leader election needs --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration".into());
+        }
+        Ok(())
+    }
+
+    /// The leader-election timing these flags describe.
+    pub fn leader_timing(&self) -> crate::leader::Timing {
+        crate::leader::Timing {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }
+    }
+
+    /// The controller settings these flags describe.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            namespace: self.namespace.clone(),
+            watch_filter: self.watch_filter.clone(),
+            bootstrap_token_ttl: self.bootstrap_token_ttl,
+            workload_timeout: self.workload_timeout,
+            concurrency: self.concurrency,
+        }
+    }
+}

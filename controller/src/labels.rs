@@ -1,0 +1,21 @@
+//! Labels and annotations bootplate puts on the objects it writes.
+
+/// On data Secrets: marks them as written by bootplate (value: the config's name), so the
+/// controller watches only its own Secrets.
+pub const DATA_SECRET: &str = "bootstrap.bootplate.dev/config";
+/// On data Secrets: `<Kind>/<name>` of the template rendered.
+pub const TEMPLATE: &str = "bootstrap.bootplate.dev/template";
+/// On data Secrets: the template revision rendered.
+pub const TEMPLATE_REVISION: &str = "bootstrap.bootplate.dev/template-revision";
+/// On data Secrets: the precise output format (`cloud-config`, `ignition`, `script`,
+/// `mime-multipart`); the `format` key only distinguishes cloud-config from ignition.
+pub const FORMAT: &str = "bootstrap.bootplate.dev/format";
+/// On data Secrets: the role rendered.
+pub const ROLE: &str = "bootstrap.bootplate.dev/role";
+/// On bootstrap token Secrets in the workload cluster: the UID of the config the token is for.
+/// The controller finds a config's token by this label, never by memory, so restarts reuse it.
+pub const TOKEN_CONFIG_UID: &str = "bootstrap.bootplate.dev/config-uid";
+/// On bootstrap token Secrets: `<namespace>/<name>` of the config, for people.
+pub const TOKEN_CONFIG: &str = "bootstrap.bootplate.dev/config";
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "bootplate";

@@ -1,0 +1,26 @@
+//! Log setup. kube-runtime wraps every reconcile in a span carrying the object's reference, so
+//! each line a reconcile logs names its object.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::flags::LogFormat;
+
+/// Installs the global subscriber: `filter` (else RUST_LOG, else `info`), text or JSON, on stderr.
+pub fn init(format: LogFormat, filter: Option<&str>) -> anyhow::Result<()> {
+    let filter = match filter {
+        Some(f) => EnvFilter::try_new(f)?,
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
+    };
+    result.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
+}

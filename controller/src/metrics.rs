@@ -1,0 +1,301 @@
+//! Prometheus metrics, all prefixed `bootplate_`. Labels are bounded: controller, result,
+//! reason, template (one value per template object), state; never a machine or a secret value.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// The state of a config, for `bootplate_configs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConfigState {
+    /// The data Secret is written.
+    Ready,
+    /// Waiting for something that clears by itself.
+    Waiting,
+    /// A problem someone has to fix.
+    Failed,
+}
+
+impl ConfigState {
+    fn as_str(self) -> &'static str {
+        match self {
+            ConfigState::Ready => "ready",
+            ConfigState::Waiting => "waiting",
+            ConfigState::Failed => "failed",
+        }
+    }
+}
+
+/// Every metric bootplate exports.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: IntCounterVec,
+    reconcile_duration: HistogramVec,
+    render_duration: HistogramVec,
+    render_failures: IntCounterVec,
+    secrets_written: IntCounter,
+    tokens: IntCounterVec,
+    configs: IntGaugeVec,
+    templates: IntGaugeVec,
+    time_to_ready: Histogram,
+    oldest_waiting: IntGauge,
+    leader: IntGauge,
+    /// Per-config state and creation time, to derive the gauges. Keyed by namespace/name;
+    /// this map is memory, not label values.
+    config_states: Mutex<HashMap<String, (ConfigState, Option<Timestamp>)>>,
+    template_validity: Mutex<HashMap<String, bool>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let reconciles = IntCounterVec::new(
+            Opts::new("bootplate_reconciles_total", "Reconciles by controller (config, template) and result (ready, waiting, failed, error)."),
+            &["controller", "result"],
+        )
+        .expect("valid metric");
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "bootplate_reconcile_duration_seconds",
+                "Time one reconcile took, by controller.",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["controller"],
+        )
+        .expect("valid metric");
+        let render_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "bootplate_render_duration_seconds",
+                "Time to render one config's user-data, by template.",
+            )
+            .buckets(vec![
+                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
+            ]),
+            &["template"],
+        )
+        .expect("valid metric");
+        let render_failures = IntCounterVec::new(
+            Opts::new(
+                "bootplate_render_failures_total",
+                "Failed renders by template and condition reason.",
+            ),
+            &["template", "reason"],
+        )
+        .expect("valid metric");
+        let secrets_written = IntCounter::new(
+            "bootplate_data_secrets_written_total",
+            "Data Secrets created or updated.",
+        )
+        .expect("valid metric");
+        let tokens = IntCounterVec::new(
+            Opts::new("bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, deleted) and errors managing them (error)."),
+            &["action"],
+        )
+        .expect("valid metric");
+        let configs = IntGaugeVec::new(
+            Opts::new(
+                "bootplate_configs",
+                "Configs by state (ready, waiting, failed).",
+            ),
+            &["state"],
+        )
+        .expect("valid metric");
+        let templates = IntGaugeVec::new(
+            Opts::new(
+                "bootplate_templates",
+                "Templates by validity (valid, invalid).",
+            ),
+            &["validity"],
+        )
+        .expect("valid metric");
+        let time_to_ready = Histogram::with_opts(
+            HistogramOpts::new(
+                "bootplate_config_time_to_ready_seconds",
+                "Time from a config's creation until its data Secret was first written.",
+            )
+            .buckets(vec![
+                1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+            ]),
+        )
+        .expect("valid metric");
+        let oldest_waiting = IntGauge::new(
+            "bootplate_oldest_waiting_config_age_seconds",
+            "Age of the oldest config that is not ready (waiting or failed); 0 when none.",
+        )
+        .expect("valid metric");
+        let leader = IntGauge::new(
+            "bootplate_leader",
+            "1 while this instance holds the leader Lease (or runs without leader election).",
+        )
+        .expect("valid metric");
+        for collector in [
+            Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(reconcile_duration.clone()),
+            Box::new(render_duration.clone()),
+            Box::new(render_failures.clone()),
+            Box::new(secrets_written.clone()),
+            Box::new(tokens.clone()),
+            Box::new(configs.clone()),
+            Box::new(templates.clone()),
+            Box::new(time_to_ready.clone()),
+            Box::new(oldest_waiting.clone()),
+            Box::new(leader.clone()),
+        ] {
+            registry.register(collector).expect("unique metric names");
+        }
+        for state in [
+            ConfigState::Ready,
+            ConfigState::Waiting,
+            ConfigState::Failed,
+        ] {
+            configs.with_label_values(&[state.as_str()]).set(0);
+        }
+        for validity in ["valid", "invalid"] {
+            templates.with_label_values(&[validity]).set(0);
+        }
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_duration,
+            render_duration,
+            render_failures,
+            secrets_written,
+            tokens,
+            configs,
+            templates,
+            time_to_ready,
+            oldest_waiting,
+            leader,
+            config_states: Mutex::default(),
+            template_validity: Mutex::default(),
+        }
+    }
+
+    /// Counts a reconcile and its duration.
+    pub fn reconciled(&self, controller: &str, result: &str, took: Duration) {
+        self.reconciles
+            .with_label_values(&[controller, result])
+            .inc();
+        self.reconcile_duration
+            .with_label_values(&[controller])
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one render's duration.
+    pub fn rendered(&self, template: &str, took: Duration) {
+        self.render_duration
+            .with_label_values(&[template])
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a failed render.
+    pub fn render_failed(&self, template: &str, reason: &str) {
+        self.render_failures
+            .with_label_values(&[template, reason])
+            .inc();
+    }
+
+    /// Counts a data Secret write.
+    pub fn secret_written(&self) {
+        self.secrets_written.inc();
+    }
+
+    /// Counts a token action: created, refreshed, deleted, error.
+    pub fn token(&self, action: &str) {
+        self.tokens.with_label_values(&[action]).inc();
+    }
+
+    /// Records a config's state; the first transition to ready observes its time to ready.
+    pub fn config_state(&self, key: &str, state: ConfigState, created: Option<Timestamp>) {
+        let mut states = self.config_states.lock().expect("metrics lock");
+        let previous = states.insert(key.to_owned(), (state, created));
+        if state == ConfigState::Ready
+            && previous.is_none_or(|(s, _)| s != ConfigState::Ready)
+            && let Some(created) = created
+        {
+            let seconds = Timestamp::now()
+                .duration_since(created)
+                .as_secs_f64()
+                .max(0.0);
+            self.time_to_ready.observe(seconds);
+        }
+        self.update_config_gauges(&states);
+    }
+
+    /// Forgets a deleted config.
+    pub fn config_deleted(&self, key: &str) {
+        let mut states = self.config_states.lock().expect("metrics lock");
+        states.remove(key);
+        self.update_config_gauges(&states);
+    }
+
+    fn update_config_gauges(&self, states: &HashMap<String, (ConfigState, Option<Timestamp>)>) {
+        for state in [
+            ConfigState::Ready,
+            ConfigState::Waiting,
+            ConfigState::Failed,
+        ] {
+            let count = states.values().filter(|(s, _)| *s == state).count();
+            self.configs
+                .with_label_values(&[state.as_str()])
+                .set(count as i64);
+        }
+    }
+
+    /// Records a template's validity.
+    pub fn template_validity(&self, key: &str, valid: Option<bool>) {
+        let mut validity = self.template_validity.lock().expect("metrics lock");
+        match valid {
+            Some(v) => validity.insert(key.to_owned(), v),
+            None => validity.remove(key),
+        };
+        let valid_count = validity.values().filter(|v| **v).count() as i64;
+        self.templates
+            .with_label_values(&["valid"])
+            .set(valid_count);
+        self.templates
+            .with_label_values(&["invalid"])
+            .set(validity.len() as i64 - valid_count);
+    }
+
+    /// Sets the leader gauge.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let now = Timestamp::now();
+        let oldest = self
+            .config_states
+            .lock()
+            .expect("metrics lock")
+            .values()
+            .filter(|(s, _)| *s != ConfigState::Ready)
+            .filter_map(|(_, created)| *created)
+            .map(|created| now.duration_since(created).as_secs())
+            .max()
+            .unwrap_or(0);
+        self.oldest_waiting.set(oldest.max(0));
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding");
+        String::from_utf8(out).expect("prometheus text is UTF-8")
+    }
+}

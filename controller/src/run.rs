@@ -1,0 +1,330 @@
+//! `bootplate run`: the watches, the stores they fill, and the controllers over them.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster, Machine, WATCH_FILTER_LABEL};
+use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate, TemplateKind};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::info;
+
+use crate::context::{Context, Settings, Stores};
+use crate::http::Readiness;
+use crate::leader::LeaderElection;
+use crate::metrics::Metrics;
+use crate::{config_controller, labels, template_controller};
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// `bootplate run`: sets up logging, the client and the operations endpoints, waits for
+/// leadership when asked to, then runs until SIGTERM or SIGINT (or leadership is lost).
+pub async fn main(args: crate::flags::RunArgs) -> anyhow::Result<()> {
+    args.validate().map_err(anyhow::Error::msg)?;
+    crate::logging::init(args.log_format, args.log_level.as_deref())?;
+    // One crypto provider for every TLS connection (management and workload clusters).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let client = Client::try_from(config)?;
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
+    crate::http::serve(
+        args.metrics_addr,
+        args.health_addr,
+        metrics.clone(),
+        readiness.clone(),
+    )
+    .await?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    if !args.leader_elect {
+        metrics.set_leader(true);
+        return run(client, args.settings(), metrics, readiness, stopped()).await;
+    }
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
+    let election = Arc::new(LeaderElection::new(
+        client.clone(),
+        &args.leader_elect_namespace,
+        &args.leader_elect_lease_name,
+        identity,
+        args.leader_timing(),
+    ));
+    // A standby is ready: it serves its purpose by waiting.
+    readiness.set(true);
+    tokio::select! {
+        _ = election.acquire() => {}
+        _ = stopped() => {
+            info!("stopped while standing by");
+            return Ok(());
+        }
+    }
+    readiness.set(false);
+    metrics.set_leader(true);
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = election.clone();
+    let renewals = tokio::spawn(async move {
+        holder.hold().await;
+        let _ = lost_tx.send(());
+    });
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lost_flag = lost.clone();
+    let stop = stopped();
+    let until = async move {
+        tokio::select! {
+            _ = stop => {}
+            _ = lost_rx => lost_flag.store(true, std::sync::atomic::Ordering::SeqCst),
+        }
+    };
+    let result = run(client, args.settings(), metrics.clone(), readiness, until).await;
+    renewals.abort();
+    metrics.set_leader(false);
+    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+        anyhow::bail!("lost the leader lease; exiting so a fresh process can stand by");
+    }
+    election.release().await;
+    result
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "bootplate".into())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
+    }
+}
+
+/// Runs the controllers until `shutdown` resolves, then lets running reconciles finish.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let ns = settings.namespace.as_deref();
+    let filtered = |base: watcher::Config| match &settings.watch_filter {
+        Some(value) => base.labels(&format!("{WATCH_FILTER_LABEL}={value}")),
+        None => base,
+    };
+
+    let (machines, machine_writer) = reflector::store::<Machine>();
+    let machine_events = watcher(
+        api::<Machine>(&client, ns),
+        filtered(watcher::Config::default()),
+    )
+    .default_backoff()
+    .reflect(machine_writer)
+    .applied_objects();
+    let (clusters, cluster_writer) = reflector::store::<Cluster>();
+    let cluster_events = watcher(
+        api::<Cluster>(&client, ns),
+        filtered(watcher::Config::default()),
+    )
+    .default_backoff()
+    .reflect(cluster_writer)
+    .applied_objects();
+    let (templates, template_writer) = reflector::store::<BootstrapTemplate>();
+    let template_events = watcher(
+        api::<BootstrapTemplate>(&client, ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(template_writer)
+    .touched_objects();
+    let (cluster_templates, cluster_template_writer) =
+        reflector::store::<ClusterBootstrapTemplate>();
+    let cluster_template_events = watcher(
+        Api::<ClusterBootstrapTemplate>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(cluster_template_writer)
+    .touched_objects();
+
+    let config_controller = Controller::new(
+        api::<BootplateConfig>(&client, ns),
+        filtered(watcher::Config::default()),
+    );
+    let configs = config_controller.store();
+    let stores = Stores {
+        configs: configs.clone(),
+        machines,
+        clusters,
+        templates,
+        cluster_templates,
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        settings.clone(),
+        stores,
+        metrics,
+    ));
+    let synced = ctx.stores.clone();
+    tokio::spawn(async move {
+        synced.wait_until_ready().await;
+        readiness.set(true);
+        info!("caches synced");
+    });
+
+    let (configs_by_cluster, configs_by_template, configs_by_cluster_template) =
+        (configs.clone(), configs.clone(), configs.clone());
+    let config_controller = config_controller
+        .owns(
+            api::<Secret>(&client, ns),
+            watcher::Config::default().labels(labels::DATA_SECRET),
+        )
+        .watches_stream(machine_events, machine_to_config)
+        .watches_stream(cluster_events, move |cluster: Cluster| {
+            configs_of_cluster(&configs_by_cluster, &cluster)
+        })
+        .watches_stream(template_events, move |template: BootstrapTemplate| {
+            configs_of_template(
+                &configs_by_template,
+                TemplateKind::BootstrapTemplate,
+                template.namespace(),
+                &template.name_any(),
+            )
+        })
+        .watches_stream(
+            cluster_template_events,
+            move |template: ClusterBootstrapTemplate| {
+                configs_of_template(
+                    &configs_by_cluster_template,
+                    TemplateKind::ClusterBootstrapTemplate,
+                    None,
+                    &template.name_any(),
+                )
+            },
+        )
+        .with_config(controller::Config::default().concurrency(settings.concurrency));
+
+    let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let signal = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
+    let configs_done = config_controller
+        .graceful_shutdown_on(signal(&shutdown_tx))
+        .run(
+            config_controller::reconcile,
+            config_controller::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| async {});
+    let templates_done = Controller::new(
+        api::<BootstrapTemplate>(&client, ns),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(signal(&shutdown_tx))
+    .run(
+        template_controller::reconcile_namespaced,
+        template_controller::error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| async {});
+    let cluster_templates_done = Controller::new(
+        Api::<ClusterBootstrapTemplate>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(signal(&shutdown_tx))
+    .run(
+        template_controller::reconcile_cluster,
+        template_controller::error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| async {});
+
+    let tx = shutdown_tx.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        info!("shutting down: finishing running reconciles");
+        let _ = tx.send(());
+    });
+    info!(namespace = ?settings.namespace, watch_filter = ?settings.watch_filter, "controllers started");
+    tokio::join!(configs_done, templates_done, cluster_templates_done);
+    Ok(())
+}
+
+/// A Machine's config, from `spec.bootstrap.configRef`.
+fn machine_to_config(machine: Machine) -> Option<ObjectRef<BootplateConfig>> {
+    let config_ref = machine.spec.bootstrap.config_ref.as_ref()?;
+    (config_ref.kind == "BootplateConfig" && config_ref.api_group == crd_types::GROUP)
+        .then(|| ObjectRef::new(&config_ref.name).within(&machine.namespace().unwrap_or_default()))
+}
+
+/// The configs of a Cluster's machines, by the cluster-name label CAPI puts on configs, or,
+/// for configs without it, through their owner Machine's clusterName.
+fn configs_of_cluster(
+    configs: &Store<BootplateConfig>,
+    cluster: &Cluster,
+) -> Vec<ObjectRef<BootplateConfig>> {
+    let namespace = cluster.namespace();
+    let name = cluster.name_any();
+    configs
+        .state()
+        .iter()
+        .filter(|c| c.namespace() == namespace)
+        .filter(|c| {
+            c.labels()
+                .get(CLUSTER_NAME_LABEL)
+                .is_none_or(|n| *n == name)
+        })
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+/// The configs referencing a template.
+fn configs_of_template(
+    configs: &Store<BootplateConfig>,
+    kind: TemplateKind,
+    namespace: Option<String>,
+    name: &str,
+) -> Vec<ObjectRef<BootplateConfig>> {
+    configs
+        .state()
+        .iter()
+        .filter(|c| c.spec.template_ref.kind == kind && c.spec.template_ref.name == name)
+        .filter(|c| namespace.is_none() || c.namespace() == namespace)
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}

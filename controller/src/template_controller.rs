@@ -1,0 +1,175 @@
+//! Reconciles `BootstrapTemplate`s and `ClusterBootstrapTemplate`s: compiles and lints each
+//! revision and reports the result in the `Valid` condition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crd_types::conditions::{self, reason};
+use crd_types::{
+    BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate, TemplateKind,
+    TemplateSpec,
+};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use tracing::warn;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::status::{self, Desired};
+use crate::templates::display_name;
+
+/// Reconciles a namespaced template.
+pub async fn reconcile_namespaced(
+    template: Arc<BootstrapTemplate>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    let namespace = template.namespace().unwrap_or_default();
+    let display = display_name(
+        TemplateKind::BootstrapTemplate,
+        Some(&namespace),
+        &template.name_any(),
+    );
+    let api: Api<BootstrapTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
+    let desired = check(
+        &ctx,
+        &display,
+        &template.spec,
+        template.meta().generation,
+        template.status.as_ref(),
+    );
+    report(
+        &ctx,
+        &api,
+        template.as_ref(),
+        template.status.as_ref(),
+        desired,
+    )
+    .await
+}
+
+/// Reconciles a cluster-scoped template.
+pub async fn reconcile_cluster(
+    template: Arc<ClusterBootstrapTemplate>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    let display = display_name(
+        TemplateKind::ClusterBootstrapTemplate,
+        None,
+        &template.name_any(),
+    );
+    let api: Api<ClusterBootstrapTemplate> = Api::all(ctx.client.clone());
+    let desired = check(
+        &ctx,
+        &display,
+        &template.spec.0,
+        template.meta().generation,
+        template.status.as_ref(),
+    );
+    report(
+        &ctx,
+        &api,
+        template.as_ref(),
+        template.status.as_ref(),
+        desired,
+    )
+    .await
+}
+
+/// Transient errors: retry soon.
+pub fn error_policy<K: ResourceExt>(template: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(template = %template.name_any(), %error, "template reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The status a template should have: compiled (cached per revision) and linted.
+fn check(
+    ctx: &Context,
+    display: &str,
+    spec: &TemplateSpec,
+    generation: Option<i64>,
+    previous: Option<&BootstrapTemplateStatus>,
+) -> BootstrapTemplateStatus {
+    let problems: Vec<String> = match ctx.compiled.get_or_compile(display, spec) {
+        Ok(compiled) => compiled.lint().iter().map(ToString::to_string).collect(),
+        Err(message) => vec![message],
+    };
+    let valid = problems.is_empty();
+    let message = if valid {
+        format!("{display} compiles and renders for every role it supports")
+    } else {
+        problems.join("; ")
+    };
+    let previous_conditions = previous
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    BootstrapTemplateStatus {
+        observed_generation: generation,
+        revision: Some(spec.revision()),
+        conditions: status::conditions(
+            previous_conditions,
+            vec![Desired {
+                type_: conditions::VALID,
+                status: valid,
+                reason: if valid {
+                    reason::VALID
+                } else {
+                    reason::INVALID
+                },
+                message,
+            }],
+            generation,
+        ),
+    }
+}
+
+async fn report<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    template: &K,
+    previous: Option<&BootstrapTemplateStatus>,
+    desired: BootstrapTemplateStatus,
+) -> Result<Action>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let started = std::time::Instant::now();
+    let invalid = desired
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::VALID && c.status == "False");
+    let key = format!(
+        "{}/{}",
+        K::kind(&()),
+        template.meta().name.clone().unwrap_or_default()
+    );
+    let key = match template.meta().namespace.as_deref() {
+        Some(ns) => format!("{ns}/{key}"),
+        None => key,
+    };
+    ctx.metrics.template_validity(&key, Some(invalid.is_none()));
+    let written = match status::apply(api, template, previous, &desired).await {
+        Ok(written) => written,
+        Err(e) => {
+            ctx.metrics
+                .reconciled("template", "error", started.elapsed());
+            return Err(e);
+        }
+    };
+    let result = if invalid.is_some() { "failed" } else { "ready" };
+    ctx.metrics
+        .reconciled("template", result, started.elapsed());
+    if written && let Some(condition) = invalid {
+        let note = condition.message.clone();
+        crate::events::publish(
+            &ctx.recorder,
+            template,
+            EventType::Warning,
+            reason::INVALID,
+            "Validate",
+            note,
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}

@@ -1,0 +1,118 @@
+//! Finding a config's template and compiling it once per revision.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crd_types::conditions::reason;
+use crd_types::{BootplateConfig, TemplateKind, TemplateSpec};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use render::CompiledTemplate;
+
+use crate::context::Stores;
+use crate::error::{Error, Result};
+
+/// A template a config resolved to.
+pub struct ResolvedTemplate {
+    /// `BootstrapTemplate ns/name` or `ClusterBootstrapTemplate name`: how messages name it.
+    pub display: String,
+    /// `<Kind>/<name>`, for the data Secret's annotation.
+    pub reference: String,
+    /// The compiled template.
+    pub compiled: Arc<CompiledTemplate>,
+}
+
+/// How messages name a template object.
+pub fn display_name(kind: TemplateKind, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// Compiled templates keyed by object, replaced when the revision changes.
+#[derive(Default)]
+pub struct CompiledCache {
+    entries: Mutex<HashMap<String, CacheEntry>>,
+}
+
+struct CacheEntry {
+    revision: String,
+    compiled: Result<Arc<CompiledTemplate>, String>,
+}
+
+impl CompiledCache {
+    /// The compiled form of `spec`, compiling it only when this object's revision changed.
+    /// A compile error is cached too, so a broken template is not recompiled on every reconcile.
+    pub fn get_or_compile(
+        &self,
+        display: &str,
+        spec: &TemplateSpec,
+    ) -> Result<Arc<CompiledTemplate>, String> {
+        let revision = spec.revision();
+        if let Some(entry) = self.entries.lock().expect("cache lock").get(display)
+            && entry.revision == revision
+        {
+            return entry.compiled.clone();
+        }
+        // Compile outside the lock: a large template must not block other reconciles.
+        let compiled = CompiledTemplate::compile(display, spec)
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        self.entries.lock().expect("cache lock").insert(
+            display.to_owned(),
+            CacheEntry {
+                revision,
+                compiled: compiled.clone(),
+            },
+        );
+        compiled
+    }
+
+    /// Forgets a deleted template.
+    pub fn remove(&self, display: &str) {
+        self.entries.lock().expect("cache lock").remove(display);
+    }
+}
+
+/// Resolves and compiles the template `config` references. A `BootstrapTemplate` is looked up
+/// in the config's own namespace only: the reference has no namespace field by design.
+pub fn resolve(
+    stores: &Stores,
+    cache: &CompiledCache,
+    config: &BootplateConfig,
+) -> Result<ResolvedTemplate> {
+    let template_ref = &config.spec.template_ref;
+    let namespace = config.namespace().unwrap_or_default();
+    let (display, spec) = match template_ref.kind {
+        TemplateKind::BootstrapTemplate => {
+            let key = ObjectRef::new(&template_ref.name).within(&namespace);
+            let display = display_name(template_ref.kind, Some(&namespace), &template_ref.name);
+            let spec = stores.templates.get(&key).map(|t| t.spec.clone());
+            (display, spec)
+        }
+        TemplateKind::ClusterBootstrapTemplate => {
+            let key = ObjectRef::new(&template_ref.name);
+            let display = display_name(template_ref.kind, None, &template_ref.name);
+            let spec = stores.cluster_templates.get(&key).map(|t| t.spec.0.clone());
+            (display, spec)
+        }
+    };
+    let Some(spec) = spec else {
+        return Err(Error::waiting(
+            reason::TEMPLATE_NOT_FOUND,
+            format!("spec.templateRef: {display} not found"),
+        ));
+    };
+    let compiled = cache.get_or_compile(&display, &spec).map_err(|message| {
+        Error::failed(
+            reason::TEMPLATE_INVALID,
+            format!("spec.templateRef: {display} is invalid: {message}"),
+        )
+    })?;
+    Ok(ResolvedTemplate {
+        reference: format!("{}/{}", template_ref.kind, template_ref.name),
+        display,
+        compiled,
+    })
+}

@@ -1,0 +1,236 @@
+//! Bootstrap tokens in the workload cluster: `kube-system/bootstrap-token-<id>`.
+//!
+//! A config's token is found by the label carrying the config's UID, so a restarted controller
+//! reuses the token it created before instead of minting a second one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crd_types::conditions::reason;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use rand::Rng;
+
+use crate::error::{Error, Result, is_not_found};
+use crate::labels;
+
+/// The namespace bootstrap tokens live in.
+pub const NAMESPACE: &str = "kube-system";
+/// The Secret type of bootstrap tokens.
+pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+/// The group kubeadm's join RBAC is bound to.
+pub const GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+
+/// What happened to a config's token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenAction {
+    /// A new token was created.
+    Created,
+    /// The existing token's expiry was extended.
+    Refreshed,
+    /// The existing token is still good.
+    Reused,
+}
+
+/// A bootstrap token, `<id>.<secret>`. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    /// The public part.
+    pub id: String,
+    secret: String,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Token({}.<redacted>)", self.id)
+    }
+}
+
+impl Token {
+    /// A fresh random token: 6 + 16 characters of `[a-z0-9]`, as kubeadm requires.
+    pub fn generate() -> Token {
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let mut rng = rand::rng();
+        let mut pick = |n: usize| -> String {
+            (0..n)
+                .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+                .collect()
+        };
+        Token {
+            id: pick(6),
+            secret: pick(16),
+        }
+    }
+
+    /// `<id>.<secret>`, what `kubeadm join --token` takes.
+    pub fn expose(&self) -> String {
+        format!("{}.{}", self.id, self.secret)
+    }
+}
+
+fn workload_error(e: kube::Error) -> Error {
+    // The message of an API error names the URL and the status, never the token.
+    Error::waiting(
+        reason::BOOTSTRAP_TOKEN_ERROR,
+        format!("workload cluster: cannot manage bootstrap tokens: {e}"),
+    )
+}
+
+fn selector(config_uid: &str) -> String {
+    format!("{}={config_uid}", labels::TOKEN_CONFIG_UID)
+}
+
+fn string_data(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+}
+
+/// Ensures the config has a valid token in the workload cluster and returns it: reuses the
+/// existing one, extends it when less than half of `ttl` is left, or creates one.
+pub async fn ensure(
+    workload: &Client,
+    config_uid: &str,
+    config_key: &str,
+    ttl: Duration,
+) -> Result<(Token, TokenAction)> {
+    let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
+    let existing = api
+        .list(&ListParams::default().labels(&selector(config_uid)))
+        .await
+        .map_err(workload_error)?;
+    let now = Timestamp::now();
+    let ttl_signed = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::from_secs(900));
+    for secret in existing.items {
+        let (Some(id), Some(token_secret)) = (
+            string_data(&secret, "token-id"),
+            string_data(&secret, "token-secret"),
+        ) else {
+            continue;
+        };
+        let expiration = string_data(&secret, "expiration")
+            .and_then(|e| e.parse::<Timestamp>().ok())
+            .unwrap_or(now);
+        let token = Token {
+            id,
+            secret: token_secret,
+        };
+        let left = expiration.duration_since(now);
+        if left <= SignedDuration::ZERO {
+            // Expired: the token cleaner deletes it; make a new one below.
+            continue;
+        }
+        if left * 2 < ttl_signed {
+            let patch = serde_json::json!({
+                "stringData": { "expiration": expiry(now, ttl_signed) }
+            });
+            api.patch(
+                &format!("bootstrap-token-{}", token.id),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(workload_error)?;
+            return Ok((token, TokenAction::Refreshed));
+        }
+        return Ok((token, TokenAction::Reused));
+    }
+    let token = Token::generate();
+    api.create(
+        &PostParams::default(),
+        &token_secret(&token, config_uid, config_key, expiry(now, ttl_signed)),
+    )
+    .await
+    .map_err(workload_error)?;
+    Ok((token, TokenAction::Created))
+}
+
+fn expiry(now: Timestamp, ttl: SignedDuration) -> String {
+    (now + ttl)
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap_or(now + ttl)
+        .to_string()
+}
+
+fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: String) -> Secret {
+    let data: BTreeMap<String, ByteString> = [
+        ("token-id", token.id.clone()),
+        ("token-secret", token.secret.clone()),
+        ("expiration", expiration),
+        ("usage-bootstrap-signing", "true".into()),
+        ("usage-bootstrap-authentication", "true".into()),
+        ("auth-extra-groups", GROUP.into()),
+        ("description", format!("bootplate token for {config_key}")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
+    .collect();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(format!("bootstrap-token-{}", token.id)),
+            namespace: Some(NAMESPACE.into()),
+            labels: Some(BTreeMap::from([(
+                labels::TOKEN_CONFIG_UID.into(),
+                config_uid.into(),
+            )])),
+            annotations: Some(BTreeMap::from([(
+                labels::TOKEN_CONFIG.into(),
+                config_key.into(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some(SECRET_TYPE.into()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// Deletes the config's tokens (the Machine joined, or the config is gone). Returns how many.
+pub async fn delete(workload: &Client, config_uid: &str) -> Result<usize> {
+    let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
+    let existing = api
+        .list_metadata(&ListParams::default().labels(&selector(config_uid)))
+        .await
+        .map_err(workload_error)?;
+    let mut deleted = 0;
+    for secret in existing.items {
+        let Some(name) = secret.metadata.name else {
+            continue;
+        };
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => deleted += 1,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(workload_error(e)),
+        }
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tokens_have_the_kubeadm_shape() {
+        let token = Token::generate();
+        let exposed = token.expose();
+        let (id, secret) = exposed.split_once('.').unwrap();
+        assert_eq!(id.len(), 6);
+        assert_eq!(secret.len(), 16);
+        assert!(
+            exposed
+                .chars()
+                .all(|c| c == '.' || c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
+        assert_ne!(Token::generate(), token, "tokens are random");
+        assert!(
+            !format!("{token:?}").contains(secret),
+            "Debug never shows the secret part"
+        );
+    }
+}

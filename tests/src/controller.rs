@@ -1,0 +1,154 @@
+//! The `bootplate` binary as a child process, the way it runs in a cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, bail};
+
+/// Path of the `bootplate` binary built alongside the tests (`target/<profile>/bootplate`), or
+/// `BOOTPLATE_BIN`.
+pub fn binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("BOOTPLATE_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    // Test executables live in target/<profile>/deps; the binary one level up.
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("test executable has no target directory")?;
+    let path = profile_dir.join("bootplate");
+    if !path.is_file() {
+        bail!(
+            "{} not found; build it first (`cargo build -p bootplate`; `cargo test --workspace` does)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A running `bootplate run`, killed on drop. Its log goes to a file.
+pub struct ControllerProcess {
+    child: Option<Child>,
+    log: PathBuf,
+    metrics_port: u16,
+    health_port: u16,
+}
+
+/// A plain HTTP/1.0 GET on loopback: status code and body, or `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+impl ControllerProcess {
+    /// Starts `bootplate run --kubeconfig <kubeconfig> <extra>` with its metrics and health
+    /// endpoints on free loopback ports, logging to `log`, and waits until `/healthz` answers.
+    pub fn start(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let (metrics_port, health_port) = (crate::free_port()?, crate::free_port()?);
+        let child = Command::new(binary()?)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
+            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            .args(extra)
+            .env("RUST_LOG", "info,bootplate=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("starting bootplate run")?;
+        let mut process = ControllerProcess {
+            child: Some(child),
+            log: log.to_owned(),
+            metrics_port,
+            health_port,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while http_get(health_port, "/healthz").is_none() {
+            if !process.is_running() || std::time::Instant::now() > deadline {
+                bail!("bootplate run did not come up; its log:\n{}", process.log());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Ok(process)
+    }
+
+    /// `GET` on the metrics port.
+    pub fn metrics(&self) -> Option<String> {
+        http_get(self.metrics_port, "/metrics").map(|(_, body)| body)
+    }
+
+    /// The status code of `/readyz`.
+    pub fn readyz(&self) -> Option<u16> {
+        http_get(self.health_port, "/readyz").map(|(status, _)| status)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or_default()
+    }
+
+    /// SIGKILL: the process gets no chance to clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for the process to exit; returns its exit status.
+    pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("not running")?;
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill -TERM failed");
+        }
+        Ok(child.wait()?)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Everything the process logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        self.kill();
+        // A failing test shows what the controller said; its data directory is gone after.
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "--- last lines of the controller log {} ---\n{}",
+                self.log.display(),
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
+    }
+}

@@ -1,0 +1,679 @@
+//! The controller against two real apiservers (management and workload). The test plays
+//! CAPI's controllers: it sets ownerReferences, infrastructure readiness,
+//! ControlPlaneInitialized and nodeRef.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crd_types::capi::{Cluster, Machine};
+use crd_types::{
+    BootplateConfig, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec, TemplateKind,
+    TemplateRef,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use testenv::controller::ControllerProcess;
+use testenv::{ApiServer, eventually, fixtures};
+
+const NS: &str = "team-a";
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Env {
+    management: ApiServer,
+    workload: ApiServer,
+    client: Client,
+    workload_client: Client,
+}
+
+async fn env() -> Env {
+    let (management, workload) = tokio::join!(ApiServer::start(), ApiServer::start());
+    let (management, workload) = (
+        management.expect("management apiserver"),
+        workload.expect("workload apiserver"),
+    );
+    let client = management.client().await.unwrap();
+    let workload_client = workload.client().await.unwrap();
+    testenv::install_bootplate_crds(&client).await.unwrap();
+    testenv::install_capi_crds(&client).await.unwrap();
+    fixtures::namespace(&client, NS).await.unwrap();
+    Env {
+        management,
+        workload,
+        client,
+        workload_client,
+    }
+}
+
+impl Env {
+    fn controller(&self, extra: &[&str]) -> ControllerProcess {
+        let kubeconfig = self.management.kubeconfig_path().unwrap();
+        ControllerProcess::start(
+            &kubeconfig,
+            &self.management.dir().join("controller.log"),
+            extra,
+        )
+        .unwrap()
+    }
+
+    async fn cluster(&self, name: &str, paused: bool) {
+        let mut cluster = fixtures::cluster(NS, name);
+        cluster.spec.paused = Some(paused);
+        Api::<Cluster>::namespaced(self.client.clone(), NS)
+            .create(&PostParams::default(), &cluster)
+            .await
+            .unwrap();
+        let kubeconfig = Secret {
+            metadata: fixtures::meta(Some(NS), &format!("{name}-kubeconfig")),
+            string_data: Some(BTreeMap::from([(
+                "value".to_owned(),
+                self.workload.kubeconfig_yaml().to_owned(),
+            )])),
+            type_: Some("cluster.x-k8s.io/secret".into()),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), NS)
+            .create(&PostParams::default(), &kubeconfig)
+            .await
+            .unwrap();
+    }
+
+    /// The cluster CA Secret, as a control-plane provider (or the init machine) leaves it.
+    async fn cluster_ca(&self, name: &str) {
+        let ca = bootplate::pki::generate_ca("kubernetes").unwrap();
+        let secret = Secret {
+            metadata: fixtures::meta(Some(NS), &format!("{name}-ca")),
+            string_data: Some(BTreeMap::from([
+                ("tls.crt".to_owned(), ca.cert),
+                ("tls.key".to_owned(), ca.key),
+            ])),
+            type_: Some("cluster.x-k8s.io/secret".into()),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+
+    async fn set_cluster_status(&self, name: &str, infrastructure: bool, initialized: bool) {
+        let mut status = json!({"initialization": {"infrastructureProvisioned": infrastructure, "controlPlaneInitialized": initialized}});
+        if initialized {
+            status["conditions"] = json!([{"type": "ControlPlaneInitialized", "status": "True", "reason": "Initialized",
+                "message": "control plane initialized", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+        }
+        let patch =
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "status": status});
+        Api::<Cluster>::namespaced(self.client.clone(), NS)
+            .patch_status(
+                name,
+                &PatchParams::apply("capi-cluster-controller").force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Creates a Machine and its owned config.
+    async fn machine(&self, cluster: &str, name: &str, control_plane: bool, template: TemplateRef) {
+        let machine = fixtures::machine(NS, name, cluster, control_plane, name);
+        let machine = Api::<Machine>::namespaced(self.client.clone(), NS)
+            .create(&PostParams::default(), &machine)
+            .await
+            .unwrap();
+        let config = fixtures::owned_config(&machine, template);
+        Api::<BootplateConfig>::namespaced(self.client.clone(), NS)
+            .create(&PostParams::default(), &config)
+            .await
+            .unwrap();
+    }
+
+    async fn set_node_ref(&self, machine: &str) {
+        let patch = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "status": {"nodeRef": {"name": machine}}});
+        Api::<Machine>::namespaced(self.client.clone(), NS)
+            .patch_status(
+                machine,
+                &PatchParams::apply("capi-machine-controller").force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn config(&self, name: &str) -> BootplateConfig {
+        Api::<BootplateConfig>::namespaced(self.client.clone(), NS)
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    async fn secret(&self, name: &str) -> Option<Secret> {
+        Api::<Secret>::namespaced(self.client.clone(), NS)
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    async fn user_data(&self, name: &str) -> String {
+        let secret = self.secret(name).await.expect("data secret");
+        String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap()
+    }
+
+    async fn tokens(&self) -> Vec<Secret> {
+        Api::<Secret>::namespaced(self.workload_client.clone(), "kube-system")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|s| s.type_.as_deref() == Some("bootstrap.kubernetes.io/token"))
+            .collect()
+    }
+
+    async fn wait_ready(&self, name: &str) -> BootplateConfig {
+        eventually(&format!("config {name} ready"), WAIT, || async {
+            let config = self.config(name).await;
+            config
+                .status
+                .as_ref()
+                .is_some_and(|s| s.ready)
+                .then_some(config)
+        })
+        .await
+    }
+
+    async fn wait_reason(&self, name: &str, reason: &str) -> String {
+        eventually(
+            &format!("config {name} with Ready reason {reason}"),
+            WAIT,
+            || async {
+                let config = self.config(name).await;
+                let conditions = config.status.map(|s| s.conditions).unwrap_or_default();
+                conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Ready" && c.reason == reason)
+                    .map(|c| c.message)
+            },
+        )
+        .await
+    }
+}
+
+fn cluster_template(name: &str) -> TemplateRef {
+    TemplateRef {
+        kind: TemplateKind::ClusterBootstrapTemplate,
+        name: name.into(),
+    }
+}
+
+async fn publish_cluster_template(client: &Client, name: &str, marker: &str) {
+    let template = ClusterBootstrapTemplate::new(
+        name,
+        ClusterBootstrapTemplateSpec(fixtures::probe_template_spec(marker)),
+    );
+    let api: Api<ClusterBootstrapTemplate> = Api::all(client.clone());
+    let patch = serde_json::to_value(&template).unwrap();
+    api.patch(
+        name,
+        &PatchParams::apply("platform-team").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .unwrap();
+}
+
+fn field(user_data: &str, key: &str) -> Option<String> {
+    user_data
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_owned))
+}
+
+#[tokio::test]
+async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("c1", false).await;
+    let mut controller = env.controller(&["--bootstrap-token-ttl", "60s"]);
+
+    let control_planes = ["cp-0", "cp-1", "cp-2"];
+    let workers = ["w-0", "w-1", "w-2", "w-3", "w-4"];
+    for name in control_planes {
+        env.machine("c1", name, true, cluster_template("probe"))
+            .await;
+    }
+    for name in workers {
+        env.machine("c1", name, false, cluster_template("probe"))
+            .await;
+    }
+    // Nothing renders before the infrastructure is provisioned.
+    env.wait_reason("cp-0", "WaitingForInfrastructure").await;
+    env.set_cluster_status("c1", true, false).await;
+
+    // Exactly one control plane renders `init`; the others wait for the lock, workers for the
+    // control plane.
+    let init = eventually("one init config", WAIT, || async {
+        let mut ready = Vec::new();
+        for name in control_planes {
+            if env.config(name).await.status.is_some_and(|s| s.ready) {
+                ready.push(name);
+            }
+        }
+        (ready.len() == 1).then(|| ready[0])
+    })
+    .await;
+    let joiners: Vec<&str> = control_planes.into_iter().filter(|n| *n != init).collect();
+    for name in &joiners {
+        env.wait_reason(name, "WaitingForInitLock").await;
+    }
+    for name in workers {
+        env.wait_reason(name, "WaitingForControlPlane").await;
+    }
+    let init_data = env.user_data(init).await;
+    assert_eq!(field(&init_data, "role").as_deref(), Some("init"));
+    assert!(
+        field(&init_data, "token").is_none(),
+        "init has no join data"
+    );
+    assert!(
+        init_data.contains("PRIVATE KEY"),
+        "init carries the CA keys"
+    );
+    let lock = Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+        .get("c1-lock")
+        .await
+        .unwrap();
+    assert_eq!(lock.data.unwrap()["machine"], init);
+    // The certificates were generated (no control-plane provider) and are the ones rendered.
+    let ca = env.secret("c1-ca").await.expect("c1-ca generated");
+    let ca_cert = String::from_utf8(ca.data.as_ref().unwrap()["tls.crt"].0.clone()).unwrap();
+    assert!(init_data.contains(&ca_cert));
+    for suffix in ["etcd", "proxy", "sa"] {
+        assert!(
+            env.secret(&format!("c1-{suffix}")).await.is_some(),
+            "c1-{suffix} generated"
+        );
+    }
+    // Still one init after a while: no second control plane slipped through.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for name in &joiners {
+        assert!(
+            !env.config(name).await.status.unwrap().ready,
+            "{name} must wait for the control plane"
+        );
+    }
+
+    env.set_cluster_status("c1", true, true).await;
+    for name in control_planes.iter().chain(&workers) {
+        env.wait_ready(name).await;
+    }
+    let expected_hash = bootplate::pki::ca_cert_hash(&ca_cert).unwrap();
+    let tokens = env.tokens().await;
+    assert_eq!(
+        tokens.len(),
+        joiners.len() + workers.len(),
+        "one token per joining machine"
+    );
+    for name in joiners.iter().chain(&workers) {
+        let config = env.config(name).await;
+        let status = config.status.clone().unwrap();
+        assert!(status.ready);
+        assert!(status.initialization.unwrap().data_secret_created);
+        assert_eq!(status.data_secret_name.as_deref(), Some(*name));
+        assert_eq!(
+            status.template_revision.as_deref(),
+            Some(fixtures::probe_template_spec("v1").revision().as_str())
+        );
+        for type_ in ["Ready", "DataSecretAvailable"] {
+            assert!(
+                status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == "True"),
+                "{name}: {type_}"
+            );
+        }
+
+        let secret = env.secret(name).await.unwrap();
+        assert_eq!(secret.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+        let data = secret.data.clone().unwrap();
+        assert_eq!(data.keys().collect::<Vec<_>>(), ["format", "value"]);
+        assert_eq!(data["format"].0, b"cloud-config");
+        assert_eq!(secret.labels()["cluster.x-k8s.io/cluster-name"], "c1");
+        let owner = &secret.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("BootplateConfig", *name, Some(true))
+        );
+        assert_eq!(owner.uid, config.uid().unwrap());
+
+        let user_data = env.user_data(name).await;
+        let is_worker = workers.contains(name);
+        assert_eq!(
+            field(&user_data, "role").as_deref(),
+            Some(if is_worker {
+                "worker"
+            } else {
+                "control-plane-join"
+            })
+        );
+        assert_eq!(
+            user_data.contains("PRIVATE KEY"),
+            !is_worker,
+            "{name}: private keys only for control planes"
+        );
+        assert_eq!(field(&user_data, "hash"), Some(expected_hash.clone()));
+        assert_eq!(
+            field(&user_data, "endpoint").as_deref(),
+            Some("10.0.0.10:6443")
+        );
+
+        // The token exists in the workload cluster with the kubeadm shape.
+        let token = field(&user_data, "token").unwrap();
+        let (id, secret_part) = token.split_once('.').unwrap();
+        let stored = tokens
+            .iter()
+            .find(|t| t.name_any() == format!("bootstrap-token-{id}"))
+            .expect("token secret in the workload cluster");
+        let d = stored.data.clone().unwrap();
+        let s = |k: &str| String::from_utf8(d[k].0.clone()).unwrap();
+        assert_eq!(s("token-secret"), secret_part);
+        assert_eq!(s("usage-bootstrap-signing"), "true");
+        assert_eq!(s("usage-bootstrap-authentication"), "true");
+        assert_eq!(
+            s("auth-extra-groups"),
+            "system:bootstrappers:kubeadm:default-node-token"
+        );
+        let expiry: k8s_openapi::jiff::Timestamp = s("expiration").parse().unwrap();
+        let left = expiry
+            .duration_since(k8s_openapi::jiff::Timestamp::now())
+            .as_secs();
+        assert!(
+            (1..=61).contains(&left),
+            "expiry follows --bootstrap-token-ttl=60s: {left}s left"
+        );
+    }
+    // The init lock is released once the control plane is initialized.
+    eventually("init lock released", WAIT, || async {
+        Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+            .get_opt("c1-lock")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // A steady state writes nothing.
+    let before: Vec<String> = futures::future::join_all(
+        workers
+            .iter()
+            .map(|n| async { env.secret(n).await.unwrap().resource_version().unwrap() }),
+    )
+    .await;
+    let config_versions: Vec<String> = futures::future::join_all(
+        workers
+            .iter()
+            .map(|n| async { env.config(n).await.resource_version().unwrap() }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after: Vec<String> = futures::future::join_all(
+        workers
+            .iter()
+            .map(|n| async { env.secret(n).await.unwrap().resource_version().unwrap() }),
+    )
+    .await;
+    let config_after: Vec<String> = futures::future::join_all(
+        workers
+            .iter()
+            .map(|n| async { env.config(n).await.resource_version().unwrap() }),
+    )
+    .await;
+    assert_eq!(before, after, "no data secret rewritten");
+    assert_eq!(config_versions, config_after, "no status rewritten");
+
+    // A token close to expiry is extended.
+    let w0_token = field(&env.user_data("w-0").await, "token").unwrap();
+    let w0_id = w0_token.split_once('.').unwrap().0.to_owned();
+    let tokens_api = Api::<Secret>::namespaced(env.workload_client.clone(), "kube-system");
+    let soon = (k8s_openapi::jiff::Timestamp::now()
+        + k8s_openapi::jiff::SignedDuration::from_secs(5))
+    .to_string();
+    tokens_api
+        .patch(
+            &format!("bootstrap-token-{w0_id}"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"expiration": soon}})),
+        )
+        .await
+        .unwrap();
+    // Any change to the config's Machine triggers a reconcile; so does the periodic requeue.
+    Api::<Machine>::namespaced(env.client.clone(), NS)
+        .patch(
+            "w-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("w-0 token extended", WAIT, || async {
+        let secret = tokens_api
+            .get(&format!("bootstrap-token-{w0_id}"))
+            .await
+            .ok()?;
+        let expiry: k8s_openapi::jiff::Timestamp =
+            String::from_utf8(secret.data?["expiration"].0.clone())
+                .ok()?
+                .parse()
+                .ok()?;
+        (expiry
+            .duration_since(k8s_openapi::jiff::Timestamp::now())
+            .as_secs()
+            > 30)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        field(&env.user_data("w-0").await, "token"),
+        Some(w0_token.clone()),
+        "refreshing keeps the token"
+    );
+
+    // nodeRef on w-1: its token goes away; a template change leaves its Secret alone but
+    // re-renders the machines that have not bootstrapped yet.
+    let w1_token = field(&env.user_data("w-1").await, "token").unwrap();
+    env.set_node_ref("w-1").await;
+    let w1_name = format!("bootstrap-token-{}", w1_token.split_once('.').unwrap().0);
+    eventually("w-1 token deleted", WAIT, || async {
+        tokens_api
+            .get_opt(&w1_name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let w1_before = env.user_data("w-1").await;
+
+    // Kill the controller without warning, change the template, restart: the new controller
+    // re-renders with the tokens it finds by label, and creates no second token.
+    controller.kill();
+    publish_cluster_template(&env.client, "probe", "v2").await;
+    let _controller = env.controller(&["--bootstrap-token-ttl", "60s"]);
+    eventually("w-2 re-rendered with the new revision", WAIT, || async {
+        env.user_data("w-2").await.contains("# v2").then_some(())
+    })
+    .await;
+    for name in ["w-0", "w-2", "w-3", "w-4"] {
+        eventually(&format!("{name} re-rendered"), WAIT, || async {
+            env.user_data(name).await.contains("# v2").then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        env.user_data("w-1").await,
+        w1_before,
+        "a bootstrapped machine's Secret is never rewritten"
+    );
+    let tokens = env.tokens().await;
+    let mut per_config: BTreeMap<String, usize> = BTreeMap::new();
+    for token in &tokens {
+        *per_config
+            .entry(token.labels()["bootstrap.bootplate.dev/config-uid"].clone())
+            .or_default() += 1;
+    }
+    assert!(
+        per_config.values().all(|n| *n == 1),
+        "one token per config after a restart: {per_config:?}"
+    );
+    assert_eq!(
+        tokens.len(),
+        joiners.len() + workers.len() - 1,
+        "w-1's token stays deleted"
+    );
+    assert_eq!(
+        field(&env.user_data("w-0").await, "token"),
+        Some(w0_token),
+        "w-0 keeps its token across the restart"
+    );
+    let config = env.config("w-1").await;
+    assert_eq!(
+        config.status.unwrap().template_revision.as_deref(),
+        Some(fixtures::probe_template_spec("v1").revision().as_str())
+    );
+}
+
+#[tokio::test]
+async fn pause_missing_and_broken_templates() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "good", "good").await;
+    env.cluster("paused", true).await;
+    env.cluster("live", false).await;
+    env.set_cluster_status("paused", true, true).await;
+    env.set_cluster_status("live", true, true).await;
+    env.cluster_ca("paused").await;
+    env.cluster_ca("live").await;
+    let _controller = env.controller(&[]);
+
+    // Paused cluster: nothing is written until it is unpaused.
+    env.machine("paused", "p-0", false, cluster_template("good"))
+        .await;
+    env.wait_reason("p-0", "Paused").await;
+    let config = env.config("p-0").await;
+    assert!(
+        config
+            .status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Paused" && c.status == "True")
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        env.secret("p-0").await.is_none(),
+        "no data secret while paused"
+    );
+    assert!(env.tokens().await.is_empty(), "no token while paused");
+    Api::<Cluster>::namespaced(env.client.clone(), NS)
+        .patch(
+            "paused",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("p-0").await;
+    let config = env.config("p-0").await;
+    assert!(
+        config
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Paused" && c.status == "False")
+    );
+
+    // Missing template: TemplateNotFound, then ready once it is published, without a restart.
+    env.machine("live", "m-0", false, cluster_template("later"))
+        .await;
+    let message = env.wait_reason("m-0", "TemplateNotFound").await;
+    assert!(
+        message.contains("ClusterBootstrapTemplate later"),
+        "{message}"
+    );
+    let config = env.config("m-0").await;
+    assert!(
+        config
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "DataSecretAvailable"
+                && c.status == "False"
+                && c.reason == "TemplateNotFound")
+    );
+    publish_cluster_template(&env.client, "later", "later").await;
+    env.wait_ready("m-0").await;
+    assert!(env.user_data("m-0").await.contains("# later"));
+
+    // Broken template: Valid=False with the position; its configs fail naming it; a config on
+    // another template still becomes ready.
+    let mut broken = fixtures::probe_template_spec("broken");
+    broken.template =
+        Some("#!/bin/bash\necho ok\necho {{machine.name}} {{ machine..name }}\n".into());
+    let api: Api<ClusterBootstrapTemplate> = Api::all(env.client.clone());
+    api.create(
+        &PostParams::default(),
+        &ClusterBootstrapTemplate::new("broken", ClusterBootstrapTemplateSpec(broken)),
+    )
+    .await
+    .unwrap();
+    let valid = eventually("broken template reported invalid", WAIT, || async {
+        let template = api.get("broken").await.ok()?;
+        template
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Valid" && c.status == "False")
+    })
+    .await;
+    assert_eq!(valid.reason, "Invalid");
+    assert!(
+        valid.message.contains("spec.template"),
+        "names the field: {}",
+        valid.message
+    );
+    assert!(
+        valid.message.contains("line 3, column"),
+        "names the line and column: {}",
+        valid.message
+    );
+    let good = eventually("good template valid", WAIT, || async {
+        let template = api.get("good").await.ok()?;
+        template
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Valid" && c.status == "True")
+    })
+    .await;
+    assert_eq!(good.reason, "Valid");
+
+    env.machine("live", "m-1", false, cluster_template("broken"))
+        .await;
+    env.machine("live", "m-2", false, cluster_template("good"))
+        .await;
+    let message = env.wait_reason("m-1", "TemplateInvalid").await;
+    assert!(
+        message.contains("ClusterBootstrapTemplate broken"),
+        "{message}"
+    );
+    env.wait_ready("m-2").await;
+
+    // Fixing the template makes its config ready without a restart.
+    publish_cluster_template(&env.client, "broken", "fixed").await;
+    env.wait_ready("m-1").await;
+    assert!(env.user_data("m-1").await.contains("# fixed"));
+}
