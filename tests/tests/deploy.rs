@@ -1,0 +1,1037 @@
+//! The deploy/ manifests, checked with the real tools and against the code they describe:
+//! `kubectl kustomize` builds them and the real kube-apiserver accepts them (`--dry-run=server`),
+//! the ServiceAccount gets exactly the permissions the ClusterRole lists, `promtool` checks and
+//! unit-tests the alerts, the clusterctl components are current and equal the kustomization,
+//! the dashboard and alerts use only metrics that controller/src/metrics.rs exports, and
+//! docs/operations.md lists every flag of `bootplate run --help` and every metric.
+//!
+//! Needs kubectl and promtool (tests/scripts/install-tools.sh); a missing tool fails the test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use serde_json::Value;
+use testenv::ApiServer;
+
+const NAMESPACE: &str = "bootplate-system";
+const SERVICE_ACCOUNT: &str = "bootplate-manager";
+const MONITORING_CRDS: &str = include_str!("../fixtures/monitoring-crds.yaml");
+/// Kinds of deploy/monitoring, left out of the clusterctl components.
+const MONITORING_KINDS: [&str; 2] = ["ServiceMonitor", "PrometheusRule"];
+const DASHBOARD_CONFIGMAP: &str = "bootplate-grafana-dashboard";
+
+/// What the controller does in the management cluster: (API group, resources, verbs). The
+/// ClusterRole `bootplate-manager` must grant exactly this, the Role `bootplate-leader-election`
+/// exactly [`LEADER_ELECTION_PERMISSIONS`] in the controller's namespace.
+const MANAGER_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[
+    (
+        "bootstrap.bootplate.dev",
+        &["bootplateconfigs"],
+        &["get", "list", "watch"],
+    ),
+    (
+        "bootstrap.bootplate.dev",
+        &["bootplateconfigs/status"],
+        &["patch"],
+    ),
+    (
+        "bootstrap.bootplate.dev",
+        &["bootplateconfigs/finalizers"],
+        &["update"],
+    ),
+    (
+        "bootstrap.bootplate.dev",
+        &["bootstraptemplates", "clusterbootstraptemplates"],
+        &["get", "list", "watch"],
+    ),
+    (
+        "bootstrap.bootplate.dev",
+        &[
+            "bootstraptemplates/status",
+            "clusterbootstraptemplates/status",
+        ],
+        &["patch"],
+    ),
+    (
+        "bootstrap.bootplate.dev",
+        &["bootplateconfigtemplates"],
+        &["get", "list", "watch"],
+    ),
+    (
+        "cluster.x-k8s.io",
+        &["machines", "clusters"],
+        &["get", "list", "watch"],
+    ),
+    ("cluster.x-k8s.io", &["clusters/finalizers"], &["update"]),
+    (
+        "",
+        &["secrets"],
+        &["get", "list", "watch", "create", "patch"],
+    ),
+    ("", &["configmaps"], &["get", "create", "delete"]),
+    ("events.k8s.io", &["events"], &["create", "patch"]),
+];
+const LEADER_ELECTION_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[(
+    "coordination.k8s.io",
+    &["leases"],
+    &["get", "create", "update"],
+)];
+const ALL_VERBS: [&str; 8] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+const CLUSTER_SCOPED: [&str; 1] = ["clusterbootstraptemplates"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the repository root")
+}
+
+fn read(relative: &str) -> String {
+    let path = repo().join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// Runs `cmd` (feeding `stdin`), returns its stdout, and panics with its stderr when it fails.
+/// A missing program fails the test with a hint: these tests never skip.
+fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {program}: {e}; tests/scripts/install-tools.sh installs or checks \
+                 the tools these tests need"
+            )
+        });
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(input.as_bytes())
+            .expect("write to the child's stdin");
+    }
+    let output = child.wait_with_output().expect("the child finishes");
+    assert!(
+        output.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+fn kubectl() -> Command {
+    Command::new(std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into()))
+}
+
+/// `kubectl kustomize deploy/<dir>`.
+fn kustomize(dir: &str) -> String {
+    run(kubectl().arg("kustomize").arg(repo().join(dir)), None)
+}
+
+/// The documents of a multi-document YAML text, as JSON values; empty documents are dropped.
+fn documents(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML"))
+        .filter(|doc| !doc.is_null())
+        .map(|doc| serde_json::to_value(doc).expect("YAML maps to JSON"))
+        .collect()
+}
+
+fn object_key(object: &Value) -> String {
+    format!(
+        "{}/{}/{}",
+        object["kind"].as_str().unwrap_or_default(),
+        object["metadata"]["namespace"].as_str().unwrap_or_default(),
+        object["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the kustomize output"))
+}
+
+fn is_monitoring(object: &Value) -> bool {
+    MONITORING_KINDS.iter().any(|k| object["kind"] == *k)
+        || (object["kind"] == "ConfigMap" && object["metadata"]["name"] == DASHBOARD_CONFIGMAP)
+}
+
+/// (group, resource, verb) triples of a permission table.
+fn expand(table: &[(&str, &[&str], &[&str])]) -> BTreeSet<(String, String, String)> {
+    let mut triples = BTreeSet::new();
+    for (group, resources, verbs) in table {
+        for resource in *resources {
+            for verb in *verbs {
+                triples.insert((group.to_string(), resource.to_string(), verb.to_string()));
+            }
+        }
+    }
+    triples
+}
+
+/// (group, resource, verb) triples a Role's or ClusterRole's rules grant.
+fn granted(role: &Value) -> BTreeSet<(String, String, String)> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    let mut triples = BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    triples.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    triples
+}
+
+/// Whether the controller's ServiceAccount may `verb` `group/resource` in `namespace`, asked
+/// of the real apiserver's RBAC authorizer.
+async fn allowed(
+    client: &kube::Client,
+    group: &str,
+    resource: &str,
+    verb: &str,
+    namespace: &str,
+) -> bool {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!(
+                "system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
+            )),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{NAMESPACE}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                subresource,
+                verb: Some(verb.to_owned()),
+                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = api
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview");
+    answer.status.expect("a review status").allowed
+}
+
+#[tokio::test]
+async fn kustomization_applies_to_the_real_apiserver_and_grants_exactly_what_the_controller_uses() {
+    let built = kustomize("deploy");
+    let objects = documents(&built);
+    assert!(
+        !objects.is_empty(),
+        "kubectl kustomize deploy/ built nothing"
+    );
+
+    let server = ApiServer::start()
+        .await
+        .expect("the real kube-apiserver starts");
+    let client = server.client().await.expect("client");
+    let kubeconfig = server.kubeconfig_path().expect("kubeconfig");
+    // ServiceMonitor and PrometheusRule need their CRDs, for real, before a dry run can check
+    // objects of those kinds.
+    testenv::install_crds(
+        &client,
+        &testenv::crds_from_yaml(MONITORING_CRDS).expect("monitoring CRD fixtures parse"),
+    )
+    .await
+    .expect("monitoring CRDs install");
+    // A server-side dry run creates nothing, so the namespaced objects need their namespace.
+    let namespace = find(&objects, "Namespace", NAMESPACE);
+    run(
+        kubectl()
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["apply", "-f", "-"]),
+        Some(&namespace.to_string()),
+    );
+
+    let dry_run = run(
+        kubectl().arg("--kubeconfig").arg(&kubeconfig).args([
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ]),
+        Some(&built),
+    );
+    assert_eq!(
+        dry_run
+            .lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count(),
+        objects.len(),
+        "every object passes the server-side dry run:\n{dry_run}"
+    );
+
+    // Apply for real and ask the apiserver's RBAC authorizer what the ServiceAccount may do.
+    run(
+        kubectl()
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["apply", "-f", "-"]),
+        Some(&built),
+    );
+    let manager = expand(MANAGER_PERMISSIONS);
+    let leader_election = expand(LEADER_ELECTION_PERMISSIONS);
+    let resources: BTreeSet<(String, String)> = manager
+        .iter()
+        .chain(&leader_election)
+        .map(|(g, r, _)| (g.clone(), r.clone()))
+        .collect();
+    let mut wrong = Vec::new();
+    for (group, resource) in &resources {
+        let base = resource.split('/').next().unwrap();
+        // Lease rights hold only in the controller's namespace; everything else everywhere.
+        let namespaces: &[&str] = if CLUSTER_SCOPED.contains(&base) {
+            &[""]
+        } else {
+            &["team-a", NAMESPACE, "kube-system"]
+        };
+        for namespace in namespaces {
+            for verb in ALL_VERBS {
+                let key = (group.clone(), resource.clone(), verb.to_owned());
+                let expected = manager.contains(&key)
+                    || (leader_election.contains(&key) && *namespace == NAMESPACE);
+                if allowed(&client, group, resource, verb, namespace).await != expected {
+                    wrong.push(format!(
+                        "{verb} {group}/{resource} in {namespace:?}: expected allowed={expected}"
+                    ));
+                }
+            }
+        }
+    }
+    for (group, resource) in [("", "pods"), ("", "events"), ("apps", "deployments")] {
+        if allowed(&client, group, resource, "create", "team-a").await {
+            wrong.push(format!("create {group}/{resource} is allowed"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the ServiceAccount's permissions differ:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn roles_list_exactly_the_calls_and_capi_gets_its_aggregated_role() {
+    let objects = documents(&kustomize("deploy"));
+    let manager = find(&objects, "ClusterRole", "bootplate-manager");
+    assert_eq!(
+        granted(manager),
+        expand(MANAGER_PERMISSIONS),
+        "ClusterRole bootplate-manager"
+    );
+    assert!(
+        manager["metadata"]["labels"]["cluster.x-k8s.io/aggregate-to-manager"].is_null(),
+        "bootplate's own role must not be merged into Cluster API's manager role"
+    );
+    let leases = find(&objects, "Role", "bootplate-leader-election");
+    assert_eq!(leases["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(granted(leases), expand(LEADER_ELECTION_PERMISSIONS));
+
+    // The contract: Cluster API's controllers get full access to the kinds they create and own.
+    let capi = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["labels"]["cluster.x-k8s.io/aggregate-to-manager"] == "true"
+        })
+        .expect("a ClusterRole aggregated to Cluster API's manager role");
+    let full = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let expected = expand(&[(
+        "bootstrap.bootplate.dev",
+        &["bootplateconfigs", "bootplateconfigtemplates"],
+        &full,
+    )]);
+    assert_eq!(granted(capi), expected);
+
+    for (kind, name, role_kind, role) in [
+        (
+            "ClusterRoleBinding",
+            "bootplate-manager",
+            "ClusterRole",
+            "bootplate-manager",
+        ),
+        (
+            "RoleBinding",
+            "bootplate-leader-election",
+            "Role",
+            "bootplate-leader-election",
+        ),
+    ] {
+        let binding = find(&objects, kind, name);
+        assert_eq!(binding["roleRef"]["kind"], role_kind);
+        assert_eq!(binding["roleRef"]["name"], role);
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}])
+        );
+    }
+}
+
+#[test]
+fn deployment_runs_two_hardened_leader_elected_replicas() {
+    let objects = documents(&kustomize("deploy"));
+    for object in &objects {
+        let kind = object["kind"].as_str().unwrap();
+        let cluster_scoped = [
+            "Namespace",
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        ];
+        if !cluster_scoped.contains(&kind) {
+            assert_eq!(
+                object["metadata"]["namespace"],
+                NAMESPACE,
+                "{}",
+                object_key(object)
+            );
+        }
+        assert_eq!(
+            object["metadata"]["labels"]["cluster.x-k8s.io/provider"],
+            "bootstrap-bootplate",
+            "{} carries clusterctl's provider label",
+            object_key(object)
+        );
+    }
+    let deployment = find(&objects, "Deployment", "bootplate-controller-manager");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], SERVICE_ACCOUNT);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert!(pod["securityContext"]["runAsUser"].as_u64().unwrap() > 0);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let manager = &containers[0];
+    assert_eq!(
+        manager["name"], "manager",
+        "clusterctl requires the container name"
+    );
+    let security = &manager["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    for kind in ["requests", "limits"] {
+        for resource in ["cpu", "memory"] {
+            assert!(
+                manager["resources"][kind][resource].is_string(),
+                "{kind}.{resource} is set"
+            );
+        }
+    }
+    let args: Vec<&str> = manager["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args.first(), Some(&"run"));
+    assert!(args.contains(&"--leader-elect"));
+    let env: BTreeMap<&str, &str> = manager["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["valueFrom"]["fieldRef"]["fieldPath"]
+                    .as_str()
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(env.get("POD_NAME"), Some(&"metadata.name"));
+    assert_eq!(env.get("POD_NAMESPACE"), Some(&"metadata.namespace"));
+
+    // Probes and ports agree with the addresses the args give.
+    let port_of = |name: &str| -> u64 {
+        manager["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("container port {name}"))["containerPort"]
+            .as_u64()
+            .unwrap()
+    };
+    let arg_port = |flag: &str| -> u64 {
+        let value = args
+            .iter()
+            .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+            .unwrap_or_else(|| panic!("{flag} is passed"));
+        value.rsplit(':').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(port_of("metrics"), arg_port("--metrics-addr"));
+    assert_eq!(port_of("health"), arg_port("--health-addr"));
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(manager[probe]["httpGet"]["path"], path);
+        assert_eq!(manager[probe]["httpGet"]["port"], "health");
+    }
+    let service = find(&objects, "Service", "bootplate-metrics");
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            &deployment["spec"]["template"]["metadata"]["labels"][key], value,
+            "the metrics Service selects the pods"
+        );
+    }
+    let monitor = find(&objects, "ServiceMonitor", "bootplate");
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][key], value,
+            "the ServiceMonitor selects the Service"
+        );
+    }
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+}
+
+#[test]
+fn dockerfile_builds_a_static_binary_running_as_the_deployments_user() {
+    let dockerfile = read("Dockerfile");
+    let objects = documents(&kustomize("deploy"));
+    let deployment = find(&objects, "Deployment", "bootplate-controller-manager");
+    let security = &deployment["spec"]["template"]["spec"]["securityContext"];
+    let final_stage = dockerfile
+        .rsplit_once("\nFROM ")
+        .expect("a multi-stage build")
+        .1;
+    let user = final_stage
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("the final stage sets USER");
+    assert_eq!(
+        user.trim(),
+        format!("{}:{}", security["runAsUser"], security["runAsGroup"]),
+        "the image's USER is the Deployment's runAsUser:runAsGroup"
+    );
+    assert!(
+        final_stage.starts_with("gcr.io/distroless/static") || final_stage.starts_with("scratch"),
+        "a minimal base image"
+    );
+    assert!(final_stage.contains("ENTRYPOINT [\"/usr/local/bin/bootplate\"]"));
+    assert!(final_stage.contains("CMD [\"run\"]"));
+    assert!(
+        dockerfile.contains("-unknown-linux-musl"),
+        "a static musl build"
+    );
+}
+
+/// Replaces each `${NAME:=default}` with its default; returns the text and the variables.
+fn substitute_defaults(text: &str) -> (String, BTreeMap<String, String>) {
+    let mut out = String::new();
+    let mut variables = BTreeMap::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').expect("a closed ${...} variable") + start;
+        let inner = &rest[start + 2..end];
+        let (name, default) = inner.split_once(":=").unwrap_or_else(|| {
+            panic!("variable ${{{inner}}} has no default (write ${{NAME:=default}})")
+        });
+        assert!(
+            name.starts_with("BOOTPLATE_")
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'),
+            "clusterctl variable {name} is BOOTPLATE_ and upper case"
+        );
+        if let Some(previous) = variables.insert(name.to_owned(), default.to_owned()) {
+            assert_eq!(
+                previous, default,
+                "{name} has one default everywhere it is used"
+            );
+        }
+        out.push_str(default);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    (out, variables)
+}
+
+#[test]
+fn bootstrap_components_are_current() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let fresh = dir.path().join("bootstrap-components.yaml");
+    run(
+        Command::new(repo().join("deploy/build-components.sh")).arg(&fresh),
+        None,
+    );
+    let fresh = std::fs::read_to_string(fresh).expect("the script wrote its output");
+    assert!(
+        read("deploy/bootstrap-components.yaml") == fresh,
+        "deploy/bootstrap-components.yaml is out of date; regenerate it with:\n  \
+         deploy/build-components.sh"
+    );
+}
+
+#[test]
+fn bootstrap_components_with_defaults_equal_the_kustomization_without_monitoring() {
+    let components = read("deploy/bootstrap-components.yaml");
+    let (defaulted, variables) = substitute_defaults(&components);
+    assert!(
+        variables.contains_key("BOOTPLATE_IMAGE"),
+        "the image is a variable"
+    );
+    let by_key = |objects: Vec<Value>| -> BTreeMap<String, Value> {
+        objects.into_iter().map(|o| (object_key(&o), o)).collect()
+    };
+    let components = by_key(documents(&defaulted));
+    let kustomization = by_key(
+        documents(&kustomize("deploy"))
+            .into_iter()
+            .filter(|o| !is_monitoring(o))
+            .collect(),
+    );
+    assert_eq!(
+        components.keys().collect::<Vec<_>>(),
+        kustomization.keys().collect::<Vec<_>>(),
+        "the same objects"
+    );
+    for (key, object) in &components {
+        assert!(
+            object == &kustomization[key],
+            "{key} differs between deploy/bootstrap-components.yaml (with defaults) and \
+             deploy/:\n{}\n---\n{}",
+            serde_yaml::to_string(object).unwrap(),
+            serde_yaml::to_string(&kustomization[key]).unwrap()
+        );
+    }
+    let namespaces = components
+        .values()
+        .filter(|o| o["kind"] == "Namespace")
+        .count();
+    assert_eq!(
+        namespaces, 1,
+        "clusterctl wants exactly one Namespace object"
+    );
+
+    // Every variable is documented with its default.
+    let doc = read("docs/operations.md");
+    for (name, default) in &variables {
+        assert!(
+            doc.lines()
+                .any(|l| l.starts_with(&format!("| `{name}` | `{default}` |"))),
+            "docs/operations.md lists the clusterctl variable {name} with default {default}"
+        );
+    }
+}
+
+#[test]
+fn clusterctl_metadata_maps_this_release_series_to_the_crds_contract() {
+    let metadata = &documents(&read("deploy/metadata.yaml"))[0];
+    assert_eq!(
+        metadata["apiVersion"],
+        "clusterctl.cluster.x-k8s.io/v1alpha3"
+    );
+    assert_eq!(metadata["kind"], "Metadata");
+    let version: Vec<u64> = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let series = metadata["releaseSeries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["major"] == version[0] && s["minor"] == version[1])
+        .unwrap_or_else(|| {
+            panic!(
+                "deploy/metadata.yaml has no release series {}.{}",
+                version[0], version[1]
+            )
+        });
+    assert_eq!(series["contract"], "v1beta2");
+    for crd in testenv::crds_from_yaml(&kustomize("deploy/crds")).unwrap() {
+        let labels = crd.metadata.labels.unwrap_or_default();
+        assert!(
+            labels.contains_key("cluster.x-k8s.io/v1beta2"),
+            "{:?} carries the contract label of the metadata's contract",
+            crd.metadata.name
+        );
+    }
+}
+
+/// The metrics controller/src/metrics.rs registers: name → (label names, is a histogram).
+fn exported_metrics() -> BTreeMap<String, (Vec<String>, bool)> {
+    let source = read("controller/src/metrics.rs");
+    let mut metrics = BTreeMap::new();
+    let mut rest = source.as_str();
+    while let Some(start) = rest.find("\"bootplate_") {
+        let before = &rest[..start];
+        let after = &rest[start + 1..];
+        let name = &after[..after.find('"').unwrap()];
+        let histogram = before.trim_end().ends_with("HistogramOpts::new(");
+        // The label names follow in `&["a", "b"]` before the metric's `.expect(`.
+        let definition = &after[..after.find(".expect(").unwrap_or(after.len())];
+        let labels = definition
+            .find("&[")
+            .map(|open| {
+                let list = &definition[open + 2..];
+                list[..list.find(']').unwrap()]
+                    .split(',')
+                    .map(|l| l.trim().trim_matches('"').to_owned())
+                    .filter(|l| !l.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        metrics.insert(name.to_owned(), (labels, histogram));
+        rest = &after[name.len()..];
+    }
+    assert!(
+        metrics.len() >= 10,
+        "parsed the metrics of controller/src/metrics.rs: {metrics:?}"
+    );
+    metrics
+}
+
+/// The metric names a PromQL expression uses, histogram series mapped to their metric.
+fn metrics_in(expr: &str, exported: &BTreeMap<String, (Vec<String>, bool)>) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find("bootplate_") {
+        let after = &rest[start..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let name = &after[..end];
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|base| exported.get(*base).is_some_and(|(_, h)| *h))
+            })
+            .unwrap_or(name);
+        names.insert(base.to_owned());
+        rest = &after[end..];
+    }
+    names
+}
+
+/// Every `expr` string below `value`.
+fn expressions(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                match child {
+                    Value::String(s) if key == "expr" || key == "definition" => out.push(s.clone()),
+                    _ => expressions(child, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| expressions(i, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn grafana_dashboard_shows_every_exported_metric_and_no_other() {
+    let exported = exported_metrics();
+    let text = read("deploy/monitoring/grafana-dashboard.json");
+    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is valid JSON");
+    assert!(dashboard["title"].is_string() && dashboard["panels"].is_array());
+    let mut exprs = Vec::new();
+    expressions(&dashboard, &mut exprs);
+    let mut used = BTreeSet::new();
+    for expr in &exprs {
+        let names = metrics_in(expr, &exported);
+        assert!(
+            !names.is_empty(),
+            "dashboard query {expr:?} uses no bootplate metric"
+        );
+        for name in names {
+            assert!(
+                exported.contains_key(&name),
+                "dashboard query {expr:?} uses {name}, which controller/src/metrics.rs does not export"
+            );
+            used.insert(name);
+        }
+    }
+    let missing: Vec<_> = exported.keys().filter(|m| !used.contains(*m)).collect();
+    assert!(missing.is_empty(), "no dashboard panel shows {missing:?}");
+    // The ConfigMap the kustomization generates holds the same dashboard.
+    let objects = documents(&kustomize("deploy"));
+    let configmap = find(&objects, "ConfigMap", DASHBOARD_CONFIGMAP);
+    let embedded: Value =
+        serde_json::from_str(configmap["data"]["bootplate.json"].as_str().unwrap()).unwrap();
+    assert_eq!(embedded, dashboard);
+}
+
+fn prometheus_rule() -> Value {
+    let objects = documents(&read("deploy/monitoring/prometheus_rule.yaml"));
+    assert_eq!(objects.len(), 1);
+    objects.into_iter().next().unwrap()
+}
+
+#[test]
+fn prometheus_rules_pass_promtool_check_and_unit_tests() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        serde_yaml::to_string(&prometheus_rule()["spec"]).unwrap(),
+    )
+    .unwrap();
+    let checked = run(
+        Command::new("promtool")
+            .args(["check", "rules"])
+            .arg(&rules),
+        None,
+    );
+    assert!(checked.contains("SUCCESS"), "{checked}");
+    let tests = dir.path().join("prometheus-rule-tests.yaml");
+    std::fs::copy(
+        repo().join("tests/fixtures/prometheus-rule-tests.yaml"),
+        &tests,
+    )
+    .unwrap();
+    let tested = run(
+        Command::new("promtool")
+            .args(["test", "rules"])
+            .arg(&tests)
+            .current_dir(dir.path()),
+        None,
+    );
+    assert!(tested.contains("SUCCESS"), "{tested}");
+}
+
+#[test]
+fn alerts_use_exported_metrics_and_each_has_a_runbook_in_the_operations_guide() {
+    let exported = exported_metrics();
+    let doc = read("docs/operations.md");
+    let rule = prometheus_rule();
+    let mut alerts = BTreeSet::new();
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let alert = rule["alert"].as_str().expect("only alerting rules");
+            let expr = rule["expr"].as_str().unwrap();
+            let names = metrics_in(expr, &exported);
+            assert!(!names.is_empty(), "{alert} uses a bootplate metric");
+            for name in names {
+                assert!(
+                    exported.contains_key(&name),
+                    "{alert} uses {name}, which controller/src/metrics.rs does not export"
+                );
+            }
+            assert!(
+                ["critical", "warning", "info"]
+                    .contains(&rule["labels"]["severity"].as_str().unwrap_or_default()),
+                "{alert} has a severity label"
+            );
+            for annotation in ["summary", "description"] {
+                assert!(
+                    rule["annotations"][annotation].is_string(),
+                    "{alert} has a {annotation}"
+                );
+            }
+            let anchor = alert.to_lowercase();
+            assert!(
+                rule["annotations"]["runbook_url"]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with(&format!("docs/operations.md#{anchor}"))),
+                "{alert}'s runbook_url points at its section of docs/operations.md"
+            );
+            assert!(
+                doc.contains(&format!("\n### {alert}\n")),
+                "docs/operations.md has a section `### {alert}`"
+            );
+            alerts.insert(alert.to_owned());
+        }
+    }
+    for required in [
+        "BootplateRenderFailures",
+        "BootplateConfigsWaitingTooLong",
+        "BootplateBootstrapTokenErrors",
+        "BootplateNoLeader",
+    ] {
+        assert!(alerts.contains(required), "alert {required} exists");
+    }
+}
+
+/// The `bootplate` binary: `BOOTPLATE_BIN`, else built by cargo (already fresh under
+/// `cargo test --workspace`).
+fn bootplate_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("BOOTPLATE_BIN") {
+        return PathBuf::from(path);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(repo())
+        .args(["build", "--package", "bootplate", "--bin", "bootplate"])
+        .arg("--message-format=json-render-diagnostics")
+        .stdin(Stdio::null())
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo build -p bootplate failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "bootplate")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reported the bootplate executable")
+}
+
+/// A flag of `bootplate run` as its `--help` describes it.
+#[derive(Debug, Default)]
+struct Flag {
+    default: Option<String>,
+    env: Option<String>,
+}
+
+/// The flags `bootplate run --help` lists, by name without the dashes.
+fn run_flags() -> BTreeMap<String, Flag> {
+    let help = run(
+        Command::new(bootplate_binary()).args(["run", "--help"]),
+        None,
+    );
+    let mut flags: BTreeMap<String, Flag> = BTreeMap::new();
+    let mut current = String::new();
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        // Flags are indented by at most 6 columns, their descriptions by more.
+        let flag_line = trimmed.strip_prefix("-h, ").unwrap_or(trimmed);
+        if let Some(flag) = flag_line.strip_prefix("--").filter(|_| indent <= 6) {
+            current = flag.split([' ', '=']).next().unwrap().to_owned();
+            flags.insert(current.clone(), Flag::default());
+        } else if let Some(default) = trimmed.strip_prefix("[default: ") {
+            let flag = flags.get_mut(&current).expect("a flag before its default");
+            flag.default = Some(default.trim_end_matches(']').to_owned());
+        } else if let Some(env) = trimmed.strip_prefix("[env: ") {
+            let flag = flags.get_mut(&current).expect("a flag before its variable");
+            flag.env = Some(env.split('=').next().unwrap().to_owned());
+        }
+    }
+    flags.remove("help");
+    assert!(
+        flags.len() >= 10,
+        "parsed `bootplate run --help`: {flags:?}"
+    );
+    flags
+}
+
+#[test]
+fn operations_guide_lists_every_flag_with_its_default_and_the_deployment_uses_real_flags() {
+    let flags = run_flags();
+    let doc = read("docs/operations.md");
+    // Rows of the flags table start with "| `--<flag>".
+    let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `--")).collect();
+    for (flag, described) in &flags {
+        let row = rows
+            .iter()
+            .find(|r| {
+                r[5..]
+                    .strip_prefix(flag.as_str())
+                    .is_some_and(|after| after.starts_with([' ', '`']))
+            })
+            .unwrap_or_else(|| panic!("docs/operations.md has no row for --{flag}"));
+        for (what, value) in [
+            ("default", &described.default),
+            ("variable", &described.env),
+        ] {
+            if let Some(value) = value {
+                assert!(
+                    row.contains(&format!("`{value}`")),
+                    "the row of --{flag} in docs/operations.md shows its {what} `{value}`: {row}"
+                );
+            }
+        }
+    }
+    for row in &rows {
+        let flag = row[5..].split([' ', '`']).next().unwrap();
+        assert!(
+            flags.contains_key(flag),
+            "docs/operations.md documents --{flag}, which `bootplate run` does not have"
+        );
+    }
+    let objects = documents(&kustomize("deploy"));
+    let deployment = find(&objects, "Deployment", "bootplate-controller-manager");
+    for arg in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+    {
+        if let Some(flag) = arg.as_str().unwrap().strip_prefix("--") {
+            let name = flag.split('=').next().unwrap();
+            assert!(
+                flags.contains_key(name),
+                "the Deployment passes --{name}, which `bootplate run` does not have"
+            );
+        }
+    }
+}
+
+#[test]
+fn operations_guide_lists_every_metric_with_its_labels() {
+    let doc = read("docs/operations.md");
+    for (name, (labels, _)) in exported_metrics() {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{name}` |")))
+            .unwrap_or_else(|| panic!("docs/operations.md has no row for metric {name}"));
+        for label in labels {
+            assert!(
+                row.contains(&format!("`{label}`")),
+                "the row of {name} in docs/operations.md names its label `{label}`"
+            );
+        }
+    }
+}
