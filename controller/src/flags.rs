@@ -38,6 +38,18 @@ pub struct RunArgs {
     /// Address serving /healthz and /readyz (may equal --metrics-addr).
     #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR")]
     pub health_addr: std::net::SocketAddr,
+    /// Serve the validating admission webhook (HTTPS, path /validate) on this address, for
+    /// example 0.0.0.0:9443. Every replica serves it, leader or not. Off when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_addr: Option<std::net::SocketAddr>,
+    /// Directory holding the webhook's `tls.crt` and `tls.key` (for example a cert-manager
+    /// Secret mounted there); new files are picked up within seconds, without a restart.
+    #[arg(
+        long,
+        default_value = "/tmp/k8s-webhook-server/serving-certs",
+        value_name = "DIR"
+    )]
+    pub webhook_cert_dir: PathBuf,
     /// Elect a leader among replicas with a coordination.k8s.io/v1 Lease; only the leader
     /// reconciles. Standbys take over when the leader dies or releases the Lease on SIGTERM.
     #[arg(long)]

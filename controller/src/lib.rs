@@ -23,4 +23,5 @@ pub mod status;
 pub mod template_controller;
 pub mod templates;
 pub mod token;
+pub mod webhook;
 pub mod workload;

@@ -53,6 +53,9 @@ pub async fn main(args: crate::flags::RunArgs) -> anyhow::Result<()> {
         readiness.clone(),
     )
     .await?;
+    if let Some(addr) = args.webhook_addr {
+        crate::webhook::serve(addr, &args.webhook_cert_dir, client.clone()).await?;
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

@@ -90,8 +90,14 @@ fn check(
     generation: Option<i64>,
     previous: Option<&BootstrapTemplateStatus>,
 ) -> BootstrapTemplateStatus {
+    // Warnings (say, a declared variable nothing reads) do not make a template invalid.
     let problems: Vec<String> = match ctx.compiled.get_or_compile(display, spec) {
-        Ok(compiled) => compiled.lint().iter().map(ToString::to_string).collect(),
+        Ok(compiled) => compiled
+            .lint()
+            .iter()
+            .filter(|p| p.severity == render::Severity::Error)
+            .map(ToString::to_string)
+            .collect(),
         Err(message) => vec![message],
     };
     let valid = problems.is_empty();

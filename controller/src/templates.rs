@@ -84,6 +84,7 @@ pub fn resolve(
 ) -> Result<ResolvedTemplate> {
     let template_ref = &config.spec.template_ref;
     let namespace = config.namespace().unwrap_or_default();
+    check_template_namespace(template_ref, &namespace)?;
     let (display, spec) = match template_ref.kind {
         TemplateKind::BootstrapTemplate => {
             let key = ObjectRef::new(&template_ref.name).within(&namespace);
@@ -115,4 +116,28 @@ pub fn resolve(
         display,
         compiled,
     })
+}
+
+/// A `BootstrapTemplate` is usable only from its own namespace; a `ClusterBootstrapTemplate`
+/// has none. Anything else in `spec.templateRef.namespace` is refused, never followed.
+pub fn check_template_namespace(
+    template_ref: &crd_types::TemplateRef,
+    namespace: &str,
+) -> Result<()> {
+    match (&template_ref.namespace, template_ref.kind) {
+        (None, _) => Ok(()),
+        (Some(ns), TemplateKind::BootstrapTemplate) if ns == namespace => Ok(()),
+        (Some(ns), TemplateKind::BootstrapTemplate) => Err(Error::failed(
+            reason::INVALID_REFERENCE,
+            format!(
+                "spec.templateRef.namespace: a config in namespace {namespace} may not use BootstrapTemplate {ns}/{}; \
+                 use a BootstrapTemplate of its own namespace or a ClusterBootstrapTemplate",
+                template_ref.name
+            ),
+        )),
+        (Some(_), TemplateKind::ClusterBootstrapTemplate) => Err(Error::failed(
+            reason::INVALID_REFERENCE,
+            "spec.templateRef.namespace: a ClusterBootstrapTemplate has no namespace; remove the field",
+        )),
+    }
 }

@@ -62,6 +62,10 @@ pub struct TemplateRef {
     /// The template's name.
     #[schemars(length(min = 1))]
     pub name: String,
+    /// Must be empty or the config's own namespace: a config may only use `BootstrapTemplate`s
+    /// of its own namespace (and any `ClusterBootstrapTemplate`). Any other value is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// The kind of a referenced template.
@@ -121,13 +125,16 @@ pub struct FileSource {
     pub secret: SecretKeyRef,
 }
 
-/// A key of a Secret in the config's own namespace (there is deliberately no namespace field).
+/// A key of a Secret in the config's own namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub struct SecretKeyRef {
     /// The Secret's name.
     pub name: String,
     /// The key in the Secret's `data`.
     pub key: String,
+    /// Must be empty or the config's own namespace: Secrets of other namespaces are never read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// Observed state of a config, following the Cluster API bootstrap provider contract.

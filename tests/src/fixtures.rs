@@ -130,6 +130,7 @@ pub fn full_config_spec() -> BootplateConfigSpec {
         template_ref: TemplateRef {
             kind: TemplateKind::ClusterBootstrapTemplate,
             name: "ubuntu-2404".into(),
+            namespace: None,
         },
         variables: BTreeMap::from([
             (
@@ -158,6 +159,7 @@ pub fn full_config_spec() -> BootplateConfigSpec {
                     secret: SecretKeyRef {
                         name: "extra".into(),
                         key: "conf".into(),
+                        namespace: Some("roundtrip".into()),
                     },
                 }),
                 encoding: None,

@@ -204,6 +204,7 @@ fn cluster_template(name: &str) -> TemplateRef {
     TemplateRef {
         kind: TemplateKind::ClusterBootstrapTemplate,
         name: name.into(),
+        namespace: None,
     }
 }
 

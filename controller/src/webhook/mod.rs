@@ -1,0 +1,209 @@
+//! The validating admission webhook, served over TLS by `bootplate run`: broken templates and
+//! bad configs are refused at `kubectl apply` instead of failing when a machine boots.
+
+pub mod tls;
+pub mod validate;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use crd_types::{
+    BootplateConfig, BootplateConfigTemplate, BootstrapTemplate, ClusterBootstrapTemplate,
+    TemplateKind, TemplateSpec,
+};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use tracing::{debug, info, warn};
+
+use crate::templates::display_name;
+
+/// The path the ValidatingWebhookConfiguration calls.
+pub const PATH: &str = "/validate";
+
+/// Serves the webhook on `addr` with the certificate in `cert_dir` until the process ends.
+pub async fn serve(addr: SocketAddr, cert_dir: &Path, client: Client) -> anyhow::Result<()> {
+    let cert = tls::ReloadingCert::watch(cert_dir)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_cert_resolver(cert);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on --webhook-addr {addr}: {e}"))?;
+    let app = Router::new().route(PATH, post(review)).with_state(client);
+    info!(%addr, "admission webhook listening");
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    warn!(error = %e, "webhook accept failed");
+                    continue;
+                }
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(stream).await {
+                    Ok(tls) => tls,
+                    Err(e) => {
+                        debug!(%peer, error = %e, "webhook TLS handshake failed");
+                        return;
+                    }
+                };
+                let service = TowerToHyperService::new(app);
+                let served = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+                if let Err(e) = served {
+                    debug!(%peer, error = %e, "webhook connection ended with an error");
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn review(
+    State(client): State<Client>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => return Json(AdmissionResponse::invalid(e.to_string()).into_review()),
+    };
+    let problems = match check(&client, &request).await {
+        Ok(problems) => problems,
+        Err(message) => vec![message],
+    };
+    let response = AdmissionResponse::from(&request);
+    let response = if problems.is_empty() {
+        response
+    } else {
+        let kind = &request.kind.kind;
+        let name = request.name.clone();
+        debug!(%kind, %name, "denied");
+        response.deny(format!("{kind} {name}: {}", problems.join("; ")))
+    };
+    Json(response.into_review())
+}
+
+fn decode<K: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<K, String> {
+    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    serde_json::from_value(value).map_err(|e| format!("not a valid {kind}: {e}"))
+}
+
+/// The reasons to deny `request` (empty: admit).
+async fn check(
+    client: &Client,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Result<Vec<String>, String> {
+    if request.operation == Operation::Delete || request.operation == Operation::Connect {
+        return Ok(Vec::new());
+    }
+    let Some(object) = &request.object else {
+        return Ok(Vec::new());
+    };
+    let namespace = request.namespace.clone().unwrap_or_default();
+    match request.kind.kind.as_str() {
+        "BootstrapTemplate" => {
+            let template: BootstrapTemplate = decode(object, "BootstrapTemplate")?;
+            let display = display_name(
+                TemplateKind::BootstrapTemplate,
+                Some(&namespace),
+                &request.name,
+            );
+            Ok(validate::template(&display, &template.spec))
+        }
+        "ClusterBootstrapTemplate" => {
+            let template: ClusterBootstrapTemplate = decode(object, "ClusterBootstrapTemplate")?;
+            let display = display_name(TemplateKind::ClusterBootstrapTemplate, None, &request.name);
+            Ok(validate::template(&display, &template.spec.0))
+        }
+        "BootplateConfig" => {
+            let config: BootplateConfig = decode(object, "BootplateConfig")?;
+            let template =
+                referenced_template(client, &namespace, &config.spec.template_ref).await?;
+            let mut problems = validate::config(
+                "spec",
+                &namespace,
+                &config.spec,
+                template.as_ref().map(|(d, s)| (d.as_str(), s)),
+            );
+            if let Some(old) = &request.old_object {
+                let old: BootplateConfig = decode(old, "BootplateConfig")?;
+                problems.extend(validate::config_update(&old, &config));
+            }
+            Ok(problems)
+        }
+        "BootplateConfigTemplate" => {
+            let config_template: BootplateConfigTemplate =
+                decode(object, "BootplateConfigTemplate")?;
+            let spec = &config_template.spec.template.spec;
+            let template = referenced_template(client, &namespace, &spec.template_ref).await?;
+            Ok(validate::config(
+                "spec.template.spec",
+                &namespace,
+                spec,
+                template.as_ref().map(|(d, s)| (d.as_str(), s)),
+            ))
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// The referenced template when it exists (a missing one is not an error at admission: the
+/// platform team may publish it later). Never looks outside the config's namespace.
+async fn referenced_template(
+    client: &Client,
+    namespace: &str,
+    template_ref: &crd_types::TemplateRef,
+) -> Result<Option<(String, TemplateSpec)>, String> {
+    if template_ref
+        .namespace
+        .as_deref()
+        .is_some_and(|ns| ns != namespace)
+        || template_ref.name.contains('/')
+    {
+        return Ok(None);
+    }
+    let found = match template_ref.kind {
+        TemplateKind::BootstrapTemplate => {
+            Api::<BootstrapTemplate>::namespaced(client.clone(), namespace)
+                .get_opt(&template_ref.name)
+                .await
+                .map(|t| t.map(|t| t.spec))
+        }
+        TemplateKind::ClusterBootstrapTemplate => {
+            Api::<ClusterBootstrapTemplate>::all(client.clone())
+                .get_opt(&template_ref.name)
+                .await
+                .map(|t| t.map(|t| t.spec.0))
+        }
+    };
+    let namespace = (template_ref.kind == TemplateKind::BootstrapTemplate).then_some(namespace);
+    match found {
+        Ok(spec) => Ok(spec.map(|spec| {
+            (
+                display_name(template_ref.kind, namespace, &template_ref.name),
+                spec,
+            )
+        })),
+        Err(e) => Err(format!(
+            "cannot read {} {}: {e}",
+            template_ref.kind, template_ref.name
+        )),
+    }
+}

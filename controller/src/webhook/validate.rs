@@ -1,0 +1,116 @@
+//! What the admission webhook checks, free of HTTP and TLS: each function returns the reasons
+//! to deny, each naming the field (and, for template text, the line and column).
+
+use crd_types::{BootplateConfig, BootplateConfigSpec, TemplateSpec};
+use render::{Origin, Severity};
+
+use crate::templates::check_template_namespace;
+
+/// Problems that make a template unusable: every template and partial compiles, variable
+/// declarations are unique and their defaults match their schema, `template` and `parts`
+/// are exclusive, part names are unique, and a sample render succeeds for every role.
+pub fn template(display: &str, spec: &TemplateSpec) -> Vec<String> {
+    render::lint(display, spec, None)
+        .into_iter()
+        .filter(|p| p.severity == Severity::Error)
+        .map(|p| p.to_string())
+        .collect()
+}
+
+/// Problems of a config spec at `field` (`spec`, or `spec.template.spec` in a config template)
+/// in `namespace`, checked against its template when that exists.
+pub fn config(
+    field: &str,
+    namespace: &str,
+    spec: &BootplateConfigSpec,
+    template: Option<(&str, &TemplateSpec)>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Err(e) = check_template_namespace(&spec.template_ref, namespace) {
+        problems.push(format!(
+            "{field}.{}",
+            e.to_string().trim_start_matches("spec.")
+        ));
+    }
+    if spec.template_ref.name.contains('/') {
+        problems.push(format!(
+            "{field}.templateRef.name: {:?} is not a name; a config can only reference a {} by name",
+            spec.template_ref.name, spec.template_ref.kind
+        ));
+    }
+    for (index, file) in spec.files.iter().enumerate() {
+        let path = format!("{field}.files[{index}]");
+        match (&file.content, &file.content_from) {
+            (Some(_), Some(_)) => problems.push(format!(
+                "{path}: set either content or contentFrom, not both"
+            )),
+            (None, None) => problems.push(format!("{path}: set content or contentFrom")),
+            _ => {}
+        }
+        if let Some(source) = &file.content_from {
+            if let Some(other) = source
+                .secret
+                .namespace
+                .as_deref()
+                .filter(|ns| *ns != namespace)
+            {
+                problems.push(format!(
+                    "{path}.contentFrom.secret.namespace: Secrets are read only from the config's own namespace {namespace}, not {other}"
+                ));
+            }
+            if source.secret.name.is_empty() || source.secret.name.contains('/') {
+                problems.push(format!(
+                    "{path}.contentFrom.secret.name: {:?} is not a Secret name",
+                    source.secret.name
+                ));
+            }
+        }
+    }
+    if let Some((display, template)) = template {
+        // Render with the config's variables and sample context; file contents from Secrets are
+        // not read here, so stand-ins keep the render going.
+        let mut sample = spec.clone();
+        for file in &mut sample.files {
+            if file.content_from.take().is_some() {
+                file.content = Some(String::new());
+            }
+        }
+        let skipped: Vec<_> = spec
+            .skip_parts
+            .iter()
+            .filter(|name| !template.parts.iter().any(|p| &p.name == *name))
+            .collect();
+        for name in skipped {
+            problems.push(format!("{field}.skipParts: {display} has no part {name:?}"));
+        }
+        problems.extend(
+            render::lint(display, template, Some(&sample))
+                .into_iter()
+                .filter(|p| p.severity == Severity::Error && p.origin == Origin::Config)
+                .map(|p| {
+                    format!(
+                        "{field}: {}",
+                        p.to_string().trim_start_matches("the config's ")
+                    )
+                }),
+        );
+    }
+    problems
+}
+
+/// On update: `spec.templateRef` is fixed once the data Secret is written, so a Machine never
+/// silently switches to a different template after it was bootstrapped.
+pub fn config_update(old: &BootplateConfig, new: &BootplateConfig) -> Vec<String> {
+    let written = old
+        .status
+        .as_ref()
+        .is_some_and(|s| s.ready || s.data_secret_name.is_some());
+    if written && old.spec.template_ref != new.spec.template_ref {
+        vec![format!(
+            "spec.templateRef is immutable once the data Secret is written (was {} {}); create a new config instead",
+            old.spec.template_ref.kind, old.spec.template_ref.name
+        )]
+    } else {
+        Vec::new()
+    }
+}
