@@ -26,6 +26,20 @@ use crate::limit::{Budget, LimitedWriter};
 /// costs a few KiB of stack in a debug build, so 64 levels stay far below a 2 MiB thread stack.
 pub const MAX_DEPTH: usize = 64;
 
+/// handlebars computes each parsed element's line and column by scanning the text from its
+/// start, so compiling takes time proportional to (number of `{{`) × (text length). A text may
+/// cost at most this much (64 KiB with 1024 mustaches, about 0.2 s in a release build); a big
+/// text can be split into partials, which are compiled separately.
+pub const MAX_TEXT_COST: u64 = 1 << 26;
+/// The cost all texts of one template may add up to.
+pub const MAX_TEMPLATE_COST: u64 = 1 << 28;
+
+/// Most partial inclusions one text may expand to (counting inclusions inside included
+/// partials, but not loop iterations). Each inclusion copies the render context, so a template
+/// whose partials include each other ten times over, five levels deep, would spend seconds
+/// producing nothing.
+pub const MAX_PARTIAL_EXPANSIONS: u64 = 10_000;
+
 /// A text field of the spec: literal text (no `{{`) skips handlebars, everything else is a
 /// registered template named by its field path.
 #[derive(Clone, Debug)]
@@ -69,6 +83,8 @@ pub(crate) struct Engine {
     fields: BTreeMap<String, String>,
     analyses: BTreeMap<String, Analysis>,
     partial_names: BTreeSet<String>,
+    /// Compile cost spent so far (see [`MAX_TEXT_COST`]).
+    cost: u64,
 }
 
 impl Engine {
@@ -83,6 +99,7 @@ impl Engine {
             fields: BTreeMap::new(),
             analyses: BTreeMap::new(),
             partial_names: BTreeSet::new(),
+            cost: 0,
         }
     }
 
@@ -104,6 +121,26 @@ impl Engine {
 
     fn compile(&mut self, name: &str, field: &str, text: &str, problems: &mut Vec<Problem>) {
         self.fields.insert(name.to_owned(), field.to_owned());
+        let mustaches = text.matches("{{").count() as u64;
+        let cost = mustaches.saturating_mul(text.len() as u64);
+        self.cost = self.cost.saturating_add(cost);
+        if cost > MAX_TEXT_COST || self.cost > MAX_TEMPLATE_COST {
+            let what = if cost > MAX_TEXT_COST {
+                format!(
+                    "too large to compile: {} bytes with {mustaches} `{{{{`, and bytes × `{{{{` may be at most {MAX_TEXT_COST}",
+                    text.len()
+                )
+            } else {
+                format!(
+                    "too large to compile: together the template's texts exceed {MAX_TEMPLATE_COST} bytes × `{{{{`"
+                )
+            };
+            problems.push(Problem::template(
+                field,
+                format!("{what} (compile time grows with both; move parts of it into partials)"),
+            ));
+            return;
+        }
         let template = match Template::compile_with_name(text, name.to_owned()) {
             Ok(t) => t,
             Err(e) => {
@@ -131,6 +168,8 @@ impl Engine {
                 .map(|(position, message)| Problem::template(field, message).at(position)),
         );
         self.analyses.insert(name.to_owned(), analysis);
+        let mut template = template;
+        charge_steps(&mut template, field.starts_with("spec.partials."));
         self.registry.register_template(name, template);
     }
 
@@ -163,7 +202,15 @@ impl Engine {
             }
         };
         for (name, analysis) in &self.analyses {
-            let depth = self.effective_depth(analysis, &depths);
+            let (depth, expansions) = self.effective(analysis, &depths);
+            if expansions > MAX_PARTIAL_EXPANSIONS {
+                problems.push(Problem::template(
+                    &self.fields[name],
+                    format!(
+                        "includes partials {expansions} times counting the partials they include; the limit is {MAX_PARTIAL_EXPANSIONS}"
+                    ),
+                ));
+            }
             if depth > MAX_DEPTH {
                 problems.push(Problem::template(
                     &self.fields[name],
@@ -175,24 +222,35 @@ impl Engine {
         }
     }
 
-    fn effective_depth(&self, analysis: &Analysis, depths: &BTreeMap<&str, usize>) -> usize {
-        analysis
-            .partials
-            .iter()
-            .filter_map(|r| depths.get(r.name.as_str()).map(|d| r.depth + 1 + d))
-            .fold(analysis.depth, usize::max)
+    /// The nesting depth of a text counting the partials it includes, and how many partial
+    /// inclusions rendering it takes (without loops).
+    fn effective(
+        &self,
+        analysis: &Analysis,
+        partials: &BTreeMap<&str, (usize, u64)>,
+    ) -> (usize, u64) {
+        let mut depth = analysis.depth;
+        let mut expansions = 0u64;
+        for r in &analysis.partials {
+            if let Some((d, e)) = partials.get(r.name.as_str()) {
+                depth = depth.max(r.depth + 1 + d);
+                expansions = expansions.saturating_add(1).saturating_add(*e);
+            }
+        }
+        (depth, expansions)
     }
 
-    /// The effective depth of every compiled partial, or the first recursion found. Iterative
-    /// (explicit stack): a chain of thousands of partials cannot overflow the stack here.
-    fn partial_depths(&self) -> Result<BTreeMap<&str, usize>, Problem> {
+    /// The effective depth and expansion count of every compiled partial, or the first
+    /// recursion found. Iterative (explicit stack): a chain of thousands of partials cannot
+    /// overflow the stack here.
+    fn partial_depths(&self) -> Result<BTreeMap<&str, (usize, u64)>, Problem> {
         #[derive(Clone, Copy, PartialEq)]
         enum Mark {
             Open,
             Done,
         }
         let mut marks: BTreeMap<&str, Mark> = BTreeMap::new();
-        let mut depths: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut depths: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
         for start in self.partial_names.iter() {
             if marks.contains_key(start.as_str()) || !self.analyses.contains_key(start) {
                 continue;
@@ -230,8 +288,8 @@ impl Engine {
                         }
                     }
                 } else {
-                    let depth = self.effective_depth(&self.analyses[name], &depths);
-                    depths.insert(name, depth);
+                    let effective = self.effective(&self.analyses[name], &depths);
+                    depths.insert(name, effective);
                     marks.insert(name, Mark::Done);
                     path.pop();
                 }
@@ -487,6 +545,86 @@ fn path_raw(path: &handlebars::Path) -> String {
         handlebars::Path::Relative((_, raw)) => raw.clone(),
         handlebars::Path::Local((_, _, raw)) => raw.clone(),
     }
+}
+
+/// Makes loops and partials pay for their work. A loop body or partial prints nothing when its
+/// content is only conditions, so the output limit cannot bound, say, three nested `each` over a
+/// long list. Every `each` body and every partial therefore starts with an invisible call of the
+/// `__bootplate_step` helper, charging the body's size in elements against the render's work
+/// budget ([`crate::helpers::MAX_WORK`]).
+fn charge_steps(template: &mut Template, is_partial: bool) {
+    if is_partial {
+        let position = template.mapping.first().cloned();
+        insert_step(template, position);
+    }
+    let mut stack: Vec<&mut Template> = vec![template];
+    while let Some(t) = stack.pop() {
+        let Template {
+            elements, mapping, ..
+        } = t;
+        for (i, element) in elements.iter_mut().enumerate() {
+            match element {
+                TemplateElement::HelperBlock(h) => {
+                    let is_each = matches!(&h.name, Parameter::Name(n) if n == "each");
+                    if let Some(body) = h.template.as_mut() {
+                        if is_each {
+                            insert_step(body, mapping.get(i).cloned());
+                        }
+                        stack.push(body);
+                    }
+                    if let Some(inverse) = h.inverse.as_mut() {
+                        stack.push(inverse);
+                    }
+                }
+                TemplateElement::PartialBlock(d) => {
+                    if let Some(body) = d.template.as_mut() {
+                        stack.push(body);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Puts `{{__bootplate_step N}}` first in `body`, N being the number of elements in it, at
+/// `position` (the loop's) for error messages.
+fn insert_step(body: &mut Template, position: Option<TemplateMapping>) {
+    let weight = count_elements(body).max(1) as u64;
+    let Ok(mut step) =
+        Template::compile(&format!("{{{{{} {weight}}}}}", crate::helpers::STEP_HELPER))
+    else {
+        return;
+    };
+    let (Some(element), Some(own)) = (step.elements.pop(), step.mapping.pop()) else {
+        return;
+    };
+    body.elements.insert(0, element);
+    // Template::render looks positions up by element index: keep the two lists aligned.
+    if body.mapping.len() + 1 == body.elements.len() {
+        body.mapping.insert(0, position.unwrap_or(own));
+    }
+}
+
+/// Elements in a template, nested blocks included (bounded: the template is at most
+/// [`MAX_DEPTH`] deep and its text at most [`MAX_TEXT_COST`]).
+fn count_elements(template: &Template) -> usize {
+    let mut count = 0;
+    let mut stack = vec![template];
+    while let Some(t) = stack.pop() {
+        count += t.elements.len();
+        for element in &t.elements {
+            match element {
+                TemplateElement::HelperBlock(h) => {
+                    stack.extend(h.template.iter());
+                    stack.extend(h.inverse.iter());
+                }
+                TemplateElement::PartialBlock(d) => stack.extend(d.template.iter()),
+                _ => {}
+            }
+        }
+    }
+    count
 }
 
 /// Drops a parsed template without recursion: an `else if` chain of 100 000 branches is a

@@ -9,6 +9,7 @@
 //! Handlebars already provides `eq`, `ne`, `gt`, `gte`, `lt`, `lte`, `and`, `or`, `not`, `len`,
 //! `if`, `unless`, `each`, `with` and `lookup`; they are not redefined here.
 
+use std::cell::Cell;
 use std::io::Write;
 
 use base64::Engine as _;
@@ -66,10 +67,64 @@ impl HelperDef for Simple {
     }
 }
 
+/// How much work (template elements rendered inside loops and partials, see
+/// `engine::charge_steps`) one render may do: enough for loops over thousands of items, small
+/// enough that a render finishes in well under a second.
+pub const MAX_WORK: u64 = 50_000;
+
+/// The helper the engine puts at the start of every loop body and partial.
+pub(crate) const STEP_HELPER: &str = "__bootplate_step";
+
+thread_local! {
+    /// Work left in the render running on this thread. A render never yields the thread, so a
+    /// thread-local is exactly one render's budget.
+    static WORK_LEFT: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+/// Gives the render on this thread a fresh work budget until dropped.
+pub(crate) struct WorkBudget(u64);
+
+impl WorkBudget {
+    pub(crate) fn start() -> Self {
+        WorkBudget(WORK_LEFT.replace(MAX_WORK))
+    }
+}
+
+impl Drop for WorkBudget {
+    fn drop(&mut self) {
+        WORK_LEFT.set(self.0);
+    }
+}
+
+/// `{{__bootplate_step N}}`: charges N units of work, fails once the budget is spent.
+struct Step;
+
+impl HelperDef for Step {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        h: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut RenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let cost = h.param(0).and_then(|p| p.value().as_u64()).unwrap_or(1);
+        let left = WORK_LEFT.get();
+        if left < cost {
+            return Err(RenderErrorReason::Other(format!(
+                "loops and partials render more than {MAX_WORK} template elements in one render, the limit (loop over shorter lists, or nest fewer loops)"
+            ))
+            .into());
+        }
+        WORK_LEFT.set(left - cost);
+        Ok(ScopedJson::Derived(Value::String(String::new())))
+    }
+}
+
 /// Registers bootplate's helpers and removes `log` (it writes template data to the
 /// controller's log, where a token or key must never go).
 pub(crate) fn register(registry: &mut Handlebars<'static>) {
     registry.unregister_helper("log");
+    registry.register_helper(STEP_HELPER, Box::new(Step));
     let helpers: [(&'static str, &'static str, usize, HelperFn); 13] = [
         ("shell_quote", "shell_quote VALUE", 1, shell_quote),
         ("yaml_quote", "yaml_quote VALUE", 1, yaml_quote),

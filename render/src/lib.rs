@@ -25,8 +25,9 @@ use handlebars::Context;
 use serde_json::{Map, Value};
 
 pub use context::*;
-pub use engine::MAX_DEPTH;
+pub use engine::{MAX_DEPTH, MAX_PARTIAL_EXPANSIONS, MAX_TEMPLATE_COST, MAX_TEXT_COST};
 pub use error::{Origin, Position, Problem, RenderError, Severity};
+pub use helpers::MAX_WORK;
 pub use limit::{GZIP_EXPANSION, Limit, SECRET_LIMIT_BYTES};
 pub use lint::lint;
 pub use sample::{
@@ -176,6 +177,7 @@ impl CompiledTemplate {
         config: &BootplateConfigSpec,
         ctx: &RenderContext,
     ) -> Result<Rendered, RenderError> {
+        let _work = helpers::WorkBudget::start();
         let values = self.declarations.values(&self.object, &config.variables)?;
         let limit = Limit::new(self.max_output_bytes, config.max_output_bytes);
         let compress =

@@ -159,6 +159,8 @@ fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
             }
         }
     }
+    // The tree walk visits elements in no particular order; report them as they appear.
+    problems.sort_by(|a, b| (&a.field, a.position).cmp(&(&b.field, b.position)));
     if !whole_values {
         for (i, d) in t.declarations.list.iter().enumerate() {
             if !mentioned.contains(&d.decl.name) {

@@ -1,0 +1,282 @@
+//! Hostile values: quotes, a newline followed by a YAML key, handlebars syntax and non-ASCII
+//! text must come out as inert data, byte for byte. The scripts are run for real in a throw-away
+//! directory; the cloud-configs are parsed by PyYAML (cloud-init's reader) and serde_yaml.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use crd_types::{BootplateConfigSpec, Role};
+use render::{CompiledTemplate, sample_context};
+use serde_json::{Value, json};
+
+const HOSTILE: &[&str] = &[
+    "'; rm -rf / #",
+    "\"; rm -rf / #",
+    "value\ninjected: true",
+    "value\n- injected\nruncmd: [reboot]",
+    "{{values.other}} {{> nope}} {{#if}}",
+    "$(touch pwned) `touch pwned` ${HOME}",
+    "Grüße, 日本語, emoji 🚀, bidi \u{202e}, nbsp \u{a0}",
+    "trailing backslash \\",
+    "tab\tcarriage\rreturn",
+    "line separator \u{2028} next line \u{85}",
+    "  leading and trailing spaces  ",
+    "yes",
+    "- not a list",
+    "",
+];
+
+fn config(value: &str) -> BootplateConfigSpec {
+    BootplateConfigSpec {
+        variables: BTreeMap::from([
+            ("v".to_owned(), json!(value)),
+            ("other".to_owned(), json!("SHOULD-NOT-APPEAR")),
+        ]),
+        ..Default::default()
+    }
+}
+
+const VARIABLES: &str = r#"
+variables:
+  - name: v
+    schema: {type: string}
+  - name: other
+  - name: dir
+"#;
+
+fn compile(body: &str) -> CompiledTemplate {
+    let spec = common::spec_yaml(&format!("os: {{name: test}}\n{VARIABLES}{body}"));
+    CompiledTemplate::compile("BootstrapTemplate test/hostile", &spec)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn run_bash(script: &[u8], dir: &std::path::Path) {
+    let path = dir.join("user-data.sh");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("bash")
+        .arg(&path)
+        .current_dir(dir)
+        .output()
+        .expect("bash is required by this test");
+    assert!(
+        out.status.success(),
+        "script failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(script)
+    );
+}
+
+/// shell_quote in a raw script: the value reaches the command as one argument, unchanged.
+#[test]
+fn shell_quoted_values_arrive_byte_for_byte() {
+    let t = compile(
+        "format: script\ntemplate: |\n  #!/bin/bash\n  set -euo pipefail\n  printf '%s' {{shell_quote values.v}} > value\n  printf '%s\\n' {{shell_quote (default values.v \"-\")}} > words\n",
+    );
+    for value in HOSTILE {
+        let dir = tempfile::tempdir().unwrap();
+        let rendered = t
+            .render(&config(value), &sample_context(Role::Worker))
+            .unwrap();
+        run_bash(&rendered.data, dir.path());
+        let got = std::fs::read(dir.path().join("value")).unwrap();
+        assert_eq!(got, value.as_bytes(), "value {value:?}");
+        assert!(
+            !dir.path().join("pwned").exists(),
+            "command substitution ran"
+        );
+        let words = std::fs::read_to_string(dir.path().join("words")).unwrap();
+        assert_eq!(
+            words.lines().count(),
+            value.lines().count().max(1),
+            "{value:?} split into words"
+        );
+    }
+}
+
+/// The structured script writer: a value in a file's content (heredoc) and in a command
+/// argument (shell_quote) is written as data. The sentinel path is moved into the temp dir so
+/// the test can run unprivileged.
+#[test]
+fn structured_script_writes_hostile_content_exactly() {
+    let uid = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap();
+    let gid = String::from_utf8(Command::new("id").arg("-g").output().unwrap().stdout).unwrap();
+    let owner = format!("{}:{}", uid.trim(), gid.trim());
+    let t = compile(&format!(
+        r#"format: script
+parts:
+  - name: p
+    files:
+      - path: "{{{{values.dir}}}}/file"
+        owner: "{owner}"
+        content: "{{{{values.v}}}}"
+      - path: "{{{{values.dir}}}}/file-nl"
+        owner: "{owner}"
+        permissions: "0600"
+        content: "{{{{values.v}}}}\nBOOTPLATE_EOF\n"
+    commands:
+      - printf '%s' {{{{shell_quote values.v}}}} > {{{{shell_quote values.dir}}}}/arg
+"#
+    ));
+    for value in HOSTILE {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_string_lossy().to_string();
+        let mut cfg = config(value);
+        cfg.variables.insert("dir".to_owned(), json!(d));
+        let rendered = t.render(&cfg, &sample_context(Role::Worker)).unwrap();
+        let script = String::from_utf8(rendered.data)
+            .unwrap()
+            .replace("/run/cluster-api", &format!("{d}/run"));
+        run_bash(script.as_bytes(), dir.path());
+        assert_eq!(
+            std::fs::read(dir.path().join("file")).unwrap(),
+            value.as_bytes(),
+            "{value:?}"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("file-nl")).unwrap(),
+            format!("{value}\nBOOTPLATE_EOF\n").as_bytes()
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("arg")).unwrap(),
+            value.as_bytes()
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("file-nl"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
+
+fn parse_both(yaml: &[u8]) -> Value {
+    let py = common::pyyaml_to_json(yaml);
+    let rs: Value = serde_yaml::from_slice(yaml).expect("serde_yaml parses it");
+    assert_eq!(
+        py,
+        rs,
+        "PyYAML and serde_yaml disagree:\n{}",
+        String::from_utf8_lossy(yaml)
+    );
+    py
+}
+
+/// yaml_quote in a raw cloud-config: no key is injected, the value reads back unchanged.
+#[test]
+fn yaml_quoted_values_cannot_inject_keys() {
+    let t = compile(
+        "format: cloud-config\ntemplate: |\n  #cloud-config\n  write_files:\n    - path: /etc/hostile\n      content: {{yaml_quote values.v}}\n  runcmd:\n    - [echo, {{yaml_quote values.v}}]\n    - {{json values.v}}\n",
+    );
+    for value in HOSTILE {
+        let rendered = t
+            .render(&config(value), &sample_context(Role::Worker))
+            .unwrap();
+        let doc = parse_both(&rendered.data);
+        let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["runcmd", "write_files"], "{value:?}");
+        assert_eq!(doc["write_files"][0]["content"], json!(value));
+        assert_eq!(doc["runcmd"][0], json!(["echo", value]));
+        assert_eq!(doc["runcmd"][1], json!(value), "json output read as YAML");
+        assert_eq!(doc["write_files"].as_array().unwrap().len(), 1);
+    }
+}
+
+/// The cloud-config writer quotes whatever a structured template puts in content, paths and
+/// commands (here deliberately without any quoting helper).
+#[test]
+fn structured_cloud_config_keeps_values_inert() {
+    let t = compile(
+        r#"format: cloud-config
+parts:
+  - name: p
+    files:
+      - path: /etc/hostile
+        content: "{{values.v}}"
+      - path: /etc/hostile-nl
+        content: "{{values.v}}\n"
+    commands:
+      - "{{values.v}}"
+"#,
+    );
+    for value in HOSTILE {
+        let rendered = t
+            .render(&config(value), &sample_context(Role::Worker))
+            .unwrap();
+        let doc = parse_both(&rendered.data);
+        let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["runcmd", "write_files"], "{value:?}");
+        let files = doc["write_files"].as_array().unwrap();
+        assert_eq!(files.len(), 2);
+        assert_eq!(files[0]["content"], json!(value));
+        assert_eq!(files[1]["content"], json!(format!("{value}\n")));
+        assert!(doc["runcmd"].as_array().unwrap().contains(&json!(value)));
+        let path = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(path.path(), &rendered.data).unwrap();
+        common::check_cloud_config(path.path());
+    }
+}
+
+/// Handlebars syntax inside a value is never evaluated.
+#[test]
+fn template_syntax_in_values_is_not_evaluated() {
+    let t = compile("format: script\ntemplate: \"#!/bin/sh\\n{{values.v}}\"\n");
+    let rendered = t
+        .render(&config("{{values.other}}"), &sample_context(Role::Worker))
+        .unwrap();
+    assert_eq!(rendered.data, b"#!/bin/sh\n{{values.other}}");
+}
+
+/// Ignition: the JSON writer keeps every value as a string, and the config validates.
+#[test]
+fn ignition_keeps_values_inert() {
+    let t = compile(
+        r#"format: ignition
+parts:
+  - name: p
+    files:
+      - path: /etc/hostile
+        content: "{{values.v}}"
+    commands:
+      - echo {{shell_quote values.v}}
+"#,
+    );
+    for value in HOSTILE {
+        let rendered = t
+            .render(&config(value), &sample_context(Role::Worker))
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&rendered.data).unwrap();
+        let source = doc["storage"]["files"][0]["contents"]["source"]
+            .as_str()
+            .unwrap();
+        assert_eq!(decode_data_url(source), value.as_bytes(), "{value:?}");
+        let path = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(path.path(), &rendered.data).unwrap();
+        common::check_ignition(path.path());
+    }
+}
+
+fn decode_data_url(url: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    if let Some(b64) = url.strip_prefix("data:;base64,") {
+        return base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+    }
+    let data = url.strip_prefix("data:,").unwrap().as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < data.len() {
+        if data[i] == b'%' {
+            out.push(
+                u8::from_str_radix(std::str::from_utf8(&data[i + 1..i + 3]).unwrap(), 16).unwrap(),
+            );
+            i += 3;
+        } else {
+            out.push(data[i]);
+            i += 1;
+        }
+    }
+    out
+}
