@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cli;
+
 /// bootplate: a Cluster API bootstrap provider whose bootstrap data comes from templates
 /// published as Kubernetes objects.
 #[derive(Parser)]
@@ -19,6 +21,10 @@ struct Cli {
 enum Command {
     /// Run the controller: watch BootplateConfigs and render their data Secrets.
     Run(Box<bootplate::flags::RunArgs>),
+    /// Render a template offline: template + Machine + Cluster (+ config) files to user-data.
+    Render(cli::render::RenderArgs),
+    /// Check template files offline; prints FILE:LINE:COL: problem lines.
+    Lint(cli::lint::LintArgs),
     /// Print the CustomResourceDefinitions of all bootplate kinds as one multi-document YAML.
     Crds {
         /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead
@@ -32,6 +38,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run(*args),
+        Command::Render(args) => cli::render::run(&args),
+        Command::Lint(args) => cli::lint::run(&args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
     }
 }

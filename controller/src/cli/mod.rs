@@ -1,0 +1,22 @@
+//! The offline commands: `bootplate render` and `bootplate lint`. They read YAML files, use the
+//! render engine exactly as the controller does, and talk to no cluster.
+//!
+//! Exit codes: 0 success, 1 the template failed (render or lint), 2 bad usage or unreadable
+//! input (clap's usage errors exit with 2 too).
+
+pub mod input;
+pub mod lint;
+pub mod render;
+
+use std::process::ExitCode;
+
+/// The template rendered / linted cleanly.
+pub const EXIT_OK: u8 = 0;
+/// Rendering failed, or lint found errors.
+pub const EXIT_FAILED: u8 = 1;
+/// Bad usage or unreadable input.
+pub const EXIT_INPUT: u8 = 2;
+
+fn exit(code: u8) -> ExitCode {
+    ExitCode::from(code)
+}

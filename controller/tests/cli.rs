@@ -1,0 +1,365 @@
+//! `bootplate render` and `bootplate lint` as a user runs them: the shipped examples, exit
+//! codes, messages on stderr, and FILE:LINE:COL pointing at the right line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+fn bootplate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bootplate"))
+        .args(args)
+        .current_dir(repo(""))
+        .output()
+        .expect("bootplate runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// Runs a tool that the test needs; a missing tool fails the test.
+fn tool(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} is required (tests/scripts/install-tools.sh): {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+const EXAMPLE: [&str; 6] = [
+    "render",
+    "--template",
+    "examples/ubuntu-2404.yaml",
+    "--cluster",
+    "examples/cluster.yaml",
+    "--machine",
+];
+
+fn render_example(machine: &str, extra: &[&str]) -> Output {
+    let mut args = EXAMPLE.to_vec();
+    args.push(machine);
+    args.extend_from_slice(extra);
+    bootplate(&args)
+}
+
+fn check_cloud_config(data: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("user-data");
+    std::fs::write(&path, data).unwrap();
+    tool(
+        "cloud-init",
+        &["schema", "--config-file", &path.to_string_lossy()],
+    );
+}
+
+#[test]
+fn readme_command_renders_a_valid_init_cloud_config() {
+    let out = render_example("examples/machine-control-plane.yaml", &[]);
+    assert_exit(&out, 0);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let user_data = text(&out.stdout);
+    assert!(user_data.starts_with("#cloud-config\n"));
+    assert!(user_data.contains("kubeadm init") && !user_data.contains("kubeadm join"));
+    assert!(user_data.contains("kind: InitConfiguration"));
+    assert!(
+        user_data.contains("-----BEGIN CERTIFICATE-----"),
+        "throw-away certificates"
+    );
+    assert!(user_data.contains("kubernetesVersion: \"v1.31.2\""));
+    check_cloud_config(&out.stdout);
+}
+
+#[test]
+fn worker_role_comes_from_labels_and_gets_no_private_key() {
+    let out = render_example(
+        "examples/machine-worker.yaml",
+        &["--config", "examples/config.yaml"],
+    );
+    assert_exit(&out, 0);
+    let user_data = text(&out.stdout);
+    assert!(user_data.contains("kubeadm join") && user_data.contains("kind: JoinConfiguration"));
+    assert!(!user_data.contains("PRIVATE KEY"));
+    assert!(user_data.contains("apiServerEndpoint: \"10.0.0.100:6443\""));
+    assert!(
+        user_data.contains("HTTP_PROXY=http://proxy.example.com:3128"),
+        "config variable"
+    );
+    assert!(
+        user_data.contains("This machine was provisioned by bootplate."),
+        "config file"
+    );
+    check_cloud_config(&out.stdout);
+    // A random, well-formed token each time.
+    let token = |s: &str| {
+        s.lines()
+            .find_map(|l| l.trim().strip_prefix("token: "))
+            .unwrap()
+            .to_owned()
+    };
+    let again = text(&render_example("examples/machine-worker.yaml", &[]).stdout);
+    assert_ne!(token(&user_data), token(&again));
+    assert_eq!(token(&again).len(), "\"abcdef.0123456789abcdef\"".len());
+}
+
+#[test]
+fn role_token_and_ca_can_be_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+    tool(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=test-ca",
+            "-days",
+            "1",
+            "-keyout",
+            &key.to_string_lossy(),
+            "-out",
+            &cert.to_string_lossy(),
+        ],
+    );
+    // The CA hash as kubeadm's documentation computes it.
+    let hash = tool(
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "openssl x509 -pubkey -in {} | openssl pkey -pubin -outform der | sha256sum",
+                cert.display()
+            ),
+        ],
+    );
+    let hash = format!("sha256:{}", hash.split_whitespace().next().unwrap());
+    let output = dir.path().join("user-data");
+    let out = render_example(
+        "examples/machine-control-plane.yaml",
+        &[
+            "--role",
+            "control-plane-join",
+            "--token",
+            "abcdef.0123456789abcdef",
+            "--ca-cert",
+            &cert.to_string_lossy(),
+            "--ca-key",
+            &key.to_string_lossy(),
+            "--output",
+            &output.to_string_lossy(),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        out.stdout.is_empty(),
+        "--output writes the file, not stdout"
+    );
+    let user_data = std::fs::read_to_string(&output).unwrap();
+    assert!(user_data.contains("controlPlane: {}"), "control-plane-join");
+    assert!(user_data.contains("token: \"abcdef.0123456789abcdef\""));
+    assert!(user_data.contains(&hash), "CA hash {hash} not in output");
+    let cert_pem = std::fs::read_to_string(&cert).unwrap();
+    let first_line = cert_pem.lines().nth(1).unwrap();
+    assert!(
+        user_data.contains(first_line),
+        "the given CA certificate is written"
+    );
+}
+
+#[test]
+fn bad_input_exits_2() {
+    let cases: [&[&str]; 6] = [
+        &["render"],
+        &[
+            "render",
+            "--template",
+            "nope.yaml",
+            "--machine",
+            "examples/machine-worker.yaml",
+            "--cluster",
+            "examples/cluster.yaml",
+        ],
+        &[
+            "render",
+            "--template",
+            "examples/ubuntu-2404.yaml",
+            "--machine",
+            "examples/cluster.yaml",
+            "--cluster",
+            "examples/cluster.yaml",
+        ],
+        &[
+            "render",
+            "--template",
+            "examples/ubuntu-2404.yaml",
+            "--machine",
+            "examples/machine-worker.yaml",
+            "--cluster",
+            "examples/cluster.yaml",
+            "--token",
+            "bad",
+        ],
+        &[
+            "render",
+            "--template",
+            "examples/ubuntu-2404.yaml",
+            "--machine",
+            "examples/machine-worker.yaml",
+            "--cluster",
+            "examples/cluster.yaml",
+            "--ca-cert",
+            "examples/cluster.yaml",
+        ],
+        &["lint"],
+    ];
+    for args in cases {
+        let out = bootplate(args);
+        assert_exit(&out, 2);
+        assert!(out.stdout.is_empty());
+        assert!(!out.stderr.is_empty(), "{args:?} explains on stderr");
+    }
+    let out = bootplate(&[
+        "render",
+        "--template",
+        "examples/ubuntu-2404.yaml",
+        "--machine",
+        "examples/cluster.yaml",
+        "--cluster",
+        "examples/cluster.yaml",
+    ]);
+    assert!(text(&out.stderr).contains("examples/cluster.yaml: no Machine in this file"));
+}
+
+fn write_template(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("template.yaml");
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+const BROKEN: &str = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootstrapTemplate
+metadata:
+  name: broken
+  namespace: team-a
+spec:
+  os: {name: ubuntu}
+  format: cloud-config
+  variables:
+    - name: required
+      required: true
+      schema: {type: string}
+  parts:
+    - name: configure
+      commands:
+        - echo {{shell_quote values.required}}
+        - |
+          echo one
+          echo {{values.typo}}
+";
+
+#[test]
+fn render_failures_exit_1_with_the_reason_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = write_template(dir.path(), BROKEN);
+    let out = bootplate(&[
+        "render",
+        "--template",
+        &template.to_string_lossy(),
+        "--machine",
+        "examples/machine-worker.yaml",
+        "--cluster",
+        "examples/cluster.yaml",
+    ]);
+    assert_exit(&out, 1);
+    assert!(out.stdout.is_empty());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("BootstrapTemplate team-a/broken: variable `required`: required"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn lint_points_at_the_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = write_template(dir.path(), BROKEN);
+    let shown = template.to_string_lossy().to_string();
+    let out = bootplate(&["lint", &shown]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    // `{{values.typo}}` is on line 19, column 16 of the file.
+    let expected = format!(
+        "{shown}:19:16: error: spec.parts[0].commands[1]: `values.typo` is not declared in spec.variables"
+    );
+    assert!(stdout.lines().any(|l| l == expected), "{stdout}");
+    assert!(BROKEN.lines().nth(18).unwrap().find("{{values.typo}}") == Some(15));
+    // The sample render finds the same name undefined, at the same place.
+    assert!(
+        stdout.contains(&format!(
+            "{shown}:19:16: error: spec.parts[0].commands[1]: undefined variable `values.typo`"
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn lint_reports_syntax_errors_in_partials_and_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_template(
+        dir.path(),
+        "kind: ClusterBootstrapTemplate\nmetadata: {name: a}\nspec:\n  os: {name: x}\n  format: script\n  variables: [{name: unused}]\n  template: \"#!/bin/sh\\n\"\n---\nkind: ClusterBootstrapTemplate\nmetadata: {name: b}\nspec:\n  os: {name: x}\n  format: script\n  partials:\n    p: \"ok {{#if x}}\"\n  template: \"#!/bin/sh\\n{{> p}}\"\n",
+    );
+    let shown = path.to_string_lossy().to_string();
+    let out = bootplate(&["lint", &shown]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "{shown}:6:15: warning: spec.variables[0]: variable `unused` is declared"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{shown}:15:"))
+            && stdout.contains("error: spec.partials.p: syntax error"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn lint_accepts_the_examples_and_rejects_unreadable_files() {
+    let out = bootplate(&["lint", "examples/ubuntu-2404.yaml"]);
+    assert_exit(&out, 0);
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let out = bootplate(&["lint", "examples/ubuntu-2404.yaml", "does-not-exist.yaml"]);
+    assert_exit(&out, 2);
+    assert!(text(&out.stderr).contains("does-not-exist.yaml: cannot read"));
+    let out = bootplate(&["lint", "examples/cluster.yaml"]);
+    assert_exit(&out, 2);
+    let help = text(&bootplate(&["lint", "--help"]).stdout);
+    assert!(help.contains("FILE:LINE:COL") && help.contains("Exit codes"));
+}
