@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use bootplate::pki;
 use crd_types::capi::{Cluster, Machine};
 use crd_types::{BootplateConfigSpec, Role};
-use rand::Rng;
 use render::{Certificates, ClusterInfo, CompiledTemplate, JoinInfo, KeyPair, RenderContext};
 
 use super::input::{InputError, TEMPLATE_KINDS, YamlFile, template};
@@ -228,17 +227,9 @@ fn valid_token(t: &str) -> bool {
         .is_some_and(|(id, secret)| ok(id, 6) && ok(secret, 16))
 }
 
-/// A random bootstrap token in kubeadm's format.
+/// A random bootstrap token in kubeadm's format (the one the controller creates).
 fn random_token() -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    let mut pick = |n: usize| -> String {
-        (0..n)
-            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-            .collect()
-    };
-    let id = pick(6);
-    format!("{id}.{}", pick(16))
+    bootplate::token::Token::generate().expose()
 }
 
 #[cfg(test)]
