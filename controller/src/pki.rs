@@ -79,23 +79,52 @@ pub fn ca_cert_hash(cert_pem: &str) -> Result<String, PkiError> {
 }
 
 /// Checks that `pair.cert` is a certificate (or, for the service-account pair, a public key)
-/// and `pair.key` a private key, so garbage is reported where it is found.
+/// and `pair.key` a private key whose DER parses, and, for PKCS#8 keys (what bootplate and
+/// kubeadm write), that the key belongs to the certificate. Garbage is reported where it is
+/// found, not when a machine fails to boot.
 pub fn check_key_pair(pair: &KeyPair) -> Result<(), PkiError> {
+    use x509_parser::prelude::FromDer;
     let cert = first_pem(&pair.cert).map_err(PkiError::Certificate)?;
-    match cert.label.as_str() {
+    let public_key: Vec<u8> = match cert.label.as_str() {
         "CERTIFICATE" => {
-            cert.parse_x509()
+            let parsed = cert
+                .parse_x509()
                 .map_err(|e| PkiError::Certificate(e.to_string()))?;
+            parsed
+                .tbs_certificate
+                .subject_pki
+                .subject_public_key
+                .data
+                .to_vec()
         }
-        "PUBLIC KEY" | "RSA PUBLIC KEY" => {}
+        "PUBLIC KEY" => {
+            let (_, spki) = x509_parser::x509::SubjectPublicKeyInfo::from_der(&cert.contents)
+                .map_err(|e| PkiError::Certificate(format!("not a public key: {e}")))?;
+            spki.subject_public_key.data.to_vec()
+        }
+        "RSA PUBLIC KEY" => Vec::new(),
         other => return Err(PkiError::Certificate(format!("PEM block is {other:?}"))),
-    }
+    };
     let key = first_pem(&pair.key).map_err(PkiError::PrivateKey)?;
     if !key.label.ends_with("PRIVATE KEY") || key.contents.is_empty() {
         return Err(PkiError::PrivateKey(format!(
             "PEM block is {:?}",
             key.label
         )));
+    }
+    match x509_parser::der_parser::parse_der(&key.contents) {
+        Ok(([], _)) => {}
+        _ => return Err(PkiError::PrivateKey("the key is not valid DER".to_owned())),
+    }
+    // rcgen (ring) reads PKCS#8 EC, Ed25519 and RSA keys; others are only checked to parse.
+    if key.label == "PRIVATE KEY"
+        && !public_key.is_empty()
+        && let Ok(loaded) = rcgen::KeyPair::from_pem(&pair.key)
+        && loaded.public_key_raw() != public_key.as_slice()
+    {
+        return Err(PkiError::PrivateKey(
+            "the key does not belong to the certificate".to_owned(),
+        ));
     }
     Ok(())
 }
@@ -157,5 +186,59 @@ mod tests {
         assert!(ca_cert_hash(&ca.key).is_err(), "a key is not a certificate");
         let sa = generate_service_account_key().unwrap();
         check_key_pair(&sa).unwrap();
+        // A key that parses but belongs to another certificate.
+        let other = generate_ca("other").unwrap();
+        let mismatched = KeyPair {
+            cert: ca.cert.clone(),
+            key: other.key.clone(),
+        };
+        assert!(
+            matches!(check_key_pair(&mismatched), Err(PkiError::PrivateKey(m)) if m.contains("does not belong"))
+        );
+        let sa_mismatch = KeyPair {
+            cert: sa.cert.clone(),
+            key: ca.key.clone(),
+        };
+        assert!(check_key_pair(&sa_mismatch).is_err());
+        // A key whose base64 decodes to something that is not DER.
+        let not_der = KeyPair {
+            cert: ca.cert.clone(),
+            key: "-----BEGIN PRIVATE KEY-----\naGVsbG8gd29ybGQ=\n-----END PRIVATE KEY-----\n"
+                .into(),
+        };
+        assert!(
+            matches!(check_key_pair(&not_der), Err(PkiError::PrivateKey(m)) if m.contains("DER"))
+        );
+    }
+
+    #[test]
+    fn keys_written_by_openssl_are_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+        let status = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=kubernetes",
+                "-days",
+                "1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .expect("openssl is required (tests/scripts/install-tools.sh)");
+        assert!(status.status.success(), "{status:?}");
+        let pair = KeyPair {
+            cert: std::fs::read_to_string(&cert).unwrap(),
+            key: std::fs::read_to_string(&key).unwrap(),
+        };
+        check_key_pair(&pair).unwrap();
+        ca_cert_hash(&pair.cert).unwrap();
     }
 }

@@ -191,6 +191,15 @@ impl CompiledTemplate {
         let context = self.context(config, ctx, values)?;
         let text = match &self.body {
             Body::Raw(text) => {
+                if !config.skip_parts.is_empty() {
+                    return Err(RenderError::failed(
+                        &self.object,
+                        Problem::config(
+                            "spec.skipParts[0]",
+                            "the template has no parts to skip (it has a raw spec.template)",
+                        ),
+                    ));
+                }
                 let out = self
                     .engine
                     .render(text, &context, &mut budget)

@@ -417,6 +417,16 @@ fn config_errors_name_the_config_field() {
         }],
         ..Default::default()
     };
+    let e = render_err(
+        "format: script\ntemplate: \"#!/bin/sh\"\n",
+        &BootplateConfigSpec {
+            skip_parts: vec!["install".into()],
+            ..Default::default()
+        },
+        Role::Worker,
+    );
+    assert_mentions(&e, &["the config's spec.skipParts[0]", "no parts to skip"]);
+
     let e = render_err(yaml, &config, Role::Worker);
     assert_eq!(e.reason(), reason::FILE_SOURCE_ERROR);
     assert_mentions(&e, &["the config's spec.files[0].content", "contentFrom"]);

@@ -113,3 +113,30 @@ fn goldens_differ_by_role_as_the_template_says() {
     let sentinel = worker.find("bootstrap-success.complete").unwrap();
     assert!(pre < apt && apt < post && post < sentinel);
 }
+
+/// The benchmark's template is a real one: it renders for every role and passes
+/// `cloud-init schema`, so the figure in docs/benchmarks.md measures valid output.
+#[test]
+fn benchmark_template_renders_valid_cloud_config() {
+    let spec: crd_types::TemplateSpec =
+        serde_yaml::from_str(include_str!("../benches/kubeadm.yaml")).unwrap();
+    let config: crd_types::BootplateConfigSpec = serde_yaml::from_str(
+        "templateRef: {kind: ClusterBootstrapTemplate, name: bench}\nvariables:\n  httpProxy: http://proxy.example.com:3128\n  ntpServers: [ntp1.example.com]\n  nodeLabels: tier=web\n  apiServerExtraArgs: {profiling: \"false\"}\n",
+    )
+    .unwrap();
+    assert_eq!(spec.variables.len(), 40);
+    assert_eq!(spec.partials.len(), 3);
+    let compiled = CompiledTemplate::compile("ClusterBootstrapTemplate bench", &spec)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(render::lint("ClusterBootstrapTemplate bench", &spec, Some(&config)).is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    for role in Role::ALL {
+        let rendered = compiled.render(&config, &sample_context(role)).unwrap();
+        let path = dir.path().join(format!("{role}.yaml"));
+        std::fs::write(&path, &rendered.data).unwrap();
+        common::check_cloud_config(&path);
+        let text = String::from_utf8(rendered.data).unwrap();
+        let kubeadm = text.split("/run/kubeadm/kubeadm.yaml").nth(1).unwrap();
+        assert!(kubeadm.contains("KubeletConfiguration"));
+    }
+}
