@@ -121,11 +121,7 @@ fn format_problem(file: &str, positions: &Positions, document: usize, p: &Proble
     let role = p.role.map(|r| format!(" (role {r})")).unwrap_or_default();
     match p.origin {
         Origin::Template => {
-            let (line, col) = positions.locate(
-                document,
-                &format!("spec.{}", p.field.trim_start_matches("spec.")),
-                p.position,
-            );
+            let (line, col) = positions.locate(document, &p.field, p.position);
             format!(
                 "{file}:{line}:{col}: {}: {}: {}{role}",
                 p.severity, p.field, p.message
