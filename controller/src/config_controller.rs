@@ -39,7 +39,7 @@ struct Rendered {
 
 /// Reconciles one config.
 pub async fn reconcile(config: Arc<BootplateConfig>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.stores.wait_until_ready().await;
+    ctx.synced().await;
     let started = Instant::now();
     let key = format!(
         "{}/{}",
@@ -231,6 +231,7 @@ async fn render_config(
         None
     };
     let role = role::decide(&ctx.client, &ctx.stores, &cluster, &machine, recorded).await?;
+    debug!(%role, template = %template.display, "role decided");
     if role == Role::Init && cluster.control_plane_initialized() {
         role::release_init_lock(&ctx.client, &cluster).await?;
     }
@@ -243,6 +244,7 @@ async fn render_config(
     }
 
     let (certs, join) = credentials(ctx, config, &cluster, role, endpoint.address()).await?;
+    debug!("credentials gathered");
     let spec = resolve_files(ctx, config).await?;
     let context = RenderContext::new(&cluster, &machine, role, join, certs);
     let render_started = Instant::now();

@@ -54,21 +54,16 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// Waits until every store holds its initial listing, so a reconcile never mistakes a
-    /// cache still filling for a missing object.
+    /// Waits until the stores of related objects hold their initial listing. Only one task may
+    /// wait here: a store's readiness wakes a single waiter, so reconciles wait on
+    /// [`Context::synced`] instead, which this feeds. The configs store is left out: the
+    /// controller itself holds every reconcile until it is ready, and is its one waiter.
     pub async fn wait_until_ready(&self) {
         // A dropped writer means the controller is shutting down; nothing to wait for then.
-        let _ = self.configs.wait_until_ready().await;
         let _ = self.machines.wait_until_ready().await;
         let _ = self.clusters.wait_until_ready().await;
         let _ = self.templates.wait_until_ready().await;
         let _ = self.cluster_templates.wait_until_ready().await;
-    }
-
-    /// Whether every store holds its initial listing.
-    pub fn is_ready(&self) -> bool {
-        use futures::FutureExt;
-        self.wait_until_ready().now_or_never().is_some()
     }
 
     /// The Machine `name` in `namespace`.
@@ -98,6 +93,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Prometheus metrics.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Becomes true once every store holds its initial listing (any number of waiters).
+    synced: tokio::sync::watch::Receiver<bool>,
+    mark_synced: tokio::sync::watch::Sender<bool>,
 }
 
 impl Context {
@@ -113,6 +111,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let (mark_synced, synced) = tokio::sync::watch::channel(false);
         Context {
             client,
             settings,
@@ -121,6 +120,23 @@ impl Context {
             workloads: WorkloadClients::default(),
             recorder,
             metrics,
+            synced,
+            mark_synced,
         }
+    }
+
+    /// Waits until the stores hold their initial listing, so a reconcile never mistakes a
+    /// cache still filling for a missing object.
+    pub async fn synced(&self) {
+        let mut synced = self.synced.clone();
+        // An error means the sender is gone: the process is shutting down.
+        let _ = synced.wait_for(|ready| *ready).await;
+    }
+
+    /// Waits for the stores (the one waiter on them) and then releases every reconcile waiting
+    /// in [`Context::synced`].
+    pub async fn watch_stores(&self) {
+        self.stores.wait_until_ready().await;
+        let _ = self.mark_synced.send(true);
     }
 }

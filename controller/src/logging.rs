@@ -5,12 +5,19 @@ use tracing_subscriber::EnvFilter;
 
 use crate::flags::LogFormat;
 
+/// Library log targets capped whatever the filter says, because their verbose levels print
+/// data bootplate must keep secret: handlebars logs the render context (tokens, keys) at debug.
+const CAPPED: &[&str] = &["handlebars=error"];
+
 /// Installs the global subscriber: `filter` (else RUST_LOG, else `info`), text or JSON, on stderr.
 pub fn init(format: LogFormat, filter: Option<&str>) -> anyhow::Result<()> {
-    let filter = match filter {
+    let mut filter = match filter {
         Some(f) => EnvFilter::try_new(f)?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    for directive in CAPPED {
+        filter = filter.add_directive(directive.parse()?);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

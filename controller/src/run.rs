@@ -200,9 +200,9 @@ pub async fn run(
         stores,
         metrics,
     ));
-    let synced = ctx.stores.clone();
+    let synced = ctx.clone();
     tokio::spawn(async move {
-        synced.wait_until_ready().await;
+        synced.watch_stores().await;
         readiness.set(true);
         info!("caches synced");
     });

@@ -33,6 +33,7 @@ pub struct ControllerProcess {
     log: PathBuf,
     metrics_port: u16,
     health_port: u16,
+    pid_at_start: u32,
 }
 
 /// A plain HTTP/1.0 GET on loopback: status code and body, or `None` when nothing answers.
@@ -66,17 +67,22 @@ impl ControllerProcess {
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
             .args(extra)
-            .env("RUST_LOG", "info,bootplate=debug")
+            .env(
+                "RUST_LOG",
+                "info,bootplate=debug,kube_client=debug,kube_runtime=debug",
+            )
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
             .spawn()
             .context("starting bootplate run")?;
+        let pid_at_start = child.id();
         let mut process = ControllerProcess {
             child: Some(child),
             log: log.to_owned(),
             metrics_port,
             health_port,
+            pid_at_start,
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while http_get(health_port, "/healthz").is_none() {
@@ -143,6 +149,20 @@ impl Drop for ControllerProcess {
         // A failing test shows what the controller said; its data directory is gone after.
         if std::thread::panicking() {
             let log = self.log();
+            // Keep the whole log past the data directory's removal.
+            let kept = std::env::temp_dir().join("bootplate-failed-logs");
+            if std::fs::create_dir_all(&kept).is_ok() {
+                let name = format!(
+                    "{}-{}",
+                    self.pid_at_start,
+                    self.log
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("log")
+                );
+                let _ = std::fs::write(kept.join(&name), &log);
+                eprintln!("full controller log kept at {}", kept.join(name).display());
+            }
             let lines: Vec<&str> = log.lines().collect();
             eprintln!(
                 "--- last lines of the controller log {} ---\n{}",

@@ -5,8 +5,10 @@
 //! `BOOTPLATE_KUBE_APISERVER` or the script's cache location. A missing binary fails the test
 //! with a message saying how to build it: integration tests never skip silently.
 
+pub mod capi_env;
 pub mod controller;
 pub mod fixtures;
+pub mod rbac;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,240 @@
+//! What operators rely on: leader election on a Lease, the metrics, and logs that never carry
+//! a secret.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use testenv::capi_env::{WAIT, cluster_template, env, field, publish_cluster_template};
+use testenv::controller::ControllerProcess;
+use testenv::eventually;
+
+const LEASE_NS: &str = "bootplate-system";
+const LEASE: &str = "bootplate-leader";
+
+async fn holder(env: &testenv::capi_env::Env) -> Option<String> {
+    let lease = Api::<Lease>::namespaced(env.client.clone(), LEASE_NS)
+        .get_opt(LEASE)
+        .await
+        .unwrap()?;
+    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+fn reconciles(process: &ControllerProcess) -> u64 {
+    let metrics = process.metrics().unwrap_or_default();
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("bootplate_reconciles_total{") && l.contains("controller=\"config\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn is_leader(process: &ControllerProcess) -> bool {
+    process
+        .metrics()
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l == "bootplate_leader 1")
+}
+
+#[tokio::test]
+async fn one_leader_reconciles_and_a_standby_takes_over() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("c1", false).await;
+    env.set_cluster_status("c1", true, true).await;
+    env.cluster_ca("c1").await;
+    // A long lease: a takeover after SIGTERM must not wait for it.
+    let flags = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        LEASE_NS,
+        "--leader-elect-lease-duration",
+        "20s",
+        "--leader-elect-renew-deadline",
+        "15s",
+        "--leader-elect-retry-period",
+        "1s",
+    ];
+    let mut a = env.controller_logging_to("a.log", &flags);
+    let mut b = env.controller_logging_to("b.log", &flags);
+    let first = eventually("a leader", WAIT, || async { holder(&env).await }).await;
+    let (leader, standby) = if first.ends_with(&format!("-{}", a.pid())) {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    assert!(
+        first.ends_with(&format!("-{}", leader.pid())),
+        "holder {first} is one of the two"
+    );
+
+    env.machine("c1", "w-0", false, cluster_template("probe"))
+        .await;
+    env.wait_ready("w-0").await;
+    assert!(reconciles(leader) > 0, "the leader reconciles");
+    assert_eq!(reconciles(standby), 0, "the standby does not reconcile");
+    assert!(is_leader(leader) && !is_leader(standby));
+    assert_eq!(standby.readyz(), Some(200), "a standby is ready");
+
+    // SIGTERM: the leader releases the Lease and exits cleanly; the standby takes over at its
+    // next poll, long before the 20 s lease would expire.
+    let released_at = Instant::now();
+    let status = leader.terminate().unwrap();
+    assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+    let second = eventually("the standby takes over", WAIT, || async {
+        holder(&env).await.filter(|h| *h != first)
+    })
+    .await;
+    let takeover = released_at.elapsed();
+    assert!(
+        takeover < Duration::from_secs(8),
+        "takeover after release took {takeover:?}"
+    );
+    assert!(second.ends_with(&format!("-{}", standby.pid())));
+    env.machine("c1", "w-1", false, cluster_template("probe"))
+        .await;
+    env.wait_ready("w-1").await;
+
+    // SIGKILL: a third instance stands by; the dead leader's Lease expires and it finishes the
+    // configs created meanwhile.
+    let mut c = env.controller_logging_to("c.log", &flags);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    standby.kill();
+    env.machine("c1", "w-2", false, cluster_template("probe"))
+        .await;
+    let third = eventually(
+        "the third instance takes over",
+        Duration::from_secs(60),
+        || async { holder(&env).await.filter(|h| *h != second) },
+    )
+    .await;
+    assert!(third.ends_with(&format!("-{}", c.pid())));
+    env.wait_ready("w-2").await;
+    assert!(c.is_running());
+}
+
+#[tokio::test]
+async fn metrics_count_what_happened_and_logs_hold_no_secret() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("c1", false).await;
+    env.set_cluster_status("c1", true, true).await;
+    env.cluster_ca("c1").await;
+    // Everything the controller and its libraries log, at the most verbose level.
+    let controller = env.controller_logging_to(
+        "trace.log",
+        &["--log-level", "trace", "--log-format", "json"],
+    );
+    let workers = ["w-0", "w-1", "w-2"];
+    for name in workers {
+        env.machine("c1", name, false, cluster_template("probe"))
+            .await;
+    }
+    for name in workers {
+        env.wait_ready(name).await;
+    }
+    // A node joins: its token is deleted.
+    env.set_node_ref("w-0").await;
+    eventually("w-0 token deleted", WAIT, || async {
+        (env.tokens().await.len() == 2).then_some(())
+    })
+    .await;
+
+    let metrics = eventually("metrics settled", WAIT, || async {
+        let m = controller.metrics()?;
+        m.contains("bootplate_bootstrap_tokens_total{action=\"deleted\"} 1")
+            .then_some(m)
+    })
+    .await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("series {series} missing:\n{metrics}"))
+    };
+    assert_eq!(value("bootplate_data_secrets_written_total"), 3.0);
+    assert_eq!(
+        value("bootplate_bootstrap_tokens_total{action=\"created\"}"),
+        3.0
+    );
+    assert_eq!(value("bootplate_configs{state=\"ready\"}"), 3.0);
+    assert_eq!(value("bootplate_configs{state=\"waiting\"}"), 0.0);
+    assert_eq!(value("bootplate_templates{validity=\"valid\"}"), 1.0);
+    assert_eq!(value("bootplate_config_time_to_ready_seconds_count"), 3.0);
+    assert!(value("bootplate_reconciles_total{controller=\"config\",result=\"ready\"}") >= 3.0);
+    // Every reconcile of a config that has not bootstrapped renders (a no-op write is skipped).
+    assert!(
+        value(
+            "bootplate_render_duration_seconds_count{template=\"ClusterBootstrapTemplate/probe\"}"
+        ) >= 3.0
+    );
+    assert_eq!(value("bootplate_leader"), 1.0);
+    assert_eq!(value("bootplate_oldest_waiting_config_age_seconds"), 0.0);
+
+    // promtool accepts the exposition.
+    let out = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .output_with_stdin(metrics.as_bytes())
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // No token, key or rendered user-data in the log.
+    let log = controller.log();
+    assert!(
+        log.contains("bootstrap token created"),
+        "the log covers the token cycle"
+    );
+    for name in workers {
+        let user_data = env.user_data(name).await;
+        let token = field(&user_data, "token").unwrap();
+        let secret_part = token.split_once('.').unwrap().1;
+        let leak = log.lines().find(|l| l.contains(secret_part));
+        assert!(
+            leak.is_none(),
+            "the token of {name} is in the log: {}",
+            leak.unwrap_or_default()
+                .chars()
+                .take(600)
+                .collect::<String>()
+        );
+        assert!(
+            !log.contains(&user_data),
+            "the user-data of {name} is in the log"
+        );
+    }
+    let ca = env.secret("c1-ca").await.unwrap();
+    let key = String::from_utf8(ca.data.unwrap()["tls.key"].0.clone()).unwrap();
+    let key_body: String = key.lines().nth(1).unwrap().to_owned();
+    assert!(!log.contains(&key_body), "the CA key is in the log");
+    assert!(!log.contains("PRIVATE KEY"));
+    assert!(
+        !log.contains("# v1\n") && !log.contains("role=worker"),
+        "rendered user-data leaked"
+    );
+}
+
+trait OutputWithStdin {
+    fn output_with_stdin(&mut self, input: &[u8]) -> Option<std::process::Output>;
+}
+
+impl OutputWithStdin for std::process::Command {
+    fn output_with_stdin(&mut self, input: &[u8]) -> Option<std::process::Output> {
+        use std::io::Write;
+        let mut child = self
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        child.stdin.take()?.write_all(input).ok()?;
+        child.wait_with_output().ok()
+    }
+}
