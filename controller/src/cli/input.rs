@@ -146,6 +146,8 @@ pub struct Positions {
 struct Collector {
     documents: Vec<BTreeMap<String, Node>>,
     starts: Vec<Marker>,
+    /// Documents that are only a null scalar (empty, or comments only): serde_yaml skips them.
+    nulls: Vec<bool>,
     stack: Vec<(String, Container)>,
 }
 
@@ -191,9 +193,17 @@ impl MarkedEventReceiver for Collector {
             Event::DocumentStart => {
                 self.documents.push(BTreeMap::new());
                 self.starts.push(mark);
+                self.nulls.push(false);
                 self.stack.clear();
             }
             Event::Scalar(value, style, ..) => {
+                if self.stack.is_empty()
+                    && style == TScalarStyle::Plain
+                    && matches!(value.as_str(), "" | "~" | "null" | "Null" | "NULL")
+                    && let Some(null) = self.nulls.last_mut()
+                {
+                    *null = true;
+                }
                 if let Some((_, Container::Mapping { key: key @ None })) = self.stack.last_mut() {
                     *key = Some(value);
                 } else {
@@ -236,19 +246,25 @@ impl Positions {
         let mut collector = Collector {
             documents: Vec::new(),
             starts: Vec::new(),
+            nulls: Vec::new(),
             stack: Vec::new(),
         };
         let _ = Parser::new_from_str(text).load(&mut collector, true);
-        // serde_yaml skips empty documents; keep only those with content, as YamlFile does.
-        let keep: Vec<bool> = collector.documents.iter().map(|d| !d.is_empty()).collect();
-        let mut keep_iter = keep.iter();
-        let mut starts = collector.starts;
-        starts.retain(|_| *keep_iter.next().unwrap_or(&true));
-        collector.documents.retain(|d| !d.is_empty());
-        Positions {
-            documents: collector.documents,
-            starts,
+        // serde_yaml skips null documents; number the rest as YamlFile does.
+        let mut documents = Vec::new();
+        let mut starts = Vec::new();
+        for ((doc, start), null) in collector
+            .documents
+            .into_iter()
+            .zip(collector.starts)
+            .zip(collector.nulls)
+        {
+            if !null && !doc.is_empty() {
+                documents.push(doc);
+                starts.push(start);
+            }
         }
+        Positions { documents, starts }
     }
 
     /// The file line and column (from 1) of `field` of document `document`, and of `position`
@@ -333,5 +349,18 @@ spec: {template: hi}
         // Unknown fields fall back to the enclosing one.
         assert_eq!(p.locate(0, "spec.parts[0].files[2].path", None).0, 9);
         assert_eq!(p.locate(1, "spec.template", None), (17, 18));
+    }
+
+    #[test]
+    fn empty_documents_are_skipped_like_serde_yaml_does() {
+        let text = format!("---\n# only a comment\n---\n~\n---\n{DOC}");
+        let file_docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+            .map(|d| <serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
+            .filter(|v| !v.is_null())
+            .collect();
+        assert_eq!(file_docs.len(), 2);
+        let p = Positions::new(&text);
+        assert_eq!(p.locate(0, "spec.parts[0].name", None), (9 + 5, 13));
+        assert_eq!(p.locate(1, "spec.template", None), (17 + 5, 18));
     }
 }
