@@ -462,3 +462,85 @@ async fn pause_missing_and_broken_templates() {
     env.wait_ready("m-1").await;
     assert!(env.user_data("m-1").await.contains("# fixed"));
 }
+
+/// Adds the `cluster.x-k8s.io/watch-filter` label to an object.
+async fn label_for<K>(api: &Api<K>, name: &str, value: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({"metadata": {"labels": {"cluster.x-k8s.io/watch-filter": value}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn namespace_and_watch_filter_scope_the_controller() {
+    use crd_types::BootplateConfig;
+    use crd_types::capi::{Cluster, Machine};
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    let _controller = env.controller(&["--namespace", NS, "--watch-filter", "blue"]);
+    let clusters = Api::<Cluster>::namespaced(env.client.clone(), NS);
+    let machines = Api::<Machine>::namespaced(env.client.clone(), NS);
+    let configs = Api::<BootplateConfig>::namespaced(env.client.clone(), NS);
+    for name in ["blue", "red"] {
+        env.cluster(name, false).await;
+        env.set_cluster_status(name, true, true).await;
+        env.cluster_ca(name).await;
+    }
+    label_for(&clusters, "blue", "blue").await;
+    env.machine("blue", "b-0", false, cluster_template("probe"))
+        .await;
+    env.machine("red", "r-0", false, cluster_template("probe"))
+        .await;
+    env.machine("blue", "b-1", false, cluster_template("probe"))
+        .await;
+    label_for(&machines, "b-0", "blue").await;
+    label_for(&configs, "b-0", "blue").await;
+    // b-1 carries the label on its config only: its Machine is out of scope.
+    label_for(&configs, "b-1", "blue").await;
+
+    // The same objects, labelled, in another namespace.
+    fixtures::namespace(&env.client, "team-b").await.unwrap();
+    let mut cluster = fixtures::cluster("team-b", "blue");
+    cluster.metadata.labels = Some(BTreeMap::from([(
+        "cluster.x-k8s.io/watch-filter".to_owned(),
+        "blue".to_owned(),
+    )]));
+    Api::<Cluster>::namespaced(env.client.clone(), "team-b")
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let machine = fixtures::machine("team-b", "b-0", "blue", false, "b-0");
+    let machine = Api::<Machine>::namespaced(env.client.clone(), "team-b")
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    let mut config = fixtures::owned_config(&machine, cluster_template("probe"));
+    config
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("cluster.x-k8s.io/watch-filter".into(), "blue".into());
+    let other_ns = Api::<BootplateConfig>::namespaced(env.client.clone(), "team-b");
+    other_ns
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+
+    env.wait_ready("b-0").await;
+    let message = env.wait_reason("b-1", "WaitingForMachine").await;
+    assert!(message.contains("b-1"), "{message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        env.config("r-0").await.status.is_none(),
+        "a config without the watch-filter label is not touched"
+    );
+    assert!(env.secret("r-0").await.is_none());
+    let outside = other_ns.get("b-0").await.unwrap();
+    assert!(
+        outside.status.is_none(),
+        "a config outside --namespace is not touched"
+    );
+}
