@@ -18,6 +18,7 @@ mod helpers;
 mod limit;
 mod lint;
 mod sample;
+mod tree;
 mod values;
 
 use crd_types::{BootplateConfigSpec, Compression, OutputFormat, TemplateSpec};
