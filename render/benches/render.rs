@@ -13,12 +13,7 @@ fn spec() -> TemplateSpec {
 }
 
 fn config() -> BootplateConfigSpec {
-    serde_yaml::from_str(
-        "templateRef: {kind: ClusterBootstrapTemplate, name: bench}\n\
-         variables:\n  httpProxy: http://proxy.example.com:3128\n  ntpServers: [ntp1.example.com, ntp2.example.com]\n  \
-         extraSans: [api.example.com]\n  nodeLabels: tier=web\n  apiServerExtraArgs: {profiling: \"false\"}\n",
-    )
-    .expect("the benchmark config parses")
+    serde_yaml::from_str(include_str!("kubeadm-config.yaml")).expect("the benchmark config parses")
 }
 
 fn bench(c: &mut Criterion) {

@@ -1,0 +1,3 @@
+module bootplate.dev/bench/render
+
+go 1.19
