@@ -1561,12 +1561,17 @@ fn pre_baked_images_skip_the_install_part() {
     in_parallel(&pre_baked_cases(), check_case);
 }
 
+/// The documented pre-baked config (templates/testdata/config-prebaked.yaml), applied to
+/// every kubeadm template.
 fn pre_baked_cases() -> Vec<Case> {
+    let object: crd_types::BootplateConfigTemplate = read_yaml(&testdata("config-prebaked.yaml"));
+    let config = object.spec.template.spec;
+    assert_eq!(config.skip_parts, ["install"]);
     let mut cases = Vec::new();
     for entry in CATALOGUE.iter().filter(|e| e.kubeadm) {
         for role in [Role::Init, Role::Worker] {
             let mut case = Case::new(*entry, role, "v1.31");
-            case.config.skip_parts = vec!["install".to_owned()];
+            case.config = config.clone();
             cases.push(case);
         }
     }
@@ -2004,4 +2009,32 @@ fn plain_service_arguments_arrive_byte_for_byte() {
         format!("{HOSTILE_LINE}\nssh-ed25519 AAAA b@c\n")
     );
     assert!(sandbox.pwned().is_empty(), "{:?}", sandbox.pwned());
+}
+
+/// Each template has its page in docs/templates/, listing every variable, linked from the
+/// catalogue in docs/templates.md, which shows the pre-baked config the tests use.
+#[test]
+fn every_template_is_documented() {
+    let catalogue = std::fs::read_to_string(repo().join("docs/templates.md")).expect("docs");
+    for entry in CATALOGUE {
+        let page = format!("templates/{}.md", entry.name);
+        assert!(
+            catalogue.contains(&format!("]({page})")),
+            "docs/templates.md does not link {page}"
+        );
+        let text = std::fs::read_to_string(repo().join("docs").join(&page))
+            .unwrap_or_else(|e| panic!("docs/{page}: {e}"));
+        for v in &spec(entry.name).variables {
+            assert!(
+                text.contains(&format!("| `{}` |", v.name)),
+                "docs/{page} does not describe the variable `{}`",
+                v.name
+            );
+        }
+    }
+    let pre_baked = std::fs::read_to_string(testdata("config-prebaked.yaml")).expect("testdata");
+    assert!(
+        catalogue.contains(&format!("```yaml\n{pre_baked}```")),
+        "docs/templates.md does not show templates/testdata/config-prebaked.yaml as it is"
+    );
 }
