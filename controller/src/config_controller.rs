@@ -192,7 +192,10 @@ async fn render_config(
                 )
                 .await;
             if let Ok(workload) = workload {
-                for _ in 0..token::delete(&workload, &uid).await? {
+                let deleted = token::delete(&workload, &uid)
+                    .await
+                    .map_err(|e| naming_workload(e, &namespace, cluster_name))?;
+                for _ in 0..deleted {
                     ctx.metrics.token("deleted");
                     info!("bootstrap token deleted: the Machine has joined");
                 }
@@ -332,8 +335,9 @@ async fn credentials(
         .await?;
     let uid = config.uid().unwrap_or_default();
     let key = format!("{namespace}/{}", config.name_any());
-    let (token, action) =
-        token::ensure(&workload, &uid, &key, ctx.settings.bootstrap_token_ttl).await?;
+    let (token, action) = token::ensure(&workload, &uid, &key, ctx.settings.bootstrap_token_ttl)
+        .await
+        .map_err(|e| naming_workload(e, &namespace, &cluster.name_any()))?;
     match action {
         TokenAction::Created => ctx.metrics.token("created"),
         TokenAction::Refreshed => ctx.metrics.token("refreshed"),
@@ -365,6 +369,25 @@ async fn credentials(
         ca_cert_hashes: vec![ca_hash],
     };
     Ok((certs, Some(join)))
+}
+
+/// A token error names the workload cluster and the Secret its kubeconfig came from: the API
+/// error alone ("client error (Connect)", "Unauthorized") does not say which cluster it was.
+fn naming_workload(error: Error, namespace: &str, cluster: &str) -> Error {
+    match error {
+        Error::Blocked {
+            reason,
+            message,
+            waiting,
+        } => Error::Blocked {
+            reason,
+            message: format!(
+                "Cluster {namespace}/{cluster} (kubeconfig from Secret {namespace}/{cluster}-kubeconfig): {message}"
+            ),
+            waiting,
+        },
+        other => other,
+    }
 }
 
 /// The config spec with every `contentFrom` replaced by the content of the Secret key it names,
