@@ -1430,10 +1430,12 @@ fn hostile_cases(name: &str) -> Vec<(Case, String, Value)> {
 // ---------------------------------------------------------------------------------------------
 // The catalogue itself.
 
-/// kustomization.yaml installs exactly the templates in templates/, and the tests know them all.
+/// kustomization.yml installs exactly the templates in templates/ (named `.yml` so that
+/// `templates/*.yaml` is the templates alone), kustomize builds them, and the tests know them
+/// all.
 #[test]
 fn kustomization_lists_every_template() {
-    let kustomization: serde_yaml::Value = read_yaml(&templates_dir().join("kustomization.yaml"));
+    let kustomization: serde_yaml::Value = read_yaml(&templates_dir().join("kustomization.yml"));
     let listed: Vec<String> = kustomization["resources"]
         .as_sequence()
         .expect("resources")
@@ -1443,7 +1445,7 @@ fn kustomization_lists_every_template() {
     let mut files: Vec<String> = std::fs::read_dir(templates_dir())
         .expect("templates/")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .filter(|n| n.ends_with(".yaml"))
         .collect();
     files.sort();
     let mut sorted = listed.clone();
@@ -1452,6 +1454,20 @@ fn kustomization_lists_every_template() {
         sorted, files,
         "kustomization.yaml resources vs templates/*.yaml"
     );
+    let built = tool_ok(
+        "kubectl kustomize",
+        "kubectl",
+        &["kustomize", &templates_dir().to_string_lossy()],
+    );
+    let mut names: Vec<String> = serde_yaml::Deserializer::from_str(&built)
+        .map(|d| {
+            let object: ClusterBootstrapTemplate =
+                serde::Deserialize::deserialize(d).expect("a ClusterBootstrapTemplate");
+            format!("{}.yaml", object.metadata.name.expect("a name"))
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, files, "kubectl kustomize templates/");
     let mut known: Vec<String> = CATALOGUE
         .iter()
         .map(|e| format!("{}.yaml", e.name))
@@ -2037,4 +2053,104 @@ fn every_template_is_documented() {
         catalogue.contains(&format!("```yaml\n{pre_baked}```")),
         "docs/templates.md does not show templates/testdata/config-prebaked.yaml as it is"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line.
+
+fn bootplate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bootplate"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("the bootplate binary runs")
+}
+
+/// `bootplate lint templates/*.yaml` exits 0 and prints nothing: no error, no warning.
+#[test]
+fn bootplate_lint_prints_nothing() {
+    let mut files: Vec<String> = std::fs::read_dir(templates_dir())
+        .expect("templates/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .map(|n| format!("templates/{n}"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), CATALOGUE.len());
+    let mut args = vec!["lint"];
+    args.extend(files.iter().map(String::as_str));
+    let output = bootplate(&args);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(text(&output), "", "bootplate lint printed something");
+}
+
+/// The CA hashes in `text`, zeroed (the command line signs with a throw-away CA).
+fn zero_ca_hashes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("sha256:") {
+        let (head, tail) = rest.split_at(i + "sha256:".len());
+        out.push_str(head);
+        let hex = tail.chars().take_while(char::is_ascii_hexdigit).count();
+        if hex == 64 {
+            out.push_str(&"0".repeat(64));
+            rest = &tail[64..];
+        } else {
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn normalized(boot: &Boot) -> Vec<(String, u32, String)> {
+    let mut items: Vec<(String, u32, String)> = boot
+        .files
+        .iter()
+        .map(|(p, m, c)| (p.clone(), *m, zero_ca_hashes(&String::from_utf8_lossy(c))))
+        .collect();
+    if let Some((path, script)) = &boot.script {
+        items.push((path.clone(), 0o700, zero_ca_hashes(script)));
+    }
+    items
+}
+
+/// `bootplate render --template T --machine M --cluster C --role R`, with no --config, renders
+/// every template for every role and version into output its consumer accepts; with a fixed
+/// --token, a worker's output is the engine's (the golden file's) but for the CA hash.
+#[test]
+fn bootplate_render_needs_no_config() {
+    in_parallel(&cases(), |case| {
+        let what = format!("bootplate render {} {}", case.entry.name, case.label());
+        let template = format!("templates/{}.yaml", case.entry.name);
+        let machine = case.machine_file().to_string_lossy().into_owned();
+        let cluster = testdata("cluster.yaml").to_string_lossy().into_owned();
+        let role = case.role.to_string();
+        let mut args = vec![
+            "render",
+            "--template",
+            &template,
+            "--machine",
+            &machine,
+            "--cluster",
+            &cluster,
+            "--role",
+            &role,
+        ];
+        let output = bootplate(&args);
+        assert!(output.status.success(), "{what}: {}", text(&output));
+        assert!(output.stderr.is_empty(), "{what}: {}", text(&output));
+        check_output(&what, case.format(), &output.stdout, true);
+        if case.role == Role::Worker {
+            args.extend(["--token", TOKEN]);
+            let output = bootplate(&args);
+            assert!(output.status.success(), "{what}: {}", text(&output));
+            let engine = case.render().expect("engine render");
+            assert_eq!(
+                normalized(&decode(case.format(), &output.stdout)),
+                normalized(&decode(case.format(), &engine)),
+                "{what}: the command line renders another user-data than the engine"
+            );
+        }
+    });
 }
