@@ -43,8 +43,8 @@ pub struct ClusterInfo {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Host and port.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+/// Host and port. Templates also see `address`: `host:port`, with an IPv6 host bracketed.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Endpoint {
     /// Host name or address.
     pub host: String,
@@ -60,6 +60,17 @@ impl Endpoint {
         } else {
             format!("{}:{}", self.host, self.port)
         }
+    }
+}
+
+impl Serialize for Endpoint {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("Endpoint", 3)?;
+        s.serialize_field("host", &self.host)?;
+        s.serialize_field("port", &self.port)?;
+        s.serialize_field("address", &self.address())?;
+        s.end()
     }
 }
 
@@ -212,5 +223,28 @@ impl MachineInfo {
             labels: machine.labels(),
             role,
         }
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::Endpoint;
+
+    #[test]
+    fn templates_see_a_ready_made_address() {
+        let v4 = Endpoint {
+            host: "10.0.0.1".into(),
+            port: 6443,
+        };
+        let v6 = Endpoint {
+            host: "fd00::1".into(),
+            port: 443,
+        };
+        let json = |e: &Endpoint| serde_json::to_value(e).unwrap();
+        assert_eq!(
+            json(&v4),
+            serde_json::json!({"host": "10.0.0.1", "port": 6443, "address": "10.0.0.1:6443"})
+        );
+        assert_eq!(json(&v6)["address"], "[fd00::1]:443");
     }
 }

@@ -51,8 +51,12 @@ pub(super) fn write_files(out: &mut String, body: &Body) {
     }
 }
 
+/// cloud-init joins string `runcmd` entries into one `sh` script run without `-e`: a failing
+/// command would not stop the next ones, and the success sentinel at the end would claim a
+/// bootstrap that failed. `set -e` first makes the first failure end the script.
 fn runcmd(out: &mut String, commands: &[String]) {
     out.push_str("runcmd:\n");
+    out.push_str("- \"set -e\"\n");
     for c in commands {
         out.push_str("- ");
         scalar(out, c, 2);
