@@ -461,6 +461,53 @@ async fn pause_missing_and_broken_templates() {
     publish_cluster_template(&env.client, "broken", "fixed").await;
     env.wait_ready("m-1").await;
     assert!(env.user_data("m-1").await.contains("# fixed"));
+
+    // Events on the config tell the story: waiting (why), render failed, token created, rendered.
+    let events = eventually("events of m-1 and m-0", WAIT, || async {
+        let list = Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), NS)
+            .list(&Default::default())
+            .await
+            .ok()?;
+        let of = |name: &str| -> Vec<(String, String, String)> {
+            list.items
+                .iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .map(|e| {
+                    (
+                        e.reason.clone().unwrap_or_default(),
+                        e.type_.clone().unwrap_or_default(),
+                        e.note.clone().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        let (m1, m0) = (of("m-1"), of("m-0"));
+        let has = |events: &[(String, String, String)], reason: &str| {
+            events.iter().any(|e| e.0 == reason)
+        };
+        (has(&m1, "TemplateInvalid")
+            && has(&m1, "Rendered")
+            && has(&m1, "TokenCreated")
+            && has(&m0, "TemplateNotFound"))
+        .then_some((m1, m0))
+    })
+    .await;
+    let (m1, m0) = events;
+    let invalid = m1.iter().find(|e| e.0 == "TemplateInvalid").unwrap();
+    assert_eq!(invalid.1, "Warning");
+    assert!(
+        invalid.2.contains("ClusterBootstrapTemplate broken"),
+        "{invalid:?}"
+    );
+    let waiting = m0.iter().find(|e| e.0 == "TemplateNotFound").unwrap();
+    assert_eq!(waiting.1, "Normal", "waiting is not a warning");
+    assert!(
+        waiting.2.contains("ClusterBootstrapTemplate later"),
+        "{waiting:?}"
+    );
+    for (reason, _, note) in m1.iter().chain(&m0) {
+        assert!(!note.contains("PRIVATE KEY"), "{reason}: {note}");
+    }
 }
 
 /// Adds the `cluster.x-k8s.io/watch-filter` label to an object.
