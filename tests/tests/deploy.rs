@@ -22,6 +22,7 @@ use testenv::ApiServer;
 const NAMESPACE: &str = "bootplate-system";
 const SERVICE_ACCOUNT: &str = "bootplate-manager";
 const MONITORING_CRDS: &str = include_str!("../fixtures/monitoring-crds.yaml");
+const CERT_MANAGER_CRDS: &str = include_str!("../fixtures/cert-manager-crds.yaml");
 /// Kinds of deploy/monitoring, left out of the clusterctl components.
 const MONITORING_KINDS: [&str; 2] = ["ServiceMonitor", "PrometheusRule"];
 const DASHBOARD_CONFIGMAP: &str = "bootplate-grafana-dashboard";
@@ -274,14 +275,16 @@ async fn kustomization_applies_to_the_real_apiserver_and_grants_exactly_what_the
         .expect("the real kube-apiserver starts");
     let client = server.client().await.expect("client");
     let kubeconfig = server.kubeconfig_path().expect("kubeconfig");
-    // ServiceMonitor and PrometheusRule need their CRDs, for real, before a dry run can check
-    // objects of those kinds.
-    testenv::install_crds(
-        &client,
-        &testenv::crds_from_yaml(MONITORING_CRDS).expect("monitoring CRD fixtures parse"),
-    )
-    .await
-    .expect("monitoring CRDs install");
+    // ServiceMonitor, PrometheusRule, Issuer and Certificate need their CRDs, for real, before a
+    // dry run can check objects of those kinds.
+    for fixtures in [MONITORING_CRDS, CERT_MANAGER_CRDS] {
+        testenv::install_crds(
+            &client,
+            &testenv::crds_from_yaml(fixtures).expect("CRD fixtures parse"),
+        )
+        .await
+        .expect("fixture CRDs install");
+    }
     // A server-side dry run creates nothing, so the namespaced objects need their namespace.
     let namespace = find(&objects, "Namespace", NAMESPACE);
     run(
@@ -428,6 +431,7 @@ fn deployment_runs_two_hardened_leader_elected_replicas() {
             "CustomResourceDefinition",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ValidatingWebhookConfiguration",
         ];
         if !cluster_scoped.contains(&kind) {
             assert_eq!(
@@ -517,6 +521,7 @@ fn deployment_runs_two_hardened_leader_elected_replicas() {
     };
     assert_eq!(port_of("metrics"), arg_port("--metrics-addr"));
     assert_eq!(port_of("health"), arg_port("--health-addr"));
+    assert_eq!(port_of("webhook"), arg_port("--webhook-addr"));
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         assert_eq!(manager[probe]["httpGet"]["path"], path);
         assert_eq!(manager[probe]["httpGet"]["port"], "health");
@@ -540,6 +545,133 @@ fn deployment_runs_two_hardened_leader_elected_replicas() {
     }
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+}
+
+#[test]
+fn webhook_configuration_service_certificate_and_deployment_fit_together() {
+    let objects = documents(&kustomize("deploy"));
+    let configs: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .collect();
+    assert_eq!(configs.len(), 1, "one ValidatingWebhookConfiguration");
+    let config = configs[0];
+    let webhooks = config["webhooks"].as_array().unwrap();
+    assert_eq!(webhooks.len(), 1);
+    let webhook = &webhooks[0];
+    assert_eq!(webhook["sideEffects"], "None");
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert!(
+        webhook["admissionReviewVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&"v1".into()),
+        "the webhook answers admission.k8s.io/v1 reviews"
+    );
+    // Creates and updates of exactly bootplate's kinds, in every version the CRDs serve.
+    let rules = webhook["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    let rule = &rules[0];
+    let strings = |v: &Value| -> BTreeSet<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let crds = crd_types::crds::all();
+    let plurals: BTreeSet<String> = crds.iter().map(|c| c.spec.names.plural.clone()).collect();
+    let versions: BTreeSet<String> = crds
+        .iter()
+        .flat_map(|c| c.spec.versions.iter().map(|v| v.name.clone()))
+        .collect();
+    assert_eq!(strings(&rule["resources"]), plurals);
+    assert_eq!(strings(&rule["apiVersions"]), versions);
+    assert_eq!(
+        strings(&rule["apiGroups"]),
+        BTreeSet::from([crd_types::GROUP.to_owned()])
+    );
+    assert_eq!(
+        strings(&rule["operations"]),
+        BTreeSet::from(["CREATE".to_owned(), "UPDATE".to_owned()])
+    );
+
+    // The apiserver calls the Service, which sends port 443 to the container's webhook port,
+    // on the path the controller serves.
+    let client = &webhook["clientConfig"]["service"];
+    assert_eq!(client["namespace"], NAMESPACE);
+    assert_eq!(client["path"], bootplate::webhook::PATH);
+    assert_eq!(client["port"], 443);
+    let service = find(&objects, "Service", client["name"].as_str().unwrap());
+    let port = &service["spec"]["ports"].as_array().unwrap()[0];
+    assert_eq!(port["port"], 443);
+    assert_eq!(port["targetPort"], "webhook");
+    let deployment = find(&objects, "Deployment", "bootplate-controller-manager");
+    let pod = &deployment["spec"]["template"];
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            &pod["metadata"]["labels"][key], value,
+            "the webhook Service selects the pods"
+        );
+    }
+    let manager = &pod["spec"]["containers"][0];
+    assert!(
+        manager["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "webhook" && p["containerPort"] == 9443),
+        "the container port `webhook` is 9443"
+    );
+    assert!(
+        manager["args"]
+            .as_array()
+            .unwrap()
+            .contains(&"--webhook-addr=0.0.0.0:9443".into()),
+        "the controller serves the webhook on 9443"
+    );
+
+    // cert-manager issues the certificate for the Service's name into the Secret the pod mounts
+    // (read-only) at the default --webhook-cert-dir, and injects its CA into the configuration.
+    let annotation = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        .as_str()
+        .expect("the cert-manager CA injection annotation");
+    let (namespace, name) = annotation.split_once('/').unwrap();
+    assert_eq!(namespace, NAMESPACE);
+    let certificate = find(&objects, "Certificate", name);
+    let service_name = service["metadata"]["name"].as_str().unwrap();
+    assert_eq!(
+        strings(&certificate["spec"]["dnsNames"]),
+        BTreeSet::from([
+            format!("{service_name}.{NAMESPACE}.svc"),
+            format!("{service_name}.{NAMESPACE}.svc.cluster.local"),
+        ])
+    );
+    let issuer = &certificate["spec"]["issuerRef"];
+    assert_eq!(issuer["kind"], "Issuer");
+    find(&objects, "Issuer", issuer["name"].as_str().unwrap());
+    let secret = &certificate["spec"]["secretName"];
+    let volume = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| &v["secret"]["secretName"] == secret)
+        .expect("a volume of the certificate's Secret");
+    let mount = manager["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("the certificate's volume is mounted");
+    assert_eq!(mount["readOnly"], true);
+    let cert_dir = run_flags()
+        .remove("webhook-cert-dir")
+        .and_then(|f| f.default)
+        .expect("--webhook-cert-dir has a default");
+    assert_eq!(
+        mount["mountPath"], cert_dir,
+        "mounted where the controller looks"
+    );
 }
 
 #[test]

@@ -265,6 +265,26 @@ spec:
         "{message}"
     );
 
+    // The template changes so that the config's variable no longer fits. Updates that leave
+    // the config's spec alone (Cluster API adds its ownerReference and labels to every config,
+    // controllers remove finalizers) are still admitted; a change to the spec is checked.
+    let narrowed = good.replace(
+        "schema: {type: string}",
+        "schema: {type: string, enum: [hello]}",
+    );
+    admitted(&kubectl_apply(&kubeconfig, &narrowed));
+    let labelled = ok.replace(
+        "metadata: {name: ok, namespace: team-a}",
+        "metadata: {name: ok, namespace: team-a, labels: {cluster.x-k8s.io/cluster-name: c1}}",
+    );
+    assert_ne!(labelled, ok);
+    admitted(&kubectl_apply(&kubeconfig, &labelled));
+    let message = denied(&kubectl_apply(
+        &kubeconfig,
+        &labelled.replace("greeting: hi", "greeting: hey"),
+    ));
+    assert!(message.contains("greeting"), "{message}");
+
     // Rotated certificate files are served without a restart.
     let before = served_fingerprint(port);
     assert!(

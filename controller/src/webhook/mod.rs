@@ -116,6 +116,14 @@ async fn check(
     let Some(object) = &request.object else {
         return Ok(Vec::new());
     };
+    // An update that leaves the spec alone (Cluster API adds its ownerReference and labels to
+    // every config; controllers remove finalizers) is admitted: the spec was checked when it
+    // was written, and a template changed since must not block such updates.
+    if let Some(old) = &request.old_object
+        && old.data.get("spec") == object.data.get("spec")
+    {
+        return Ok(Vec::new());
+    }
     let namespace = request.namespace.clone().unwrap_or_default();
     match request.kind.kind.as_str() {
         "BootstrapTemplate" => {
