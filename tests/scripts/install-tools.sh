@@ -6,7 +6,7 @@ log() { echo "install-tools: $*" >&2; }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck etcd-server golang-1.19-go rsync
-  golang-github-modern-go-reflect2-dev prometheus)
+  golang-github-modern-go-reflect2-dev prometheus debootstrap debian-archive-keyring)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -18,6 +18,6 @@ if ((${#need[@]})); then
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     "${need[@]}" >&2
 fi
-for tool in cloud-init ignition-validate shellcheck etcd promtool kubectl; do
+for tool in cloud-init ignition-validate shellcheck etcd promtool kubectl debootstrap; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The boot proof of one user-data, inside the namespaces tests/boot/run.sh made for it
+# (`unshare --mount --uts --ipc --net --pid --fork`): this shell is PID 1 of the run, its mounts
+# and hostname are its own, and it has no network.
+#
+#   inside.sh ROOT OUT [OS]  ROOT: the cached root (read-only lower layer); OUT: the run's
+#                            directory holding user-data and case.json (the report goes to
+#                            OUT/report.json); OS: the template's spec.os.name
+#
+# 1. A fresh root: an overlay of ROOT (upper layer in OUT), or a copy where overlays fail.
+# 2. /proc (with /proc/sys read-only), an empty tmpfs /run and /dev/shm; the stubs first on PATH
+#    (and over the root's own binary for the programs marked `!` in stubs/programs).
+# 3. cloud-init: the NoCloud seed, then `cloud-init init --local`, `init`, `modules
+#    --mode=config` (then runcmd's step markers), `modules --mode=final`; or Ignition:
+#    `fetch-offline` and `files` into the root, the presets it wrote applied as at first boot, and
+#    its enabled oneshot units started. Every stage runs whatever the one before did, as a boot does.
+# 4. lib/check.py compares the root with the user-data and writes the report.
+#
+# Programs in the root run chrooted, with the capabilities to load kernel modules, reboot, set
+# the clock and do raw I/O dropped from their bounding set.
+set -euo pipefail
+shopt -s extglob
+here=$(cd "$(dirname "$0")" && pwd)
+boot=$(dirname "$here")
+lower=$1
+out=$2
+os=${3-}
+root=$out/root
+stubs=/usr/local/bootplate/stubs
+path=$stubs:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ignition=${BOOTPLATE_IGNITION:-/usr/lib/dracut/modules.d/30ignition/ignition}
+log() { echo "boot-proof: $*" >&2; }
+
+# 1. The root.
+mkdir -p "$root" "$out/upper" "$out/work"
+if ! mount -t overlay overlay -o "lowerdir=$lower,upperdir=$out/upper,workdir=$out/work" "$root" 2>/dev/null; then
+  # An upper layer on an overlay (a container's disk) is refused by some kernels: use a tmpfs.
+  mount -t tmpfs tmpfs "$out/upper"
+  mkdir -p "$out/upper/u" "$out/upper/w"
+  if ! mount -t overlay overlay -o "lowerdir=$lower,upperdir=$out/upper/u,workdir=$out/upper/w" "$root" 2>/dev/null; then
+    log "overlayfs is not available: copying the root"
+    cp -a "$lower/." "$root/"
+  fi
+fi
+mount -t proc proc "$root/proc"
+mount --bind "$root/proc/sys" "$root/proc/sys"
+mount -o remount,bind,ro "$root/proc/sys"
+mount -t tmpfs -o mode=0755 tmpfs "$root/run"
+mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm"
+mkdir -p "$root/run/bootplate" "$root/run/lock"
+hostname boot-proof
+
+# Stand-ins for what the images of the template's OS family have and a Debian root lacks.
+case "$os" in
+  rocky | rhel | almalinux | centos | fedora | amazonlinux)
+    mkdir -p "$root/etc/yum.repos.d" "$root/etc/dnf" "$root/etc/sysconfig" "$root/etc/pki/rpm-gpg" \
+      "$root/etc/selinux"
+    [[ -e $root/etc/selinux/config ]] || printf 'SELINUX=enforcing\nSELINUXTYPE=targeted\n' >"$root/etc/selinux/config"
+    ;;
+esac
+
+# 2. The stubs and the boot proof's own files.
+bp=$root/usr/local/bootplate
+mkdir -p "$bp" "$root$stubs"
+cp "$out/user-data" "$out/case.json" "$here/check.py" "$here/trace.bash" "$bp/"
+cp "$boot/stubs/stub" "$bp/stub"
+while read -r name; do
+  [[ -z $name || $name == \#* ]] && continue
+  ln -s ../stub "$root$stubs/${name#!}"
+  if [[ $name == !* ]]; then
+    for dir in usr/sbin usr/bin; do
+      if [[ -e $root/$dir/${name#!} || -L $root/$dir/${name#!} ]]; then
+        rm -f "$root/$dir/${name#!}"
+        ln -s "$stubs/${name#!}" "$root/$dir/${name#!}"
+      fi
+    done
+  fi
+done <"$boot/stubs/programs"
+
+in_root() {
+  setpriv --bounding-set -sys_module,-sys_boot,-sys_time,-sys_rawio \
+    chroot "$root" /usr/bin/env -i PATH="$path" HOME=/root LANG=C.UTF-8 TERM=dumb "$@"
+}
+
+# stage NAME COMMAND...: runs a stage, its output to stages.log, its status and time to
+# stages.tsv (both in the root's /run/bootplate, for check.py); returns its status.
+stages_log=$root/run/bootplate/stages.log
+stage() {
+  local name=$1 start end status=0
+  shift
+  echo "== $name" >>"$stages_log"
+  start=$(date +%s.%N)
+  "$@" >>"$stages_log" 2>&1 || status=$?
+  end=$(date +%s.%N)
+  printf '%s\t%s\t%s\n' "$name" "$status" "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')" \
+    >>"$root/run/bootplate/stages.tsv"
+  echo "== $name: exit $status" >>"$stages_log"
+  return "$status"
+}
+
+consumer=$(in_root python3 /usr/local/bootplate/check.py kind)
+if [[ $consumer == cloud-init ]]; then
+  # 3a. cloud-init.
+  seed=$root/var/lib/cloud/seed/nocloud
+  mkdir -p "$seed"
+  cp "$out/user-data" "$seed/user-data"
+  printf 'instance-id: iid-bootplate-boot-proof\n' >"$seed/meta-data"
+  cp "$here/cloud.cfg" "$root/etc/cloud/cloud.cfg.d/99-bootplate-boot-proof.cfg"
+  # A boot runs every stage, whatever the one before did.
+  stage "cloud-init init --local" in_root cloud-init init --local || true
+  stage "cloud-init init" in_root cloud-init init || true
+  stage "cloud-init modules --mode=config" in_root cloud-init modules --mode=config || true
+  in_root python3 /usr/local/bootplate/check.py instrument-runcmd
+  stage "cloud-init modules --mode=final" \
+    in_root BASH_ENV=/usr/local/bootplate/trace.bash cloud-init modules --mode=final || true
+  cp "$root"/var/log/cloud-init*.log "$out/" 2>/dev/null || true
+else
+  # 3b. Ignition, from the host into the root: it relabels at the end, so it needs an SELinux
+  # config saying disabled and a setfiles that does nothing.
+  [[ -x $ignition ]] || { log "ERROR: $ignition is missing: install Debian's ignition package (tests/scripts/install-tools.sh)"; exit 2; }
+  mount -t tmpfs tmpfs /run
+  mkdir -p "$out/bin" "$root/etc/selinux"
+  printf '#!/bin/sh\nexit 0\n' >"$out/bin/setfiles"
+  chmod +x "$out/bin/setfiles"
+  printf 'SELINUX=disabled\nSELINUXTYPE=targeted\n' >"$root/etc/selinux/config"
+  # A failed Ignition stage stops the boot (the initramfs goes to its emergency shell).
+  stage "ignition fetch-offline" env PATH="$out/bin:$PATH" IGNITION_CONFIG_FILE="$out/user-data" \
+    "$ignition" -platform file -stage fetch-offline -config-cache "$out/ignition.json" &&
+    stage "ignition files" env PATH="$out/bin:$PATH" \
+      "$ignition" -platform file -stage files -root "$root" -config-cache "$out/ignition.json" ||
+    ignition_failed=true
+  # First boot: systemd applies the presets Ignition wrote, to the units that are installed (a
+  # unit with only drop-ins comes with a package or a download the stubs stood in for).
+  preset=$root/etc/systemd/system-preset/20-ignition.preset
+  if [[ -z ${ignition_failed-} && -f $preset ]]; then
+    mapfile -t units < <(awk '$1 == "enable" || $1 == "disable" { print $2 }' "$preset")
+    for unit in "${units[@]}"; do
+      template=${unit%%@*}@.${unit##*.}
+      if compgen -G "$root/@(etc|usr/lib)/systemd/system/@($unit|$template)" >/dev/null; then
+        stage "systemctl preset $unit (first boot)" in_root /usr/bin/systemctl preset "$unit"
+      else
+        printf 'preset\t%s\n' "$unit" >>"$root/run/bootplate/systemctl-absent"
+      fi
+    done
+  fi
+  if [[ -z ${ignition_failed-} ]]; then
+    in_root BASH_ENV=/usr/local/bootplate/trace.bash python3 /usr/local/bootplate/check.py run-units \
+      >>"$stages_log" 2>&1 || true
+  fi
+fi
+
+# 4. The check.
+in_root python3 /usr/local/bootplate/check.py check >"$out/report.json"
+mkdir -p "$out/run"
+cp -a "$root/run/." "$out/run/"
+cp "$stages_log" "$out/stages.log"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The boot proof of one rendered user-data: executes it with real cloud-init (cloud-config,
+# script, MIME) or real Ignition in a fresh copy of the cached Debian root, in namespaces of its
+# own, and checks what it did (tests/boot/lib/check.py).
+#
+#   tests/boot/run.sh --user-data FILE --out DIR [--label TEXT] [--role ROLE]
+#                     [--kubernetes-version VERSION] [--os NAME]
+#
+# DIR is emptied; DIR/report.json is the report (files, units, steps, stub calls, kubeadm
+# configurations, users, hostname, sentinel, failures), DIR/stages.log and DIR/cloud-init*.log
+# the programs' output, DIR/run a copy of the run's /run. With --role and --kubernetes-version,
+# a user-data that runs kubeadm must run `kubeadm init` (role init) or `kubeadm join` with a
+# configuration file, in the configuration API of that version. --os names the OS the template
+# targets (its spec.os.name): the root gets stand-ins for what that family's images have and a
+# Debian root lacks (for rocky, rhel, almalinux, centos, fedora, amazonlinux: /etc/yum.repos.d,
+# /etc/dnf, /etc/sysconfig, /etc/pki/rpm-gpg and an SELinux config).
+#
+# Exit status: 0 proven; 1 the boot proof failed (each failure on stderr, prefixed with LABEL);
+# 2 the run could not be made (not root, the root cannot be built, a tool is missing).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME]" >&2; exit 2; }
+user_data="" out="" label="" role="" version="" os=""
+while (($#)); do
+  case "$1" in
+    --user-data) user_data=${2-}; shift 2 ;;
+    --out) out=${2-}; shift 2 ;;
+    --label) label=${2-}; shift 2 ;;
+    --role) role=${2-}; shift 2 ;;
+    --kubernetes-version) version=${2-}; shift 2 ;;
+    --os) os=${2-}; shift 2 ;;
+    *) usage ;;
+  esac
+done
+[[ -n $user_data && -n $out ]] || usage
+label=${label:-$user_data}
+die() { echo "boot-proof: $label: ERROR: $*" >&2; exit 2; }
+[[ -f $user_data ]] || die "no user-data file $user_data"
+[[ $(id -u) -eq 0 ]] || die "the boot proof must run as root (chroot, mounts and namespaces need it)"
+for tool in unshare chroot setpriv python3; do
+  command -v "$tool" >/dev/null || die "$tool is missing: run tests/scripts/install-tools.sh"
+done
+lower=$("$here/build-root.sh") || die "the Debian root could not be prepared (tests/boot/build-root.sh, messages above)"
+
+rm -rf "$out"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cp "$user_data" "$out/user-data"
+python3 -c 'import json, sys; json.dump(dict(zip(["label", "role", "kubernetesVersion", "os"], sys.argv[2:])), open(sys.argv[1], "w"))' \
+  "$out/case.json" "$label" "$role" "$version" "$os"
+
+status=0
+unshare --mount --uts --ipc --net --pid --fork --propagation private \
+  "$here/lib/inside.sh" "$lower" "$out" "$os" 2>"$out/inside.log" || status=$?
+if [[ ! -s $out/report.json ]]; then
+  cat "$out/inside.log" >&2
+  die "the run stopped before its check (exit $status); see $out"
+fi
+python3 - "$out/report.json" "$label" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for f in report["failures"]:
+    print(f"boot-proof: {sys.argv[2]}: FAILED: {f['step']}: {f['message']}", file=sys.stderr)
+sys.exit(0 if report["ok"] else 1)
+PY
