@@ -37,7 +37,7 @@ label=${label:-$user_data}
 die() { echo "boot-proof: $label: ERROR: $*" >&2; exit 2; }
 [[ -f $user_data ]] || die "no user-data file $user_data"
 [[ $(id -u) -eq 0 ]] || die "the boot proof must run as root (chroot, mounts and namespaces need it)"
-for tool in unshare chroot setpriv python3; do
+for tool in unshare chroot setpriv timeout python3; do
   command -v "$tool" >/dev/null || die "$tool is missing: run tests/scripts/install-tools.sh"
 done
 lower=$("$here/build-root.sh") || die "the Debian root could not be prepared (tests/boot/build-root.sh, messages above)"
@@ -49,9 +49,17 @@ cp "$user_data" "$out/user-data"
 python3 -c 'import json, sys; json.dump(dict(zip(["label", "role", "kubernetesVersion", "os"], sys.argv[2:])), open(sys.argv[1], "w"))' \
   "$out/case.json" "$label" "$role" "$version" "$os"
 
+# A command that waits forever (for a network, a daemon) must not hang the proof: the run gets
+# BOOTPLATE_BOOT_TIMEOUT seconds (default 600); --kill-child ends everything in its namespaces.
+timeout=${BOOTPLATE_BOOT_TIMEOUT:-600}
 status=0
-unshare --mount --uts --ipc --net --pid --fork --propagation private \
-  "$here/lib/inside.sh" "$lower" "$out" "$os" 2>"$out/inside.log" || status=$?
+timeout --kill-after=10 "$timeout" unshare --mount --uts --ipc --net --pid --fork --kill-child \
+  --propagation private "$here/lib/inside.sh" "$lower" "$out" "$os" 2>"$out/inside.log" || status=$?
+if ((status == 124 || status == 137)); then
+  last=$(grep '^== ' "$out/stages.log" 2>/dev/null | grep -v ': exit [0-9]*$' | tail -n 1 || true)
+  echo "boot-proof: $label: FAILED: timeout: the run did not finish in $timeout s${last:+ (in ${last#== })}" >&2
+  exit 1
+fi
 if [[ ! -s $out/report.json ]]; then
   cat "$out/inside.log" >&2
   die "the run stopped before its check (exit $status); see $out"

@@ -82,9 +82,10 @@ in_root() {
     chroot "$root" /usr/bin/env -i PATH="$path" HOME=/root LANG=C.UTF-8 TERM=dumb "$@"
 }
 
-# stage NAME COMMAND...: runs a stage, its output to stages.log, its status and time to
-# stages.tsv (both in the root's /run/bootplate, for check.py); returns its status.
-stages_log=$root/run/bootplate/stages.log
+# stage NAME COMMAND...: runs a stage, its output to OUT/stages.log (copied to the root's
+# /run/bootplate for check.py), its status and time to the root's /run/bootplate/stages.tsv;
+# returns its status.
+stages_log=$out/stages.log
 stage() {
   local name=$1 start end status=0
   shift
@@ -150,7 +151,7 @@ else
 fi
 
 # 4. The check.
+cp "$stages_log" "$root/run/bootplate/stages.log"
 in_root python3 /usr/local/bootplate/check.py check >"$out/report.json"
 mkdir -p "$out/run"
 cp -a "$root/run/." "$out/run/"
-cp "$stages_log" "$out/stages.log"
