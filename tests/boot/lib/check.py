@@ -98,7 +98,6 @@ class Declared:
         self.users = []  # {name, keys: [...], source}
         self.hostname = None
         self.runcmd = None
-        self.scripts = []  # shell script texts run by cloud-init
         self.cloud_configs = []
         self.problems = []  # (step, message)
 
@@ -221,7 +220,6 @@ WRITE_FILE = re.compile(r"^bootplate_write_file (.+) <<'([A-Z0-9_]+)'$")
 def parse_script(text, declared, source):
     """A script: its `bootplate_write_file PATH MODE OWNER ENCODING <<'EOF'` blocks (the script
     writer's form) are files it declares."""
-    declared.scripts.append((source, text))
     script_lines = text.split("\n")
     i = 0
     while i < len(script_lines):
@@ -533,15 +531,40 @@ def check_files(d, report):
     report.data["files"] = out
 
 
+def bash_words(text):
+    """The words of a line of `printf '%q '` output (backslashes, '...' and $'...')."""
+    words, word, i = [], None, 0
+    while i < len(text):
+        c = text[i]
+        if c == " ":
+            if word is not None:
+                words.append(word)
+            word, i = None, i + 1
+            continue
+        word = word or ""
+        if c == "\\":
+            word, i = word + text[i + 1 : i + 2], i + 2
+        elif c == "'":
+            end = text.index("'", i + 1)
+            word, i = word + text[i + 1 : end], end + 1
+        elif text.startswith("$'", i):
+            end = i + 2
+            while text[end] != "'":
+                end += 2 if text[end] == "\\" else 1
+            raw = text[i + 2 : end].encode("latin-1", "backslashreplace")
+            word, i = word + raw.decode("unicode_escape").encode("latin-1").decode("utf-8", "replace"), end + 1
+        else:
+            word, i = word + c, i + 1
+    if word is not None:
+        words.append(word)
+    return words
+
+
 def stub_calls():
     calls = []
     for line in lines(f"{RUN}/stubs.log"):
         status, name, args = line.split("\t", 2)
-        try:
-            argv = shlex.split(args)
-        except ValueError:
-            argv = [args]
-        calls.append({"program": name, "args": argv, "status": int(status)})
+        calls.append({"program": name, "args": bash_words(args), "status": int(status)})
     return calls
 
 
@@ -762,7 +785,7 @@ def check_stubs(report, calls):
             report.fail(f"stub {c['program']}", f"`{c['program']} {' '.join(c['args'])}` exited {c['status']}")
 
 
-def check_kubeadm(d, report, calls, c):
+def check_kubeadm(report, c):
     records = [json.loads(line) for line in lines(f"{RUN}/kubeadm.jsonl")]
     report.data["kubeadm"] = records
     mentions = b"kubeadm" in raw_user_data()
@@ -833,7 +856,7 @@ def check():
     check_files(d, report)
     check_units(d, report, calls)
     check_stubs(report, calls)
-    check_kubeadm(d, report, calls, c)
+    check_kubeadm(report, c)
     check_users(d, report)
     report.data["hostname"] = socket.gethostname()
     report.data["etcHostname"] = (read("/etc/hostname") or "").strip()
