@@ -595,6 +595,7 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
     templates.extend(
         [
             "failing-command-raw",
+            "clobbered-file",
             "permissions-type",
             "permissions-type-ignition",
             "permissions-structured",
@@ -610,7 +611,7 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
         proof.stderr
     );
     // (template, its first failure's step, words of that failure's message)
-    let expectations: [(&str, &str, &[&str]); 8] = [
+    let expectations: [(&str, &str, &[&str]); 9] = [
         (
             "failing-command",
             // runcmd[0] is the writer's `set -e`.
@@ -640,6 +641,11 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
             "failing-command-raw",
             "runcmd[1]",
             &["exited 1", "cp /etc/proof/missing.conf", "No such file"],
+        ),
+        (
+            "clobbered-file",
+            "cloud-config write_files[0] (/etc/proof/clobbered.conf)",
+            &["content differs"],
         ),
         (
             "permissions-type",
@@ -689,6 +695,23 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
         let sentinel_failure = failures.iter().any(|l| {
             l.contains("FAILED: sentinel: ") && l.contains("although the bootstrap failed")
         });
+        if template == "clobbered-file" {
+            for failure in [
+                "FAILED: cloud-config write_files[0] (/etc/proof/clobbered.conf): \
+                 /etc/proof/clobbered.conf: mode is 0644, declared 0640",
+                "FAILED: cloud-config write_files[0] (/etc/proof/clobbered.conf): \
+                 /etc/proof/clobbered.conf: owner is 65534:0, declared root:root",
+                "FAILED: systemctl enable proof-clobbered.service: \
+                 proof-clobbered.service should be enabled, systemctl is-enabled says 'disabled'",
+            ] {
+                assert!(
+                    failures
+                        .iter()
+                        .any(|l| l.ends_with(failure) || l.contains(failure)),
+                    "{template}: no `{failure}` in {failures:#?}"
+                );
+            }
+        }
         if template == "failing-command-raw" {
             // cloud-init went on after the failed entry and wrote the sentinel: the proof says so.
             assert_eq!(case.report["sentinel"], true, "{template}");
