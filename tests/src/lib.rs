@@ -91,6 +91,17 @@ impl ApiServer {
     /// Starts etcd and kube-apiserver on free loopback ports with a fresh data directory and
     /// waits until `/readyz` answers.
     pub async fn start() -> anyhow::Result<ApiServer> {
+        Self::start_with(false).await
+    }
+
+    /// [`ApiServer::start`] with an audit log of every request (metadata level, one JSON line
+    /// per request when it completes; watches also when they start) at [`ApiServer::audit_log`]:
+    /// the benchmarks count the requests of one user from it.
+    pub async fn start_audited() -> anyhow::Result<ApiServer> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(audit: bool) -> anyhow::Result<ApiServer> {
         let binary = apiserver_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("bootplate-apiserver-")
@@ -112,11 +123,27 @@ impl ApiServer {
             d.join("tokens.csv"),
             format!("{ADMIN_TOKEN},admin,admin,system:masters\n"),
         )?;
+        let mut extra = Vec::new();
+        if audit {
+            std::fs::write(
+                d.join("audit-policy.yaml"),
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+            )?;
+            extra.push(format!(
+                "--audit-policy-file={}",
+                d.join("audit-policy.yaml").display()
+            ));
+            extra.push(format!(
+                "--audit-log-path={}",
+                d.join("audit.log").display()
+            ));
+            extra.push("--audit-log-format=json".to_owned());
+        }
 
         // A port can be taken between picking and binding; retry a few times.
         let mut last_error = None;
         for _ in 0..3 {
-            match Self::start_once(&binary, dir.path()).await {
+            match Self::start_once(&binary, dir.path(), &extra).await {
                 Ok((etcd, apiserver, port)) => {
                     let kubeconfig_yaml = kubeconfig_yaml(port, &d.join("certs/apiserver.crt"))?;
                     return Ok(ApiServer {
@@ -133,7 +160,11 @@ impl ApiServer {
         Err(last_error.expect("at least one attempt"))
     }
 
-    async fn start_once(binary: &Path, d: &Path) -> anyhow::Result<(Child, Child, u16)> {
+    async fn start_once(
+        binary: &Path,
+        d: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<(Child, Child, u16)> {
         let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
         let etcd_data = d.join(format!("etcd-{etcd_port}"));
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -184,7 +215,8 @@ impl ApiServer {
                 .arg("--authorization-mode=RBAC")
                 .arg("--service-cluster-ip-range=10.0.0.0/24")
                 .arg("--advertise-address=127.0.0.1")
-                .arg("--v=0"),
+                .arg("--v=0")
+                .args(extra),
             &d.join("apiserver.log"),
         ) {
             Ok(child) => child,
@@ -246,6 +278,11 @@ impl ApiServer {
         let config =
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
         Ok(Client::try_from(config)?)
+    }
+
+    /// The audit log of an apiserver started with [`ApiServer::start_audited`].
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.path().join("audit.log")
     }
 
     /// The data directory (logs: `apiserver.log`, `etcd.log`).

@@ -1,0 +1,749 @@
+//! Controller scale benchmark against real apiservers (one management, one workload), not a
+//! test: run by hand, see docs/benchmarks.md.
+//!
+//! Creates N worker Machines with their configs, one Cluster per `--per-cluster` machines, with
+//! what CAPI leaves for them (infrastructure provisioned, control plane initialized, the
+//! `<cluster>-ca` and `<cluster>-kubeconfig` Secrets labelled with the cluster name), then:
+//!
+//! 1. floor: a plain client performs the writes no implementation can avoid (per config: the
+//!    bootstrap token Secret in the workload cluster, the data Secret, the status patch), with
+//!    the controller's concurrency and identity, on a second set of N configs;
+//! 2. controller: starts `bootplate run` and times it from process start until the benchmark's
+//!    own watch has seen every config ready; peak RSS is the process's VmHWM; its API requests
+//!    are counted from both apiservers' audit logs (by user: the controller impersonates its
+//!    ServiceAccount in the management cluster and `bootplate-bench-workload` in the workload
+//!    cluster), after it has gone quiet;
+//! 3. restart: SIGTERM, start again over the ready configs: time to `/readyz` OK, time until
+//!    every config was reconciled again, and the writes made meanwhile (should be none).
+//!
+//! ```text
+//! cargo build --release -p bootplate -p bootplate-bench
+//! target/release/scale-bench --machines 1000
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster};
+use crd_types::{
+    BootplateConfig, BootplateConfigSpec, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec,
+    TemplateKind, TemplateRef, TemplateSpec,
+};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use testenv::controller::ControllerProcess;
+use testenv::{ApiServer, fixtures};
+
+const TEMPLATE: &str = include_str!("../../../render/benches/kubeadm.yaml");
+/// The namespace the controller reconciles (`--namespace`).
+const BENCH_NS: &str = "bench";
+/// The namespace of the floor's configs, which the controller does not watch.
+const FLOOR_NS: &str = "floor";
+/// The controller's user in the workload clusters (its kubeconfig Secret impersonates it).
+const WORKLOAD_USER: &str = "bootplate-bench-workload";
+/// How long the controller must make no reconcile for the run to count as settled.
+const QUIET: Duration = Duration::from_secs(5);
+
+struct Args {
+    machines: usize,
+    per_cluster: usize,
+    concurrency: usize,
+    skip_floor: bool,
+    skip_restart: bool,
+    controller_args: Vec<String>,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut parsed = Args {
+        machines: 1000,
+        per_cluster: 50,
+        concurrency: 16,
+        skip_floor: false,
+        skip_restart: false,
+        controller_args: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--machines" => parsed.machines = value()?.parse()?,
+            "--per-cluster" => parsed.per_cluster = value()?.parse()?,
+            "--concurrency" => parsed.concurrency = value()?.parse()?,
+            "--controller-arg" => parsed.controller_args.push(value()?),
+            "--skip-floor" => parsed.skip_floor = true,
+            "--skip-restart" => parsed.skip_restart = true,
+            _ => bail!(
+                "usage: scale-bench [--machines N] [--per-cluster N] [--concurrency N] \
+                 [--controller-arg ARG]... [--skip-floor] [--skip-restart]"
+            ),
+        }
+    }
+    if parsed.per_cluster == 0 || parsed.machines == 0 {
+        bail!("--machines and --per-cluster must be more than zero");
+    }
+    Ok(parsed)
+}
+
+/// Both clusters, clients, and what the controller needs.
+struct Bench {
+    management: ApiServer,
+    workload: ApiServer,
+    admin: Client,
+    /// The controller's identity in the management cluster (kubeconfig file).
+    controller_kubeconfig: std::path::PathBuf,
+    /// The kubeconfig the `<cluster>-kubeconfig` Secrets hold.
+    workload_kubeconfig: String,
+    controller_user: String,
+    args: Args,
+}
+
+fn per(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 { part / whole } else { f64::NAN }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    machine_line();
+    let started = Instant::now();
+    let (management, workload) =
+        tokio::join!(ApiServer::start_audited(), ApiServer::start_audited());
+    let (management, workload) = (management?, workload?);
+    let admin = management.client().await?;
+    testenv::install_bootplate_crds(&admin).await?;
+    testenv::install_capi_crds(&admin).await?;
+    for ns in [BENCH_NS, FLOOR_NS] {
+        fixtures::namespace(&admin, ns).await?;
+    }
+    let controller_kubeconfig = testenv::rbac::install(&management).await?;
+    let (sa_ns, sa_name) = testenv::rbac::SERVICE_ACCOUNT;
+    let workload_kubeconfig = workload.kubeconfig_yaml().replace(
+        "    token: ",
+        &format!("    as: {WORKLOAD_USER}\n    as-groups: [system:masters]\n    token: "),
+    );
+    let bench = Bench {
+        controller_user: format!("system:serviceaccount:{sa_ns}:{sa_name}"),
+        management,
+        workload,
+        admin,
+        controller_kubeconfig,
+        workload_kubeconfig,
+        args,
+    };
+    eprintln!("apiservers up in {:.1?}", started.elapsed());
+    bench.run().await
+}
+
+fn machine_line() {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: f64 = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "machine: {} cores, {:.0} GiB, {model}; load average at start {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        mem_kib / 1048576.0,
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+impl Bench {
+    async fn run(&self) -> anyhow::Result<()> {
+        let n = self.args.machines;
+        let clusters = n.div_ceil(self.args.per_cluster);
+        println!(
+            "scale: {n} worker machines and configs, {clusters} clusters ({} machines each), concurrency {}",
+            self.args.per_cluster, self.args.concurrency
+        );
+        let template: TemplateSpec = serde_yaml::from_str(TEMPLATE)?;
+        let revision = template.revision();
+        Api::<ClusterBootstrapTemplate>::all(self.admin.clone())
+            .create(
+                &PostParams::default(),
+                &ClusterBootstrapTemplate::new("kubeadm", ClusterBootstrapTemplateSpec(template)),
+            )
+            .await?;
+        let created = Instant::now();
+        self.create_clusters(clusters).await?;
+        self.create_machines(n, clusters).await?;
+        let floor_configs = if self.args.skip_floor {
+            Vec::new()
+        } else {
+            self.create_floor_configs(n).await?
+        };
+        println!(
+            "fixtures created in {:.1?} (the controller is not running yet)",
+            created.elapsed()
+        );
+
+        let floor = if self.args.skip_floor {
+            None
+        } else {
+            Some(self.floor(&floor_configs, &revision).await?)
+        };
+        let controller = self.controller_phase(n).await?;
+        if let Some(floor) = floor {
+            println!(
+                "RESULT N={n} time: controller {:.2} s, floor {:.2} s, ratio controller/floor {:.2}",
+                controller.seconds,
+                floor,
+                controller.seconds / floor
+            );
+        }
+        Ok(())
+    }
+
+    async fn create_clusters(&self, clusters: usize) -> anyhow::Result<()> {
+        let ca = bootplate::pki::generate_ca("kubernetes")?;
+        let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), BENCH_NS);
+        let cluster_api: Api<Cluster> = Api::namespaced(self.admin.clone(), BENCH_NS);
+        futures::stream::iter(0..clusters)
+            .map(|i| {
+                let (secrets, cluster_api, ca) = (&secrets, &cluster_api, &ca);
+                async move {
+                    let name = format!("c{i}");
+                    cluster_api
+                        .create(&PostParams::default(), &fixtures::cluster(BENCH_NS, &name))
+                        .await?;
+                    let status = json!({
+                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                        "status": {
+                            "initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+                            "conditions": [{"type": "ControlPlaneInitialized", "status": "True", "reason": "Initialized",
+                                "message": "control plane initialized", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                        },
+                    });
+                    cluster_api
+                        .patch_status(
+                            &name,
+                            &PatchParams::apply("capi-cluster-controller").force(),
+                            &Patch::Apply(&status),
+                        )
+                        .await?;
+                    // As CAPI writes them: labelled with the cluster's name.
+                    for (suffix, data) in [
+                        ("ca", BTreeMap::from([("tls.crt", ca.cert.clone()), ("tls.key", ca.key.clone())])),
+                        ("kubeconfig", BTreeMap::from([("value", self.workload_kubeconfig.clone())])),
+                    ] {
+                        let secret = Secret {
+                            metadata: ObjectMeta {
+                                name: Some(format!("{name}-{suffix}")),
+                                labels: Some(BTreeMap::from([(CLUSTER_NAME_LABEL.to_owned(), name.clone())])),
+                                ..Default::default()
+                            },
+                            string_data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
+                            type_: Some("cluster.x-k8s.io/secret".into()),
+                            ..Default::default()
+                        };
+                        secrets.create(&PostParams::default(), &secret).await?;
+                    }
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    async fn create_machines(&self, n: usize, clusters: usize) -> anyhow::Result<()> {
+        let machines: Api<crd_types::capi::Machine> = Api::namespaced(self.admin.clone(), BENCH_NS);
+        let configs: Api<BootplateConfig> = Api::namespaced(self.admin.clone(), BENCH_NS);
+        futures::stream::iter(0..n)
+            .map(|i| {
+                let (machines, configs) = (&machines, &configs);
+                async move {
+                    let cluster = format!("c{}", i % clusters);
+                    let name = format!("{cluster}-w{i}");
+                    let machine = machines
+                        .create(
+                            &PostParams::default(),
+                            &fixtures::machine(BENCH_NS, &name, &cluster, false, &name),
+                        )
+                        .await?;
+                    configs
+                        .create(
+                            &PostParams::default(),
+                            &fixtures::owned_config(&machine, template_ref()),
+                        )
+                        .await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    async fn create_floor_configs(&self, n: usize) -> anyhow::Result<Vec<BootplateConfig>> {
+        let configs: Api<BootplateConfig> = Api::namespaced(self.admin.clone(), FLOOR_NS);
+        futures::stream::iter(0..n)
+            .map(|i| {
+                let configs = &configs;
+                async move {
+                    let mut config = BootplateConfig::new(
+                        &format!("f{i}"),
+                        BootplateConfigSpec {
+                            template_ref: template_ref(),
+                            ..Default::default()
+                        },
+                    );
+                    config.metadata.namespace = Some(FLOOR_NS.into());
+                    Ok::<_, anyhow::Error>(configs.create(&PostParams::default(), &config).await?)
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect()
+            .await
+    }
+
+    /// The floor: per config, the three writes any implementation makes, with the controller's
+    /// identities and concurrency. Returns the seconds it took.
+    async fn floor(&self, configs: &[BootplateConfig], revision: &str) -> anyhow::Result<f64> {
+        let management = client_from_file(&self.controller_kubeconfig).await?;
+        let workload = client_from_yaml(&self.workload_kubeconfig).await?;
+        // The bytes of one worker's user-data: the floor writes the same amount per config.
+        let spec: TemplateSpec = serde_yaml::from_str(TEMPLATE)?;
+        let compiled =
+            render::CompiledTemplate::compile("ClusterBootstrapTemplate kubeadm", &spec)?;
+        let user_data = compiled
+            .render(
+                &BootplateConfigSpec::default(),
+                &render::sample_context(crd_types::Role::Worker),
+            )?
+            .data;
+        let tokens: Api<Secret> = Api::namespaced(workload, "kube-system");
+        let secrets: Api<Secret> = Api::namespaced(management.clone(), FLOOR_NS);
+        let status: Api<BootplateConfig> = Api::namespaced(management, FLOOR_NS);
+        let started = Instant::now();
+        futures::stream::iter(configs)
+            .map(|config| {
+                let (tokens, secrets, status, user_data) = (&tokens, &secrets, &status, &user_data);
+                async move { floor_one(config, tokens, secrets, status, user_data, revision).await }
+            })
+            .buffer_unordered(self.args.concurrency)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let seconds = started.elapsed().as_secs_f64();
+        println!(
+            "floor: {} configs x 3 writes in {seconds:.2} s ({:.0} configs/s)",
+            configs.len(),
+            configs.len() as f64 / seconds
+        );
+        Ok(seconds)
+    }
+
+    fn start_controller(&self, log: &str) -> anyhow::Result<ControllerProcess> {
+        let concurrency = self.args.concurrency.to_string();
+        let mut extra = vec![
+            "--namespace",
+            BENCH_NS,
+            "--concurrency",
+            &concurrency,
+            "--log-level",
+            "info",
+        ];
+        extra.extend(self.args.controller_args.iter().map(String::as_str));
+        ControllerProcess::start(
+            &self.controller_kubeconfig,
+            &self.management.dir().join(log),
+            &extra,
+        )
+    }
+
+    async fn controller_phase(&self, n: usize) -> anyhow::Result<ControllerRun> {
+        let configs: Api<BootplateConfig> = Api::namespaced(self.admin.clone(), BENCH_NS);
+        let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(0usize);
+        let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<()>();
+        let watch = tokio::spawn(async move {
+            let mut ready = HashSet::new();
+            let mut listed = Some(listed_tx);
+            let mut events = std::pin::pin!(watcher(configs, watcher::Config::default()));
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))
+                        if c.status.as_ref().is_some_and(|s| s.ready) =>
+                    {
+                        ready.insert(c.name_any());
+                        let _ = ready_tx.send(ready.len());
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = listed.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        listed_rx.await.context("the benchmark's watch ended")?;
+        let audit = self.audit_offsets()?;
+        let started = Instant::now();
+        let mut controller = self.start_controller("controller.log")?;
+        let pid = controller.pid();
+        let deadline = Duration::from_secs(3600);
+        tokio::time::timeout(deadline, ready_rx.wait_for(|ready| *ready >= n))
+            .await
+            .context("not every config became ready within an hour")??;
+        let seconds = started.elapsed().as_secs_f64();
+        watch.abort();
+        let rss_at_ready = rss_kib(pid, "VmRSS");
+        println!(
+            "controller: {n} configs ready {seconds:.2} s after process start ({:.0} configs/s)",
+            n as f64 / seconds
+        );
+        let settled = wait_quiet(&controller, n).await;
+        println!(
+            "controller: settled (no reconcile for {QUIET:?}) {:.1} s after start",
+            started.elapsed().as_secs_f64()
+        );
+        let hwm = rss_kib(pid, "VmHWM");
+        println!(
+            "controller: peak RSS (VmHWM) {:.1} MiB; RSS when all were ready {:.1} MiB; reconciles {settled}",
+            hwm / 1024.0,
+            rss_at_ready / 1024.0
+        );
+        let requests = self.requests_since(&audit)?;
+        requests.print("controller", n);
+
+        if !self.args.skip_restart {
+            let status = controller.terminate()?;
+            println!("controller: stopped by SIGTERM ({status})");
+            self.restart_phase(n).await?;
+        }
+        Ok(ControllerRun { seconds })
+    }
+
+    async fn restart_phase(&self, n: usize) -> anyhow::Result<()> {
+        let audit = self.audit_offsets()?;
+        let started = Instant::now();
+        let controller = self.start_controller("controller-restart.log")?;
+        let pid = controller.pid();
+        while controller.readyz() != Some(200) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let readyz = started.elapsed().as_secs_f64();
+        let reconciled_all = loop {
+            if reconciles(&controller) >= n as u64 {
+                break started.elapsed().as_secs_f64();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        wait_quiet(&controller, n).await;
+        println!(
+            "restart: /readyz OK {readyz:.2} s after process start; all {n} configs reconciled again after {reconciled_all:.2} s; peak RSS {:.1} MiB",
+            rss_kib(pid, "VmHWM") / 1024.0
+        );
+        let requests = self.requests_since(&audit)?;
+        requests.print("restart", n);
+        self.keep_logs();
+        println!(
+            "RESULT N={n} restart: readyz {readyz:.2} s, writes {} (reads {}, watches {})",
+            requests.writes(),
+            requests.reads(),
+            requests.watches()
+        );
+        Ok(())
+    }
+
+    /// Copies the controller's logs to $SCALE_BENCH_LOGS (default /tmp/scale-bench-logs): the
+    /// apiservers' directories go when the benchmark ends.
+    fn keep_logs(&self) {
+        let dir =
+            std::env::var("SCALE_BENCH_LOGS").unwrap_or_else(|_| "/tmp/scale-bench-logs".into());
+        let _ = std::fs::create_dir_all(&dir);
+        for log in ["controller.log", "controller-restart.log"] {
+            let _ = std::fs::copy(self.management.dir().join(log), Path::new(&dir).join(log));
+        }
+    }
+
+    fn audit_offsets(&self) -> anyhow::Result<[u64; 2]> {
+        Ok([
+            file_len(&self.management.audit_log())?,
+            file_len(&self.workload.audit_log())?,
+        ])
+    }
+
+    /// The controller's requests since `offsets`, from both audit logs.
+    fn requests_since(&self, offsets: &[u64; 2]) -> anyhow::Result<Requests> {
+        // The audit backend writes as requests complete; let the last ones land.
+        std::thread::sleep(Duration::from_millis(500));
+        let mut requests = Requests::default();
+        let mut seen = HashSet::new();
+        for (cluster, path, user, offset) in [
+            (
+                "management",
+                self.management.audit_log(),
+                self.controller_user.as_str(),
+                offsets[0],
+            ),
+            (
+                "workload",
+                self.workload.audit_log(),
+                WORKLOAD_USER,
+                offsets[1],
+            ),
+        ] {
+            let text = std::fs::read(&path)?;
+            let text = String::from_utf8_lossy(&text[offset as usize..]);
+            for line in text.lines() {
+                let Ok(event) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                let who = event["impersonatedUser"]["username"]
+                    .as_str()
+                    .or(event["user"]["username"].as_str());
+                if who != Some(user) {
+                    continue;
+                }
+                let verb = event["verb"].as_str().unwrap_or_default();
+                // One count per request: a watch has two events (started, completed).
+                let id = event["auditID"].as_str().unwrap_or_default().to_owned();
+                if !seen.insert(id) {
+                    continue;
+                }
+                let object = &event["objectRef"];
+                let mut resource = object["resource"].as_str().unwrap_or("-").to_owned();
+                if let Some(sub) = object["subresource"].as_str() {
+                    resource = format!("{resource}/{sub}");
+                }
+                *requests
+                    .by_kind
+                    .entry((cluster, verb.to_owned(), resource))
+                    .or_default() += 1;
+            }
+        }
+        Ok(requests)
+    }
+}
+
+struct ControllerRun {
+    seconds: f64,
+}
+
+#[derive(Default)]
+struct Requests {
+    by_kind: BTreeMap<(&'static str, String, String), u64>,
+}
+
+impl Requests {
+    fn count(&self, f: impl Fn(&str) -> bool) -> u64 {
+        self.by_kind
+            .iter()
+            .filter(|((_, verb, _), _)| f(verb))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn writes(&self) -> u64 {
+        self.count(|v| {
+            matches!(
+                v,
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
+        })
+    }
+
+    fn reads(&self) -> u64 {
+        self.count(|v| matches!(v, "get" | "list"))
+    }
+
+    fn watches(&self) -> u64 {
+        self.count(|v| v == "watch")
+    }
+
+    fn print(&self, phase: &str, n: usize) {
+        let total = self.count(|_| true);
+        println!(
+            "{phase}: API requests {total} ({:.2} per config): writes {} ({:.2}/config), reads {} ({:.2}/config), watches {}",
+            per(total as f64, n as f64),
+            self.writes(),
+            per(self.writes() as f64, n as f64),
+            self.reads(),
+            per(self.reads() as f64, n as f64),
+            self.watches()
+        );
+        for ((cluster, verb, resource), count) in &self.by_kind {
+            println!(
+                "  {cluster:<10} {verb:<7} {resource:<34} {count:>7}  ({:.3}/config)",
+                per(*count as f64, n as f64)
+            );
+        }
+        if phase == "controller" {
+            println!(
+                "RESULT N={n} requests per config {:.2} (writes {:.2})",
+                per(total as f64, n as f64),
+                per(self.writes() as f64, n as f64)
+            );
+        }
+    }
+}
+
+fn template_ref() -> TemplateRef {
+    TemplateRef {
+        kind: TemplateKind::ClusterBootstrapTemplate,
+        name: "kubeadm".into(),
+        namespace: None,
+    }
+}
+
+async fn floor_one(
+    config: &BootplateConfig,
+    tokens: &Api<Secret>,
+    secrets: &Api<Secret>,
+    status: &Api<BootplateConfig>,
+    user_data: &[u8],
+    revision: &str,
+) -> anyhow::Result<()> {
+    let name = config.name_any();
+    let uid = config.uid().unwrap_or_default();
+    let token = bootplate::token::Token::generate();
+    let exposed = token.expose();
+    let token_secret = exposed.split_once('.').map_or("", |(_, s)| s);
+    let token_data: BTreeMap<String, ByteString> = [
+        ("token-id", token.id.as_str()),
+        ("token-secret", token_secret),
+        ("expiration", "2099-01-01T00:00:00Z"),
+        ("usage-bootstrap-signing", "true"),
+        ("usage-bootstrap-authentication", "true"),
+        ("auth-extra-groups", bootplate::token::GROUP),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+    .collect();
+    tokens
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: ObjectMeta {
+                    name: Some(format!("bootstrap-token-{}", token.id)),
+                    labels: Some(BTreeMap::from([(
+                        bootplate::labels::TOKEN_CONFIG_UID.to_owned(),
+                        uid,
+                    )])),
+                    ..Default::default()
+                },
+                type_: Some(bootplate::token::SECRET_TYPE.into()),
+                data: Some(token_data),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let data_secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": name, "namespace": FLOOR_NS,
+            "labels": {CLUSTER_NAME_LABEL: "floor", bootplate::labels::DATA_SECRET: name},
+            "annotations": {bootplate::labels::TEMPLATE_REVISION: revision},
+            "ownerReferences": [config.controller_owner_ref(&())],
+        },
+        "type": "cluster.x-k8s.io/secret",
+        "data": {"value": ByteString(user_data.to_vec()), "format": ByteString(b"cloud-config".to_vec())},
+    });
+    let apply = PatchParams::apply("bootplate").force();
+    secrets
+        .patch(&name, &apply, &Patch::Apply(&data_secret))
+        .await?;
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({"type": type_, "status": status, "reason": reason, "message": "floor",
+            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": config.metadata.generation})
+    };
+    let patch = json!({
+        "apiVersion": BootplateConfig::api_version(&()), "kind": "BootplateConfig",
+        "status": {
+            "ready": true, "dataSecretName": name, "initialization": {"dataSecretCreated": true},
+            "observedGeneration": config.metadata.generation, "templateRevision": revision, "role": "worker",
+            "conditions": [condition("Ready", "True", "DataSecretCreated"),
+                condition("DataSecretAvailable", "True", "DataSecretCreated"),
+                condition("Paused", "False", "NotPaused")],
+        },
+    });
+    status
+        .patch_status(&name, &apply, &Patch::Apply(&patch))
+        .await?;
+    Ok(())
+}
+
+async fn client_from_file(path: &Path) -> anyhow::Result<Client> {
+    client_from_yaml(&std::fs::read_to_string(path)?).await
+}
+
+async fn client_from_yaml(yaml: &str) -> anyhow::Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml)?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(Client::try_from(config)?)
+}
+
+fn file_len(path: &Path) -> anyhow::Result<u64> {
+    Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+}
+
+/// A field of /proc/PID/status in KiB (VmHWM: peak resident set; VmRSS: current).
+fn rss_kib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// The controller's count of config reconciles, from its /metrics.
+fn reconciles(controller: &ControllerProcess) -> u64 {
+    controller
+        .metrics()
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.starts_with("bootplate_reconciles_total{") && l.contains("controller=\"config\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Waits until the controller has reconciled at least `n` configs and then made no reconcile
+/// for [`QUIET`]; returns its reconcile count.
+async fn wait_quiet(controller: &ControllerProcess, n: usize) -> u64 {
+    let mut last = reconciles(controller);
+    let mut since = Instant::now();
+    let give_up = Instant::now() + Duration::from_secs(600);
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = reconciles(controller);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if last >= n as u64 && since.elapsed() >= QUIET {
+            return last;
+        }
+        if Instant::now() > give_up {
+            eprintln!("the controller never went quiet; counting anyway");
+            return last;
+        }
+    }
+}
