@@ -2,7 +2,8 @@
 //! `tls.key`), read for control-plane roles and generated for `init` when missing and no
 //! control-plane provider manages the Cluster. Workers read only the CA certificate, for its hash.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use crd_types::capi::{CLUSTER_NAME_LABEL, CLUSTER_SECRET_TYPE, Cluster};
 use crd_types::conditions::reason;
@@ -12,6 +13,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use render::{Certificates, KeyPair};
 
+use crate::context::Stores;
 use crate::error::{Error, Result, is_conflict, is_not_found};
 use crate::pki;
 
@@ -113,11 +115,32 @@ fn key_pair_of(
     Ok(pair)
 }
 
+/// CA hashes by `<cluster>-ca` Secret (namespace, name), with the resourceVersion they were
+/// computed from: a worker's reconcile reads the Secret only when it changed.
+#[derive(Default)]
+pub struct CaHashes {
+    hashes: Mutex<HashMap<(String, String), (String, String)>>,
+}
+
 /// The CA hash for join data: `sha256:<hex of the CA's SubjectPublicKeyInfo hash>`.
-/// Reads only `tls.crt` of `<cluster>-ca`: a worker never touches a private key.
-pub async fn ca_hash(client: &Client, cluster: &Cluster) -> Result<String> {
+/// Reads only `tls.crt` of `<cluster>-ca`: a worker never touches a private key. When the
+/// Secret is in the metadata store (`stores`, CAPI labels it with the cluster's name), the hash
+/// computed for its current resourceVersion is reused without reading it.
+pub async fn ca_hash(
+    client: &Client,
+    stores: &Stores,
+    cache: &CaHashes,
+    cluster: &Cluster,
+) -> Result<String> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = secret_name(&cluster.name_any(), Purpose::Ca);
+    let key = (namespace.clone(), name.clone());
+    if let Some(version) = stores.secret_version(&namespace, &name)
+        && let Some((cached_version, hash)) = cache.hashes.lock().expect("lock").get(&key)
+        && *cached_version == version
+    {
+        return Ok(hash.clone());
+    }
     let secret = get(client, &namespace, &name).await?.ok_or_else(|| {
         Error::waiting(
             reason::CERTIFICATES_ERROR,
@@ -125,12 +148,20 @@ pub async fn ca_hash(client: &Client, cluster: &Cluster) -> Result<String> {
         )
     })?;
     let pair = key_pair_of(&secret, &namespace, Purpose::Ca, false)?;
-    pki::ca_cert_hash(&pair.cert).map_err(|e| {
+    let hash = pki::ca_cert_hash(&pair.cert).map_err(|e| {
         Error::failed(
             reason::CERTIFICATES_ERROR,
             format!("Secret {namespace}/{name}: key `tls.crt` is not a certificate: {e}"),
         )
-    })
+    })?;
+    if let Some(version) = secret.resource_version() {
+        cache
+            .hashes
+            .lock()
+            .expect("lock")
+            .insert(key, (version, hash.clone()));
+    }
+    Ok(hash)
 }
 
 /// All four key pairs for a control-plane machine. With `generate` (the `init` machine of a

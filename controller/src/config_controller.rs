@@ -8,6 +8,7 @@ use crd_types::capi::{Cluster, has_paused_annotation};
 use crd_types::conditions::{self, reason};
 use crd_types::{BootplateConfig, BootplateConfigSpec, BootplateConfigStatus, Role};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -35,6 +36,86 @@ struct Rendered {
     revision: String,
     /// The Machine has not joined yet and holds a bootstrap token that needs refreshing.
     token_in_use: bool,
+    /// What to remember once the status is written (a full render); `None` when the config
+    /// was found unchanged since the last render and nothing was done.
+    record: Option<Record>,
+}
+
+/// What the last full render of a config did, kept in memory by config UID. A reconcile whose
+/// inputs digest is the same, whose token has more than half its lifetime left and whose data
+/// Secret still has the resourceVersion seen after the write does nothing, and sends no
+/// request: that is the reconcile the controller's own status and Secret writes trigger, and
+/// the periodic one while the token is young. Anything else (a changed config, Machine,
+/// Cluster, template or CA Secret; a token to refresh; a touched data Secret; a restart, since
+/// this is memory) takes the full path, which reads and compares as before.
+#[derive(Clone, Debug)]
+pub struct Record {
+    inputs: String,
+    token_expires: Option<Timestamp>,
+    secret_digest: String,
+    secret_version: Option<String>,
+}
+
+/// A digest of what a render depends on besides the bootstrap token: the config's generation
+/// (its spec), the template revision, the role, the resourceVersions of the Machine, the
+/// Cluster and, when watched, the `<cluster>-ca` Secret. `None` for a config with
+/// `contentFrom` files: their Secrets are not watched, so such configs always take the full
+/// path.
+fn inputs_digest(
+    config: &BootplateConfig,
+    machine: &crd_types::capi::Machine,
+    cluster: &Cluster,
+    role: Role,
+    revision: &str,
+    ca_version: Option<String>,
+) -> Option<String> {
+    use sha2::Digest;
+    if config.spec.files.iter().any(|f| f.content_from.is_some()) {
+        return None;
+    }
+    let json = serde_json::to_vec(&(
+        config.uid(),
+        config.metadata.generation,
+        revision,
+        role.as_str(),
+        machine.resource_version(),
+        cluster.resource_version(),
+        ca_version,
+    ))
+    .ok()?;
+    Some(hex::encode(sha2::Sha256::digest(json)))
+}
+
+/// The last render's result when nothing it depended on changed (see [`Record`]).
+fn unchanged(
+    ctx: &Context,
+    config: &BootplateConfig,
+    inputs: Option<&String>,
+    role: Role,
+    revision: &str,
+) -> Option<Rendered> {
+    let inputs = inputs?;
+    let uid = config.uid()?;
+    let record = ctx.rendered.lock().expect("lock").get(&uid).cloned()?;
+    if record.inputs != *inputs {
+        return None;
+    }
+    if let Some(expires) = record.token_expires {
+        let ttl = SignedDuration::try_from(ctx.settings.bootstrap_token_ttl).ok()?;
+        if expires.duration_since(Timestamp::now()) * 2 < ttl {
+            return None;
+        }
+    }
+    let namespace = config.namespace().unwrap_or_default();
+    if ctx.stores.secret_version(&namespace, &config.name_any()) != record.secret_version {
+        return None;
+    }
+    Some(Rendered {
+        role,
+        revision: revision.to_owned(),
+        token_in_use: role != Role::Init,
+        record: None,
+    })
 }
 
 /// Reconciles one config.
@@ -49,6 +130,9 @@ pub async fn reconcile(config: Arc<BootplateConfig>, ctx: Arc<Context>) -> Resul
     if config.meta().deletion_timestamp.is_some() {
         // The data Secret goes with its owner; the token expires by its TTL.
         ctx.metrics.config_deleted(&key);
+        if let Some(uid) = config.uid() {
+            ctx.rendered.lock().expect("lock").remove(&uid);
+        }
         return Ok(Action::await_change());
     }
     let created = config.meta().creation_timestamp.as_ref().map(|t| t.0);
@@ -77,8 +161,19 @@ async fn reconcile_config(
     let previous = config.status.clone().unwrap_or_default();
     match render_config(config, ctx, &previous).await {
         Ok(done) => {
-            let desired = ready_status(config, &previous, &done);
-            status::apply(&api, config, config.status.as_ref(), &desired).await?;
+            match &done.record {
+                // Unchanged since a render whose ready status was written: a cache that does
+                // not show it yet is behind (ready never goes back), and its watch event is on
+                // the way. Writing again would only repeat that write.
+                None if !previous.ready => {}
+                _ => {
+                    let desired = ready_status(config, &previous, &done);
+                    status::apply(&api, config, config.status.as_ref(), &desired).await?;
+                }
+            }
+            if let (Some(record), Some(uid)) = (done.record.clone(), config.uid()) {
+                remember(ctx, uid, record);
+            }
             let action = if done.token_in_use {
                 // Check the token again well before it expires.
                 Action::requeue(ctx.settings.bootstrap_token_ttl / 3)
@@ -186,6 +281,7 @@ async fn render_config(
                 .workloads
                 .client(
                     &ctx.client,
+                    &ctx.stores,
                     &namespace,
                     cluster_name,
                     ctx.settings.workload_timeout,
@@ -210,6 +306,7 @@ async fn render_config(
             role: recorded,
             revision: previous.template_revision.clone().unwrap_or_default(),
             token_in_use: false,
+            record: None,
         });
     }
 
@@ -246,7 +343,18 @@ async fn render_config(
         ));
     }
 
-    let (certs, join) = credentials(ctx, config, &cluster, role, endpoint.address()).await?;
+    let revision = template.compiled.revision();
+    let ca_version = ctx
+        .stores
+        .secret_version(&namespace, &format!("{cluster_name}-ca"));
+    let inputs = inputs_digest(config, &machine, &cluster, role, revision, ca_version);
+    if let Some(done) = unchanged(ctx, config, inputs.as_ref(), role, revision) {
+        debug!(%role, "unchanged since the last render");
+        return Ok(done);
+    }
+
+    let credentials = credentials(ctx, config, &cluster, role, endpoint.address()).await?;
+    let (certs, join) = (credentials.certs, credentials.join);
     debug!("credentials gathered");
     let spec = resolve_files(ctx, config).await?;
     let context = RenderContext::new(&cluster, &machine, role, join, certs);
@@ -268,12 +376,9 @@ async fn render_config(
             role,
         },
     );
-    let current = data_secret::get(&ctx.client, config).await?;
-    if !current
-        .as_ref()
-        .is_some_and(|c| data_secret::is_current(c, &desired))
-    {
-        data_secret::write(&ctx.client, &desired).await?;
+    let digest = data_secret::digest(&desired);
+    let (written, secret_version) = write_data_secret(ctx, config, &desired, &digest).await?;
+    if written {
         ctx.metrics.secret_written();
         info!(role = %role, template = %template.display, revision = template.compiled.revision(), "data secret written");
         let note = format!(
@@ -288,7 +393,81 @@ async fn render_config(
         role,
         revision: template.compiled.revision().to_owned(),
         token_in_use: role != Role::Init,
+        record: inputs.map(|inputs| Record {
+            inputs,
+            token_expires: credentials.token_expires,
+            secret_digest: digest,
+            secret_version,
+        }),
     })
+}
+
+/// Writes the data Secret unless it already holds `desired`; returns whether it wrote, and the
+/// Secret's resourceVersion now. The metadata store spares reads: a Secret it does not hold
+/// (the first render) is written without reading, and one whose resourceVersion is the one
+/// this controller wrote or checked for the same digest is left alone without reading.
+async fn write_data_secret(
+    ctx: &Context,
+    config: &BootplateConfig,
+    desired: &Secret,
+    digest: &str,
+) -> Result<(bool, Option<String>)> {
+    let namespace = config.namespace().unwrap_or_default();
+    let stored = ctx.stores.secret_version(&namespace, &config.name_any());
+    let known = config.uid().and_then(|uid| {
+        let records = ctx.rendered.lock().expect("lock");
+        let record = records.get(&uid)?;
+        (record.secret_digest == digest).then(|| record.secret_version.clone())?
+    });
+    if stored.is_some() && known == stored {
+        return Ok((false, stored));
+    }
+    if stored.is_some() {
+        let current = data_secret::get(&ctx.client, config).await?;
+        if let Some(current) = current.filter(|c| data_secret::is_current(c, desired)) {
+            return Ok((false, current.resource_version()));
+        }
+    }
+    Ok((true, data_secret::write(&ctx.client, desired).await?))
+}
+
+/// Whether `config` shows no trace of an earlier render: not ready, and no data Secret in the
+/// (synced) metadata store. Then its token, if any, can only be one whose creation was
+/// interrupted, and `token::ensure` looks it up by its derived name instead of listing.
+fn first_render(ctx: &Context, config: &BootplateConfig) -> bool {
+    let namespace = config.namespace().unwrap_or_default();
+    !config.status.as_ref().is_some_and(|s| s.ready)
+        && ctx
+            .stores
+            .secret_version(&namespace, &config.name_any())
+            .is_none()
+}
+
+/// Remembers a config's last render, dropping the records of configs no longer cached
+/// (deleted without a reconcile seeing them go) when they pile up.
+fn remember(ctx: &Context, uid: String, record: Record) {
+    let mut records = ctx.rendered.lock().expect("lock");
+    records.insert(uid, record);
+    if records.len() > 2 * ctx.stores.configs.state().len() + 64 {
+        let live: std::collections::HashSet<String> = ctx
+            .stores
+            .configs
+            .state()
+            .iter()
+            .filter_map(|c| c.uid())
+            .collect();
+        records.retain(|uid, _| live.contains(uid));
+    }
+}
+
+/// What a machine's render needs besides the template and objects.
+struct Credentials {
+    /// Certificates (control-plane roles).
+    certs: Option<render::Certificates>,
+    /// Join data (joining roles).
+    join: Option<JoinInfo>,
+    /// When the token expires (joining roles).
+    token_expires: Option<Timestamp>,
 }
 
 /// Certificates (control-plane roles) and join data (joining roles).
@@ -298,7 +477,7 @@ async fn credentials(
     cluster: &Cluster,
     role: Role,
     api_server_endpoint: String,
-) -> Result<(Option<render::Certificates>, Option<JoinInfo>)> {
+) -> Result<Credentials> {
     let certs = match role {
         Role::Init => Some(
             certs::control_plane(
@@ -312,7 +491,11 @@ async fn credentials(
         Role::Worker => None,
     };
     if role == Role::Init {
-        return Ok((certs, None));
+        return Ok(Credentials {
+            certs,
+            join: None,
+            token_expires: None,
+        });
     }
     let ca_hash = match &certs {
         Some(certs) => crate::pki::ca_cert_hash(&certs.ca.cert).map_err(|e| {
@@ -321,13 +504,14 @@ async fn credentials(
                 format!("the cluster CA is not a certificate: {e}"),
             )
         })?,
-        None => certs::ca_hash(&ctx.client, cluster).await?,
+        None => certs::ca_hash(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster).await?,
     };
     let namespace = config.namespace().unwrap_or_default();
     let workload = ctx
         .workloads
         .client(
             &ctx.client,
+            &ctx.stores,
             &namespace,
             &cluster.name_any(),
             ctx.settings.workload_timeout,
@@ -335,9 +519,16 @@ async fn credentials(
         .await?;
     let uid = config.uid().unwrap_or_default();
     let key = format!("{namespace}/{}", config.name_any());
-    let (token, action) = token::ensure(&workload, &uid, &key, ctx.settings.bootstrap_token_ttl)
-        .await
-        .map_err(|e| naming_workload(e, &namespace, &cluster.name_any()))?;
+    let first = first_render(ctx, config);
+    let (token, action, expires) = token::ensure(
+        &workload,
+        &uid,
+        &key,
+        ctx.settings.bootstrap_token_ttl,
+        first,
+    )
+    .await
+    .map_err(|e| naming_workload(e, &namespace, &cluster.name_any()))?;
     match action {
         TokenAction::Created => ctx.metrics.token("created"),
         TokenAction::Refreshed => ctx.metrics.token("refreshed"),
@@ -368,7 +559,11 @@ async fn credentials(
         api_server_endpoint,
         ca_cert_hashes: vec![ca_hash],
     };
-    Ok((certs, Some(join)))
+    Ok(Credentials {
+        certs,
+        join: Some(join),
+        token_expires: Some(expires),
+    })
 }
 
 /// A token error names the workload cluster and the Secret its kubeconfig came from: the API

@@ -4,10 +4,14 @@ use std::time::Duration;
 
 use crd_types::capi::{Cluster, Machine};
 use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::certs::CaHashes;
+use crate::config_controller::Record;
 use crate::templates::CompiledCache;
 use crate::workload::WorkloadClients;
 
@@ -51,6 +55,11 @@ pub struct Stores {
     pub templates: Store<BootstrapTemplate>,
     /// Cluster-scoped templates.
     pub cluster_templates: Store<ClusterBootstrapTemplate>,
+    /// Metadata only (no data, no managedFields) of the Secrets labelled
+    /// `cluster.x-k8s.io/cluster-name`: CAPI's `<cluster>-ca` and `<cluster>-kubeconfig` and
+    /// the data Secrets. Their resourceVersions tell when a cached CA hash, workload client or
+    /// data Secret comparison is still good, without reading the Secret.
+    pub secrets: Store<PartialObjectMeta<Secret>>,
 }
 
 impl Stores {
@@ -64,6 +73,15 @@ impl Stores {
         let _ = self.clusters.wait_until_ready().await;
         let _ = self.templates.wait_until_ready().await;
         let _ = self.cluster_templates.wait_until_ready().await;
+        let _ = self.secrets.wait_until_ready().await;
+    }
+
+    /// The resourceVersion of Secret `name` in `namespace`, when it is labelled with its
+    /// cluster's name (so watched); `None` otherwise, and then callers read it.
+    pub fn secret_version(&self, namespace: &str, name: &str) -> Option<String> {
+        self.secrets
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|s| s.metadata.resource_version.clone())
     }
 
     /// The Machine `name` in `namespace`.
@@ -89,6 +107,11 @@ pub struct Context {
     pub compiled: CompiledCache,
     /// Clients of workload clusters, one per kubeconfig Secret version.
     pub workloads: WorkloadClients,
+    /// CA certificate hashes, one per `<cluster>-ca` Secret version.
+    pub ca_hashes: CaHashes,
+    /// What the last render of each config (by UID) did, to skip the work when nothing
+    /// changed since (see `config_controller`).
+    pub rendered: std::sync::Mutex<std::collections::HashMap<String, Record>>,
     /// Publishes Kubernetes events.
     pub recorder: Recorder,
     /// Prometheus metrics.
@@ -118,6 +141,8 @@ impl Context {
             stores,
             compiled: CompiledCache::default(),
             workloads: WorkloadClients::default(),
+            ca_hashes: CaHashes::default(),
+            rendered: Default::default(),
             recorder,
             metrics,
             synced,

@@ -93,8 +93,23 @@ pub fn is_current(existing: &Secret, desired: &Secret) -> bool {
         && owned
 }
 
-/// Writes `desired` with server-side apply (one request whether it exists or not).
-pub async fn write(client: &Client, desired: &Secret) -> Result<()> {
+/// A digest of everything [`is_current`] compares, to remember what was written.
+pub fn digest(desired: &Secret) -> String {
+    use sha2::Digest;
+    let json = serde_json::to_vec(&(
+        &desired.metadata.labels,
+        &desired.metadata.annotations,
+        desired.owner_references().first().map(|r| &r.uid),
+        &desired.type_,
+        &desired.data,
+    ))
+    .expect("a Secret always serializes");
+    hex::encode(sha2::Sha256::digest(json))
+}
+
+/// Writes `desired` with server-side apply (one request whether it exists or not); returns the
+/// resourceVersion written.
+pub async fn write(client: &Client, desired: &Secret) -> Result<Option<String>> {
     let api: Api<Secret> =
         Api::namespaced(client.clone(), &desired.namespace().unwrap_or_default());
     let mut body = desired.clone();
@@ -106,11 +121,12 @@ pub async fn write(client: &Client, desired: &Secret) -> Result<()> {
         "type": body.type_,
         "data": body.data,
     });
-    api.patch(
-        &desired.name_any(),
-        &PatchParams::apply(labels::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    let written = api
+        .patch(
+            &desired.name_any(),
+            &PatchParams::apply(labels::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(written.resource_version())
 }

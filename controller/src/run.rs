@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster, Machine, WATCH_FILTER_LABEL};
 use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate, TemplateKind};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -154,6 +155,7 @@ pub async fn run(
         filtered(watcher::Config::default()),
     )
     .default_backoff()
+    .modify(strip)
     .reflect(machine_writer)
     .applied_objects();
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
@@ -162,6 +164,7 @@ pub async fn run(
         filtered(watcher::Config::default()),
     )
     .default_backoff()
+    .modify(strip)
     .reflect(cluster_writer)
     .applied_objects();
     let (templates, template_writer) = reflector::store::<BootstrapTemplate>();
@@ -182,17 +185,36 @@ pub async fn run(
     .reflect(cluster_template_writer)
     .touched_objects();
 
-    let config_controller = Controller::new(
+    // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
+    // kubeconfig Secrets, and the data Secrets, which also trigger their config's reconcile).
+    let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let data_secret_events = watcher(
+        api::<PartialObjectMeta<Secret>>(&client, ns),
+        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+    )
+    .default_backoff()
+    .modify(|s| s.metadata.managed_fields = None)
+    .reflect(secret_writer)
+    .touched_objects()
+    .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
+
+    let (configs, config_writer) = reflector::store::<BootplateConfig>();
+    let config_events = watcher(
         api::<BootplateConfig>(&client, ns),
         filtered(watcher::Config::default()),
-    );
-    let configs = config_controller.store();
+    )
+    .default_backoff()
+    .modify(strip)
+    .reflect(config_writer)
+    .applied_objects();
+    let config_controller = Controller::for_stream(config_events, configs.clone());
     let stores = Stores {
         configs: configs.clone(),
         machines,
         clusters,
         templates,
         cluster_templates,
+        secrets,
     };
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -210,10 +232,7 @@ pub async fn run(
     let (configs_by_cluster, configs_by_template, configs_by_cluster_template) =
         (configs.clone(), configs.clone(), configs.clone());
     let config_controller = config_controller
-        .owns(
-            api::<Secret>(&client, ns),
-            watcher::Config::default().labels(labels::DATA_SECRET),
-        )
+        .owns_stream(data_secret_events)
         .watches_stream(machine_events, machine_to_config)
         .watches_stream(cluster_events, move |cluster: Cluster| {
             configs_of_cluster(&configs_by_cluster, &cluster)
@@ -286,6 +305,16 @@ pub async fn run(
     info!(namespace = ?settings.namespace, watch_filter = ?settings.watch_filter, "controllers started");
     tokio::join!(configs_done, templates_done, cluster_templates_done);
     Ok(())
+}
+
+/// Drops what the controller never reads from a cached object: its managedFields (often the
+/// larger part of an object) and kubectl's last-applied-configuration copy of it.
+fn strip<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
 }
 
 /// A Machine's config, from `spec.bootstrap.configRef`.

@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostPa
 use kube::{Api, Client};
 use rand::Rng;
 
-use crate::error::{Error, Result, is_not_found};
+use crate::error::{Error, Result, is_conflict, is_not_found};
 use crate::labels;
 
 /// The namespace bootstrap tokens live in.
@@ -91,19 +91,50 @@ fn string_data(secret: &Secret, key: &str) -> Option<String> {
         .and_then(|v| String::from_utf8(v.0.clone()).ok())
 }
 
-/// Ensures the config has a valid token in the workload cluster and returns it: reuses the
-/// existing one, extends it when less than half of `ttl` is left, or creates one.
+/// Ensures the config has a valid token in the workload cluster and returns it with what
+/// was done and when it now expires: reuses the existing one, extends it when less than half of
+/// `ttl` is left, or creates one.
+///
+/// `first`: the config was never rendered (no ready status, no data Secret), so it has no token
+/// but one whose creation was interrupted. Then the token is created at once under an ID
+/// derived from the config's UID (one request instead of a listing and a create); when that
+/// name is taken (the interrupted attempt, or another config's token by chance), the usual
+/// path follows: the listing by label, then a random ID.
 pub async fn ensure(
     workload: &Client,
     config_uid: &str,
     config_key: &str,
     ttl: Duration,
-) -> Result<(Token, TokenAction)> {
+    first: bool,
+) -> Result<(Token, TokenAction, Timestamp)> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
-    let existing = api
-        .list(&ListParams::default().labels(&selector(config_uid)))
-        .await
-        .map_err(workload_error)?;
+    if first {
+        let token = Token {
+            id: derived_id(config_uid),
+            ..Token::generate()
+        };
+        let now = Timestamp::now();
+        let ttl_signed = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::from_secs(900));
+        let expires = expiry(now, ttl_signed);
+        match api
+            .create(
+                &PostParams::default(),
+                &token_secret(&token, config_uid, config_key, expires.to_string()),
+            )
+            .await
+        {
+            Ok(_) => return Ok((token, TokenAction::Created, expires)),
+            Err(e) if is_conflict(&e) => {}
+            Err(e) => return Err(workload_error(e)),
+        }
+    }
+    let params = ListParams::default().labels(&selector(config_uid));
+    // A read is safe to repeat: one retry rides over a pooled connection the server closed.
+    let existing = match api.list(&params).await {
+        Err(kube::Error::Service(_) | kube::Error::HyperError(_)) => api.list(&params).await,
+        other => other,
+    }
+    .map_err(workload_error)?;
     let now = Timestamp::now();
     let ttl_signed = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::from_secs(900));
     for secret in existing.items {
@@ -126,8 +157,9 @@ pub async fn ensure(
             continue;
         }
         if left * 2 < ttl_signed {
+            let expires = expiry(now, ttl_signed);
             let patch = serde_json::json!({
-                "stringData": { "expiration": expiry(now, ttl_signed) }
+                "stringData": { "expiration": expires.to_string() }
             });
             api.patch(
                 &format!("bootstrap-token-{}", token.id),
@@ -136,25 +168,37 @@ pub async fn ensure(
             )
             .await
             .map_err(workload_error)?;
-            return Ok((token, TokenAction::Refreshed));
+            return Ok((token, TokenAction::Refreshed, expires));
         }
-        return Ok((token, TokenAction::Reused));
+        return Ok((token, TokenAction::Reused, expiration));
     }
     let token = Token::generate();
+    let expires = expiry(now, ttl_signed);
     api.create(
         &PostParams::default(),
-        &token_secret(&token, config_uid, config_key, expiry(now, ttl_signed)),
+        &token_secret(&token, config_uid, config_key, expires.to_string()),
     )
     .await
     .map_err(workload_error)?;
-    Ok((token, TokenAction::Created))
+    Ok((token, TokenAction::Created, expires))
 }
 
-fn expiry(now: Timestamp, ttl: SignedDuration) -> String {
+/// A token ID (6 characters of `[a-z0-9]`) derived from the config's UID. Token IDs are the
+/// public half of a token (they name its Secret); the secret half stays random.
+fn derived_id(config_uid: &str) -> String {
+    use sha2::Digest;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    sha2::Sha256::digest(config_uid.as_bytes())
+        .iter()
+        .take(6)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+fn expiry(now: Timestamp, ttl: SignedDuration) -> Timestamp {
     (now + ttl)
         .round(k8s_openapi::jiff::Unit::Second)
         .unwrap_or(now + ttl)
-        .to_string()
 }
 
 fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: String) -> Secret {
@@ -232,5 +276,17 @@ mod tests {
             !format!("{token:?}").contains(secret),
             "Debug never shows the secret part"
         );
+    }
+
+    #[test]
+    fn derived_ids_have_the_kubeadm_shape_and_depend_on_the_uid() {
+        let id = derived_id("0f8fad5b-d9cb-469f-a165-70867728950e");
+        assert_eq!(id.len(), 6);
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
+        assert_eq!(id, derived_id("0f8fad5b-d9cb-469f-a165-70867728950e"));
+        assert_ne!(id, derived_id("7c9e6679-7425-40de-944b-e07fc1f90ae7"));
     }
 }

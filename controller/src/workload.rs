@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 
+use crate::context::Stores;
 use crate::error::{Error, Result, is_not_found};
 
 /// Cached clients, keyed by the kubeconfig Secret and its resourceVersion: a rotated
@@ -19,15 +20,25 @@ pub struct WorkloadClients {
 }
 
 impl WorkloadClients {
-    /// A client of the workload cluster `cluster` in `namespace`.
+    /// A client of the workload cluster `cluster` in `namespace`. When the kubeconfig Secret
+    /// is in the metadata store (CAPI labels it with the cluster's name) and its
+    /// resourceVersion is the cached client's, the client is reused without reading it.
     pub async fn client(
         &self,
         management: &Client,
+        stores: &Stores,
         namespace: &str,
         cluster: &str,
         timeout: Duration,
     ) -> Result<Client> {
         let secret_name = format!("{cluster}-kubeconfig");
+        let key = (namespace.to_owned(), cluster.to_owned());
+        if let Some(version) = stores.secret_version(namespace, &secret_name)
+            && let Some((cached_version, client)) = self.clients.lock().expect("lock").get(&key)
+            && *cached_version == version
+        {
+            return Ok(client.clone());
+        }
         let secrets: Api<Secret> = Api::namespaced(management.clone(), namespace);
         let secret = match secrets.get(&secret_name).await {
             Ok(secret) => secret,
@@ -42,7 +53,6 @@ impl WorkloadClients {
             Err(e) => return Err(e.into()),
         };
         let version = secret.resource_version().unwrap_or_default();
-        let key = (namespace.to_owned(), cluster.to_owned());
         if let Some((cached_version, client)) = self.clients.lock().expect("lock").get(&key)
             && *cached_version == version
         {
