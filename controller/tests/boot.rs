@@ -557,7 +557,11 @@ fn every_template_boots_with_real_cloud_init_and_ignition() {
             assert_eq!(stage["status"], 0, "{label}: {stage}");
         }
         for call in report["stubCalls"].as_array().unwrap() {
-            assert_eq!(call["status"], 0, "{label}: {call}");
+            // `systemctl is-active` and the like answer with their status.
+            assert!(
+                call["status"] == 0 || call["query"] == true,
+                "{label}: {call}"
+            );
         }
         assert_eq!(
             report["sentinel"], true,
