@@ -36,9 +36,11 @@ struct Rendered {
     revision: String,
     /// The Machine has not joined yet and holds a bootstrap token that needs refreshing.
     token_in_use: bool,
-    /// What to remember once the status is written (a full render); `None` when the config
-    /// was found unchanged since the last render and nothing was done.
+    /// What to remember once the status is written (a full render whose inputs have a
+    /// digest); `None` otherwise.
     record: Option<Record>,
+    /// The config was found unchanged since the last render and nothing was done.
+    unchanged: bool,
 }
 
 /// What the last full render of a config did, kept in memory by config UID. A reconcile whose
@@ -115,6 +117,7 @@ fn unchanged(
         revision: revision.to_owned(),
         token_in_use: role != Role::Init,
         record: None,
+        unchanged: true,
     })
 }
 
@@ -165,7 +168,7 @@ async fn reconcile_config(
                 // Unchanged since a render whose ready status was written: a cache that does
                 // not show it yet is behind (ready never goes back), and its watch event is on
                 // the way. Writing again would only repeat that write.
-                None if !previous.ready => {}
+                None if done.unchanged && !previous.ready => {}
                 _ => {
                     let desired = ready_status(config, &previous, &done);
                     status::apply(&api, config, config.status.as_ref(), &desired).await?;
@@ -307,6 +310,7 @@ async fn render_config(
             revision: previous.template_revision.clone().unwrap_or_default(),
             token_in_use: false,
             record: None,
+            unchanged: false,
         });
     }
 
@@ -399,6 +403,7 @@ async fn render_config(
             secret_digest: digest,
             secret_version,
         }),
+        unchanged: false,
     })
 }
 

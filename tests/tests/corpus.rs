@@ -764,6 +764,17 @@ async fn every_bad_input_gets_its_reason_and_the_controller_keeps_serving() {
     )
     .await;
     env.wait_ready("good-after").await;
+    // ... and so does one whose file comes from a Secret of its own namespace.
+    let with_file: Case = serde_yaml::from_str(
+        "{name: good-with-file, about: a good config with a contentFrom file, \
+          templateRef: {kind: ClusterBootstrapTemplate, name: parts}, \
+          config: {files: [{path: /etc/motd, contentFrom: {secret: {name: files, key: motd}}}]}, \
+          reason: DataSecretCreated, message: [good-with-file]}",
+    )
+    .unwrap();
+    create_case(&env, &with_file).await.unwrap();
+    env.wait_ready("good-with-file").await;
+    assert!(env.user_data("good-with-file").await.contains("hello"));
     assert!(controller.is_running(), "the controller is still running");
     let log = controller.log();
     assert!(!log.contains("panicked"), "the controller panicked:\n{log}");
