@@ -7,11 +7,11 @@ use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::certs::CaHashes;
 use crate::config_controller::Record;
+use crate::events::Publisher;
 use crate::templates::CompiledCache;
 use crate::workload::WorkloadClients;
 
@@ -113,7 +113,7 @@ pub struct Context {
     /// changed since (see `config_controller`).
     pub rendered: std::sync::Mutex<std::collections::HashMap<String, Record>>,
     /// Publishes Kubernetes events.
-    pub recorder: Recorder,
+    pub recorder: Publisher,
     /// Prometheus metrics.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Becomes true once every store holds its initial listing (any number of waiters).
@@ -129,11 +129,7 @@ impl Context {
         stores: Stores,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "bootplate".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorder = Publisher::new(client.clone(), "bootplate", std::env::var("POD_NAME").ok());
         let (mark_synced, synced) = tokio::sync::watch::channel(false);
         Context {
             client,
