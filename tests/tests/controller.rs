@@ -190,33 +190,10 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     .await;
 
     // A steady state writes nothing.
-    let before: Vec<String> = futures::future::join_all(
-        workers
-            .iter()
-            .map(|n| async { env.secret(n).await.unwrap().resource_version().unwrap() }),
-    )
-    .await;
-    let config_versions: Vec<String> = futures::future::join_all(
-        workers
-            .iter()
-            .map(|n| async { env.config(n).await.resource_version().unwrap() }),
-    )
-    .await;
+    let before = resource_versions(&env, &workers).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after: Vec<String> = futures::future::join_all(
-        workers
-            .iter()
-            .map(|n| async { env.secret(n).await.unwrap().resource_version().unwrap() }),
-    )
-    .await;
-    let config_after: Vec<String> = futures::future::join_all(
-        workers
-            .iter()
-            .map(|n| async { env.config(n).await.resource_version().unwrap() }),
-    )
-    .await;
-    assert_eq!(before, after, "no data secret rewritten");
-    assert_eq!(config_versions, config_after, "no status rewritten");
+    let after = resource_versions(&env, &workers).await;
+    assert_eq!(before, after, "no data secret or status rewritten");
 
     // A token close to expiry is extended.
     let w0_token = field(&env.user_data("w-0").await, "token").unwrap();
@@ -508,6 +485,15 @@ async fn pause_missing_and_broken_templates() {
     for (reason, _, note) in m1.iter().chain(&m0) {
         assert!(!note.contains("PRIVATE KEY"), "{reason}: {note}");
     }
+}
+
+/// The resourceVersions of each named config's data Secret and of the config itself.
+async fn resource_versions(env: &testenv::capi_env::Env, names: &[&str]) -> Vec<(String, String)> {
+    futures::future::join_all(names.iter().map(|n| async {
+        let secret = env.secret(n).await.unwrap().resource_version().unwrap();
+        (secret, env.config(n).await.resource_version().unwrap())
+    }))
+    .await
 }
 
 /// Adds the `cluster.x-k8s.io/watch-filter` label to an object.
