@@ -605,19 +605,7 @@ async fn resolve_files(ctx: &Context, config: &BootplateConfig) -> Result<Bootpl
         };
         let field = format!("spec.files[{index}].contentFrom.secret");
         let (name, key) = (&source.secret.name, &source.secret.key);
-        if let Some(other) = source
-            .secret
-            .namespace
-            .as_deref()
-            .filter(|ns| *ns != namespace)
-        {
-            return Err(Error::failed(
-                reason::INVALID_REFERENCE,
-                format!(
-                    "{field}.namespace: a config in namespace {namespace} may not read Secret {other}/{name}; only Secrets of its own namespace are read"
-                ),
-            ));
-        }
+        crate::templates::check_secret_namespace(&field, &source.secret, &namespace)?;
         let secret = match secrets.get(name).await {
             Ok(secret) => secret,
             Err(e) if is_not_found(&e) => {

@@ -141,3 +141,23 @@ pub fn check_template_namespace(
         )),
     }
 }
+
+/// `files[].contentFrom.secret` at `field` may name only a Secret of the config's own
+/// namespace; anything else is refused, never read.
+pub fn check_secret_namespace(
+    field: &str,
+    secret: &crd_types::SecretKeyRef,
+    namespace: &str,
+) -> Result<()> {
+    match secret.namespace.as_deref().filter(|ns| *ns != namespace) {
+        None => Ok(()),
+        Some(other) => Err(Error::failed(
+            reason::INVALID_REFERENCE,
+            format!(
+                "{field}.namespace: a config in namespace {namespace} may not read Secret {other}/{}; \
+                 only Secrets of its own namespace are read",
+                secret.name
+            ),
+        )),
+    }
+}

@@ -4,7 +4,7 @@
 use crd_types::{BootplateConfig, BootplateConfigSpec, TemplateSpec};
 use render::{Origin, Severity};
 
-use crate::templates::check_template_namespace;
+use crate::templates::{check_secret_namespace, check_template_namespace};
 
 /// Problems that make a template unusable: every template and partial compiles, variable
 /// declarations are unique and their defaults match their schema, `template` and `parts`
@@ -48,15 +48,9 @@ pub fn config(
             _ => {}
         }
         if let Some(source) = &file.content_from {
-            if let Some(other) = source
-                .secret
-                .namespace
-                .as_deref()
-                .filter(|ns| *ns != namespace)
-            {
-                problems.push(format!(
-                    "{path}.contentFrom.secret.namespace: Secrets are read only from the config's own namespace {namespace}, not {other}"
-                ));
+            let field = format!("{path}.contentFrom.secret");
+            if let Err(e) = check_secret_namespace(&field, &source.secret, namespace) {
+                problems.push(e.to_string());
             }
             if source.secret.name.is_empty() || source.secret.name.contains('/') {
                 problems.push(format!(
