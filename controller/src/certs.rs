@@ -62,6 +62,19 @@ impl Purpose {
     }
 }
 
+/// The certificate Secrets a render for `role` reads: all four for the control-plane roles,
+/// `<cluster>-ca` alone (for its hash) for workers.
+pub fn secret_names(cluster: &str, role: crd_types::Role) -> Vec<String> {
+    if role.is_control_plane() {
+        Purpose::ALL
+            .iter()
+            .map(|purpose| secret_name(cluster, *purpose))
+            .collect()
+    } else {
+        vec![secret_name(cluster, Purpose::Ca)]
+    }
+}
+
 fn secret_name(cluster: &str, purpose: Purpose) -> String {
     format!("{cluster}-{}", purpose.suffix())
 }

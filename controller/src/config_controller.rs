@@ -21,7 +21,7 @@ use crate::error::{Error, Result, is_not_found};
 use crate::metrics::ConfigState;
 use crate::status::{self, Desired};
 use crate::token::{self, TokenAction};
-use crate::{certs, role, templates};
+use crate::{certs, labels, role, templates};
 
 /// How long to wait before looking again at a config that waits for something no watch
 /// reports (for example, a Secret in a workload cluster).
@@ -58,58 +58,102 @@ pub struct Record {
     secret_version: Option<String>,
 }
 
-/// A digest of what a render depends on besides the bootstrap token: the config's generation
-/// (its spec), the template revision, the role, the resourceVersions of the Machine, the
-/// Cluster and, when watched, the `<cluster>-ca` Secret. `None` for a config with
-/// `contentFrom` files: their Secrets are not watched, so such configs always take the full
-/// path.
+/// A digest of what a render depends on besides the bootstrap token: this controller's
+/// version, the config's UID and generation (its spec), the template revision, the role, what
+/// the template sees of the Machine and the Cluster (their render context, so their status
+/// updates do not count), and the resourceVersions of the certificate Secrets the role reads.
+/// `None` when one of those Secrets is not watched (not labelled with its cluster's name) or
+/// the config has `contentFrom` files, whose Secrets are not watched either: such configs
+/// always take the full path.
 fn inputs_digest(
+    ctx: &Context,
     config: &BootplateConfig,
     machine: &crd_types::capi::Machine,
     cluster: &Cluster,
     role: Role,
     revision: &str,
-    ca_version: Option<String>,
 ) -> Option<String> {
     use sha2::Digest;
     if config.spec.files.iter().any(|f| f.content_from.is_some()) {
         return None;
     }
+    let namespace = config.namespace().unwrap_or_default();
+    let secret_versions = certs::secret_names(&cluster.name_any(), role)
+        .iter()
+        .map(|name| ctx.stores.secret_version(&namespace, name))
+        .collect::<Option<Vec<String>>>()?;
+    let seen = RenderContext::new(cluster, machine, role, None, None);
     let json = serde_json::to_vec(&(
+        env!("CARGO_PKG_VERSION"),
         config.uid(),
         config.metadata.generation,
         revision,
         role.as_str(),
-        machine.resource_version(),
-        cluster.resource_version(),
-        ca_version,
+        seen,
+        secret_versions,
     ))
     .ok()?;
     Some(hex::encode(sha2::Sha256::digest(json)))
 }
 
-/// The last render's result when nothing it depended on changed (see [`Record`]).
+/// What is known of a config's last render: from memory, or after a restart from the hints on
+/// its data Secret.
+struct LastRender {
+    inputs: Option<String>,
+    token_expires: Option<Timestamp>,
+    secret_version: Option<String>,
+}
+
+fn last_render(ctx: &Context, config: &BootplateConfig) -> Option<LastRender> {
+    let uid = config.uid()?;
+    if let Some(record) = ctx.rendered.lock().expect("lock").get(&uid) {
+        return Some(LastRender {
+            inputs: Some(record.inputs.clone()),
+            token_expires: record.token_expires,
+            secret_version: record.secret_version.clone(),
+        });
+    }
+    let namespace = config.namespace().unwrap_or_default();
+    let secret = ctx.stores.secret(&namespace, &config.name_any())?;
+    let hint = |key: &str| secret.metadata.annotations.as_ref()?.get(key).cloned();
+    Some(LastRender {
+        inputs: hint(labels::INPUTS),
+        token_expires: hint(labels::TOKEN_EXPIRES).and_then(|t| t.parse().ok()),
+        secret_version: secret.metadata.resource_version.clone(),
+    })
+}
+
+/// The last render's result when nothing it depended on changed (see [`Record`]). Without a
+/// record in memory (after a restart), the data Secret's hints stand in for one, but only for
+/// a config whose status says that Secret was written: a Secret written just before a crash
+/// still needs the status that follows it.
 fn unchanged(
     ctx: &Context,
     config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
     inputs: Option<&String>,
     role: Role,
     revision: &str,
 ) -> Option<Rendered> {
     let inputs = inputs?;
-    let uid = config.uid()?;
-    let record = ctx.rendered.lock().expect("lock").get(&uid).cloned()?;
-    if record.inputs != *inputs {
+    let remembered = config
+        .uid()
+        .is_some_and(|uid| ctx.rendered.lock().expect("lock").contains_key(&uid));
+    if !remembered && !previous.ready {
         return None;
     }
-    if let Some(expires) = record.token_expires {
+    let last = last_render(ctx, config)?;
+    if last.inputs.as_ref() != Some(inputs) {
+        return None;
+    }
+    if role != Role::Init {
         let ttl = SignedDuration::try_from(ctx.settings.bootstrap_token_ttl).ok()?;
-        if expires.duration_since(Timestamp::now()) * 2 < ttl {
+        if last.token_expires?.duration_since(Timestamp::now()) * 2 < ttl {
             return None;
         }
     }
     let namespace = config.namespace().unwrap_or_default();
-    if ctx.stores.secret_version(&namespace, &config.name_any()) != record.secret_version {
+    if ctx.stores.secret_version(&namespace, &config.name_any()) != last.secret_version {
         return None;
     }
     Some(Rendered {
@@ -135,6 +179,7 @@ pub async fn reconcile(config: Arc<BootplateConfig>, ctx: Arc<Context>) -> Resul
         ctx.metrics.config_deleted(&key);
         if let Some(uid) = config.uid() {
             ctx.rendered.lock().expect("lock").remove(&uid);
+            ctx.tokens_deleted.lock().expect("lock").remove(&uid);
         }
         return Ok(Action::await_change());
     }
@@ -279,7 +324,7 @@ async fn render_config(
     if data_secret_written && machine.has_node() {
         // Bootstrapped: the Secret stays as it is, whatever happens to the template; the
         // token has served its purpose.
-        if let Some(uid) = config.uid() {
+        if let Some(uid) = config.uid().filter(|_| token_may_be_live(ctx, config)) {
             let workload = ctx
                 .workloads
                 .client(
@@ -297,6 +342,11 @@ async fn render_config(
                 for _ in 0..deleted {
                     ctx.metrics.token("deleted");
                     info!("bootstrap token deleted: the Machine has joined");
+                }
+                let mut done = ctx.tokens_deleted.lock().expect("lock");
+                done.insert(uid);
+                if let Some(live) = outgrown(ctx, done.len()) {
+                    done.retain(|uid| live.contains(uid));
                 }
             }
         }
@@ -348,27 +398,40 @@ async fn render_config(
     }
 
     let revision = template.compiled.revision();
-    let ca_version = ctx
-        .stores
-        .secret_version(&namespace, &format!("{cluster_name}-ca"));
-    let inputs = inputs_digest(config, &machine, &cluster, role, revision, ca_version);
-    if let Some(done) = unchanged(ctx, config, inputs.as_ref(), role, revision) {
+    let inputs = inputs_digest(ctx, config, &machine, &cluster, role, revision);
+    if let Some(done) = unchanged(ctx, config, previous, inputs.as_ref(), role, revision) {
         debug!(%role, "unchanged since the last render");
         return Ok(done);
     }
 
-    let credentials = credentials(ctx, config, &cluster, role, endpoint.address()).await?;
-    let (certs, join) = (credentials.certs, credentials.join);
-    debug!("credentials gathered");
+    let certs = control_plane_certs(ctx, &cluster, role).await?;
     let spec = resolve_files(ctx, config).await?;
-    let context = RenderContext::new(&cluster, &machine, role, join, certs);
-    let render_started = Instant::now();
-    let rendered = template.compiled.render(&spec, &context).map_err(|e| {
-        ctx.metrics.render_failed(&template.reference, e.reason());
-        Error::failed(e.reason(), e.to_string())
-    })?;
-    ctx.metrics
-        .rendered(&template.reference, render_started.elapsed());
+    let render = |join: Option<JoinInfo>| {
+        let context = RenderContext::new(&cluster, &machine, role, join, certs.clone());
+        let started = Instant::now();
+        let rendered = template.compiled.render(&spec, &context).map_err(|e| {
+            ctx.metrics.render_failed(&template.reference, e.reason());
+            Error::failed(e.reason(), e.to_string())
+        })?;
+        ctx.metrics.rendered(&template.reference, started.elapsed());
+        Ok::<_, Error>(rendered)
+    };
+    let (rendered, token_expires) = if role == Role::Init {
+        (render(None)?, None)
+    } else {
+        let ca_hash = ca_hash(ctx, &cluster, certs.as_ref()).await?;
+        let join = |token: &token::Token| JoinInfo {
+            token: token.expose(),
+            api_server_endpoint: endpoint.address(),
+            ca_cert_hashes: vec![ca_hash.clone()],
+        };
+        // A trial render with a stand-in of the same length first: a config whose template,
+        // variables or size fail gets an error, and no token in the workload cluster.
+        render(Some(join(&token::Token::placeholder())))?;
+        let (token, expires) = bootstrap_token(ctx, config, &cluster).await?;
+        (render(Some(join(&token)))?, Some(expires))
+    };
+    debug!("rendered");
 
     let desired = data_secret::build(
         config,
@@ -378,6 +441,8 @@ async fn render_config(
             template: &template.reference,
             revision: template.compiled.revision(),
             role,
+            inputs: inputs.as_deref(),
+            token_expires,
         },
     );
     let digest = data_secret::digest(&desired);
@@ -399,7 +464,7 @@ async fn render_config(
         token_in_use: role != Role::Init,
         record: inputs.map(|inputs| Record {
             inputs,
-            token_expires: credentials.token_expires,
+            token_expires,
             secret_digest: digest,
             secret_version,
         }),
@@ -448,42 +513,51 @@ fn first_render(ctx: &Context, config: &BootplateConfig) -> bool {
             .is_none()
 }
 
-/// Remembers a config's last render, dropping the records of configs no longer cached
-/// (deleted without a reconcile seeing them go) when they pile up.
+/// Remembers a config's last render.
 fn remember(ctx: &Context, uid: String, record: Record) {
     let mut records = ctx.rendered.lock().expect("lock");
     records.insert(uid, record);
-    if records.len() > 2 * ctx.stores.configs.state().len() + 64 {
-        let live: std::collections::HashSet<String> = ctx
-            .stores
-            .configs
-            .state()
-            .iter()
-            .filter_map(|c| c.uid())
-            .collect();
+    if let Some(live) = outgrown(ctx, records.len()) {
         records.retain(|uid, _| live.contains(uid));
     }
 }
 
-/// What a machine's render needs besides the template and objects.
-struct Credentials {
-    /// Certificates (control-plane roles).
-    certs: Option<render::Certificates>,
-    /// Join data (joining roles).
-    join: Option<JoinInfo>,
-    /// When the token expires (joining roles).
-    token_expires: Option<Timestamp>,
+/// For a memory of `len` entries by config UID: the UIDs of the cached configs, when it holds
+/// many more entries than there are configs (those of configs deleted without a reconcile
+/// seeing them go) and is due for pruning.
+fn outgrown(ctx: &Context, len: usize) -> Option<std::collections::HashSet<String>> {
+    let configs = ctx.stores.configs.state();
+    (len > 2 * configs.len() + 64).then(|| configs.iter().filter_map(|c| c.uid()).collect())
 }
 
-/// Certificates (control-plane roles) and join data (joining roles).
-async fn credentials(
+/// Whether a joined Machine's config may still have a live bootstrap token to delete: this
+/// process has not deleted its tokens yet, and the expiry known from the last render (memory,
+/// or the data Secret's hint after a restart) is not past. A hint can be stale by one refresh,
+/// so a token refreshed just before a restart may be left to expire by itself, within one TTL,
+/// as the token cleaner does for every token.
+fn token_may_be_live(ctx: &Context, config: &BootplateConfig) -> bool {
+    let Some(uid) = config.uid() else {
+        return false;
+    };
+    let init = config.status.as_ref().and_then(|s| s.role.as_deref()) == Some(Role::Init.as_str());
+    if init || ctx.tokens_deleted.lock().expect("lock").contains(&uid) {
+        return false;
+    }
+    match last_render(ctx, config).and_then(|last| last.token_expires) {
+        Some(expires) => expires > Timestamp::now(),
+        None => true,
+    }
+}
+
+/// The cluster's certificates for the control-plane roles; `None` for workers.
+async fn control_plane_certs(
     ctx: &Context,
-    config: &BootplateConfig,
     cluster: &Cluster,
     role: Role,
-    api_server_endpoint: String,
-) -> Result<Credentials> {
-    let certs = match role {
+) -> Result<Option<render::Certificates>> {
+    Ok(match role {
+        // The init machine of a Cluster without a control-plane provider generates the
+        // missing ones.
         Role::Init => Some(
             certs::control_plane(
                 &ctx.client,
@@ -494,23 +568,33 @@ async fn credentials(
         ),
         Role::ControlPlaneJoin => Some(certs::control_plane(&ctx.client, cluster, false).await?),
         Role::Worker => None,
-    };
-    if role == Role::Init {
-        return Ok(Credentials {
-            certs,
-            join: None,
-            token_expires: None,
-        });
-    }
-    let ca_hash = match &certs {
+    })
+}
+
+/// The `sha256:` hash of the cluster CA a joining machine pins.
+async fn ca_hash(
+    ctx: &Context,
+    cluster: &Cluster,
+    certs: Option<&render::Certificates>,
+) -> Result<String> {
+    match certs {
         Some(certs) => crate::pki::ca_cert_hash(&certs.ca.cert).map_err(|e| {
             Error::failed(
                 reason::CERTIFICATES_ERROR,
                 format!("the cluster CA is not a certificate: {e}"),
             )
-        })?,
-        None => certs::ca_hash(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster).await?,
-    };
+        }),
+        None => certs::ca_hash(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster).await,
+    }
+}
+
+/// The config's bootstrap token in the workload cluster (see [`token::ensure`]) and when it
+/// expires; counted, logged and announced by an Event when created.
+async fn bootstrap_token(
+    ctx: &Context,
+    config: &BootplateConfig,
+    cluster: &Cluster,
+) -> Result<(token::Token, Timestamp)> {
     let namespace = config.namespace().unwrap_or_default();
     let workload = ctx
         .workloads
@@ -535,12 +619,8 @@ async fn credentials(
     .await
     .map_err(|e| naming_workload(e, &namespace, &cluster.name_any()))?;
     match action {
-        TokenAction::Created => ctx.metrics.token("created"),
-        TokenAction::Refreshed => ctx.metrics.token("refreshed"),
-        TokenAction::Reused => {}
-    }
-    match action {
         TokenAction::Created => {
+            ctx.metrics.token("created");
             info!(token_id = %token.id, "bootstrap token created");
             let note = format!(
                 "bootstrap token {} created in the workload cluster",
@@ -556,19 +636,13 @@ async fn credentials(
             )
             .await;
         }
-        TokenAction::Refreshed => info!(token_id = %token.id, "bootstrap token refreshed"),
+        TokenAction::Refreshed => {
+            ctx.metrics.token("refreshed");
+            info!(token_id = %token.id, "bootstrap token refreshed");
+        }
         TokenAction::Reused => {}
     }
-    let join = JoinInfo {
-        token: token.expose(),
-        api_server_endpoint,
-        ca_cert_hashes: vec![ca_hash],
-    };
-    Ok(Credentials {
-        certs,
-        join: Some(join),
-        token_expires: Some(expires),
-    })
+    Ok((token, expires))
 }
 
 /// A token error names the workload cluster and the Secret its kubeconfig came from: the API

@@ -84,6 +84,15 @@ impl Stores {
             .and_then(|s| s.metadata.resource_version.clone())
     }
 
+    /// The cached metadata of Secret `name` in `namespace` (labelled ones only).
+    pub fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::sync::Arc<PartialObjectMeta<Secret>>> {
+        self.secrets.get(&ObjectRef::new(name).within(namespace))
+    }
+
     /// The Machine `name` in `namespace`.
     pub fn machine(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Machine>> {
         self.machines.get(&ObjectRef::new(name).within(namespace))
@@ -112,6 +121,9 @@ pub struct Context {
     /// What the last render of each config (by UID) did, to skip the work when nothing
     /// changed since (see `config_controller`).
     pub rendered: std::sync::Mutex<std::collections::HashMap<String, Record>>,
+    /// Configs (by UID) of joined Machines whose bootstrap tokens this process deleted, so
+    /// the reconciles that Machine updates trigger do not look for them again.
+    pub tokens_deleted: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Publishes Kubernetes events.
     pub recorder: Publisher,
     /// Prometheus metrics.
@@ -139,6 +151,7 @@ impl Context {
             workloads: WorkloadClients::default(),
             ca_hashes: CaHashes::default(),
             rendered: Default::default(),
+            tokens_deleted: Default::default(),
             recorder,
             metrics,
             synced,

@@ -10,6 +10,7 @@ use crd_types::Role;
 use crd_types::capi::{CLUSTER_NAME_LABEL, CLUSTER_SECRET_TYPE};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use render::Rendered;
@@ -27,10 +28,26 @@ pub struct Provenance<'a> {
     pub revision: &'a str,
     /// The role rendered.
     pub role: Role,
+    /// The digest of the render's inputs, when it has one (hint annotation).
+    pub inputs: Option<&'a str>,
+    /// When the bootstrap token in the user-data expires (hint annotation).
+    pub token_expires: Option<Timestamp>,
 }
 
 /// The Secret for `rendered`.
 pub fn build(config: &BootplateConfig, rendered: &Rendered, provenance: &Provenance<'_>) -> Secret {
+    let mut annotations = BTreeMap::from([
+        (labels::TEMPLATE.into(), provenance.template.into()),
+        (labels::TEMPLATE_REVISION.into(), provenance.revision.into()),
+        (labels::FORMAT.into(), rendered.format.as_str().into()),
+        (labels::ROLE.into(), provenance.role.as_str().into()),
+    ]);
+    if let Some(inputs) = provenance.inputs {
+        annotations.insert(labels::INPUTS.into(), inputs.into());
+    }
+    if let Some(expires) = provenance.token_expires {
+        annotations.insert(labels::TOKEN_EXPIRES.into(), expires.to_string());
+    }
     Secret {
         metadata: ObjectMeta {
             name: Some(config.name_any()),
@@ -39,12 +56,7 @@ pub fn build(config: &BootplateConfig, rendered: &Rendered, provenance: &Provena
                 (CLUSTER_NAME_LABEL.into(), provenance.cluster.into()),
                 (labels::DATA_SECRET.into(), config.name_any()),
             ])),
-            annotations: Some(BTreeMap::from([
-                (labels::TEMPLATE.into(), provenance.template.into()),
-                (labels::TEMPLATE_REVISION.into(), provenance.revision.into()),
-                (labels::FORMAT.into(), rendered.format.as_str().into()),
-                (labels::ROLE.into(), provenance.role.as_str().into()),
-            ])),
+            annotations: Some(annotations),
             owner_references: config.controller_owner_ref(&()).map(|r| vec![r]),
             ..Default::default()
         },
@@ -70,16 +82,23 @@ pub async fn get(client: &Client, config: &BootplateConfig) -> Result<Option<Sec
     }
 }
 
-/// Whether `existing` already holds exactly what `desired` would write.
+/// The annotations that say what the Secret holds, without the hints ([`labels::HINTS`]).
+fn compared_annotations(secret: &Secret) -> impl Iterator<Item = (&String, &String)> {
+    secret
+        .annotations()
+        .iter()
+        .filter(|(k, _)| !labels::HINTS.contains(&k.as_str()))
+}
+
+/// Whether `existing` already holds exactly what `desired` would write, hints aside: an
+/// outdated hint alone is not worth a write.
 pub fn is_current(existing: &Secret, desired: &Secret) -> bool {
     let labels_match = desired
         .labels()
         .iter()
         .all(|(k, v)| existing.labels().get(k) == Some(v));
-    let annotations_match = desired
-        .annotations()
-        .iter()
-        .all(|(k, v)| existing.annotations().get(k) == Some(v));
+    let annotations_match =
+        compared_annotations(desired).all(|(k, v)| existing.annotations().get(k) == Some(v));
     let owned = existing.owner_references().iter().any(|r| {
         desired
             .owner_references()
@@ -96,9 +115,10 @@ pub fn is_current(existing: &Secret, desired: &Secret) -> bool {
 /// A digest of everything [`is_current`] compares, to remember what was written.
 pub fn digest(desired: &Secret) -> String {
     use sha2::Digest;
+    let annotations: Vec<_> = compared_annotations(desired).collect();
     let json = serde_json::to_vec(&(
         &desired.metadata.labels,
-        &desired.metadata.annotations,
+        annotations,
         desired.owner_references().first().map(|r| &r.uid),
         &desired.type_,
         &desired.data,
@@ -129,4 +149,64 @@ pub async fn write(client: &Client, desired: &Secret) -> Result<Option<String>> 
         )
         .await?;
     Ok(written.resource_version())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crd_types::{BootplateConfigSpec, OutputFormat};
+    use k8s_openapi::jiff::SignedDuration;
+
+    fn config() -> BootplateConfig {
+        let mut config = BootplateConfig::new("w-0", BootplateConfigSpec::default());
+        config.metadata.namespace = Some("default".into());
+        config.metadata.uid = Some("0f8fad5b-d9cb-469f-a165-70867728950e".into());
+        config
+    }
+
+    fn secret(data: &str, inputs: Option<&str>, token_expires: Option<Timestamp>) -> Secret {
+        let rendered = Rendered {
+            data: data.as_bytes().to_vec(),
+            format: OutputFormat::CloudConfig,
+        };
+        let provenance = Provenance {
+            cluster: "c1",
+            template: "ClusterBootstrapTemplate/ubuntu",
+            revision: "abc",
+            role: Role::Worker,
+            inputs,
+            token_expires,
+        };
+        build(&config(), &rendered, &provenance)
+    }
+
+    #[test]
+    fn hints_are_written_but_not_compared() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let written = secret("#cloud-config\n", Some("d1"), Some(now));
+        let annotations = written.annotations();
+        assert_eq!(annotations[labels::INPUTS], "d1");
+        assert_eq!(annotations[labels::TOKEN_EXPIRES], "2027-01-15T08:00:00Z");
+
+        // Newer hints alone are not worth a write...
+        let refreshed = secret(
+            "#cloud-config\n",
+            Some("d2"),
+            Some(now + SignedDuration::from_mins(10)),
+        );
+        assert!(is_current(&written, &refreshed));
+        assert_eq!(digest(&written), digest(&refreshed));
+        // ...other content is.
+        let changed = secret("#cloud-config\nruncmd: []\n", Some("d1"), Some(now));
+        assert!(!is_current(&written, &changed));
+        assert_ne!(digest(&written), digest(&changed));
+        let mut retemplated = written.clone();
+        retemplated
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(labels::TEMPLATE_REVISION.into(), "def".into());
+        assert!(!is_current(&written, &retemplated));
+    }
 }

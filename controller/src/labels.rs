@@ -12,6 +12,17 @@ pub const TEMPLATE_REVISION: &str = "bootstrap.bootplate.dev/template-revision";
 pub const FORMAT: &str = "bootstrap.bootplate.dev/format";
 /// On data Secrets: the role rendered.
 pub const ROLE: &str = "bootstrap.bootplate.dev/role";
+/// On data Secrets: a digest of everything the render depended on besides the bootstrap token
+/// (see `config_controller::inputs_digest`). A hint, not compared when deciding whether to
+/// rewrite the Secret: a restarted controller that finds it equal to what it would render from
+/// leaves the config alone without a request.
+pub const INPUTS: &str = "bootstrap.bootplate.dev/inputs";
+/// On data Secrets: when the bootstrap token in the user-data expires (RFC 3339), as of the
+/// last write. A hint like [`INPUTS`]: a refreshed token makes it stale (earlier than the
+/// truth), which only costs a restarted controller a look at the token.
+pub const TOKEN_EXPIRES: &str = "bootstrap.bootplate.dev/token-expires";
+/// The annotations [`crate::data_secret::is_current`] does not compare.
+pub const HINTS: [&str; 2] = [INPUTS, TOKEN_EXPIRES];
 /// On bootstrap token Secrets in the workload cluster: the UID of the config the token is for.
 /// The controller finds a config's token by this label, never by memory, so restarts reuse it.
 pub const TOKEN_CONFIG_UID: &str = "bootstrap.bootplate.dev/config-uid";

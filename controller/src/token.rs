@@ -1,7 +1,7 @@
 //! Bootstrap tokens in the workload cluster: `kube-system/bootstrap-token-<id>`.
 //!
-//! A config's token is found by the label carrying the config's UID, so a restarted controller
-//! reuses the token it created before instead of minting a second one.
+//! A config's token is named after the config's UID and labelled with it, so a restarted
+//! controller finds and reuses the token it created before instead of minting a second one.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 
 use crate::error::{Error, Result, is_conflict, is_not_found};
@@ -65,6 +65,14 @@ impl Token {
         }
     }
 
+    /// A stand-in of the same shape, for a trial render before a real token is made.
+    pub fn placeholder() -> Token {
+        Token {
+            id: "000000".into(),
+            secret: "0000000000000000".into(),
+        }
+    }
+
     /// `<id>.<secret>`, what `kubeadm join --token` takes.
     pub fn expose(&self) -> String {
         format!("{}.{}", self.id, self.secret)
@@ -97,9 +105,12 @@ fn string_data(secret: &Secret, key: &str) -> Option<String> {
 ///
 /// `first`: the config was never rendered (no ready status, no data Secret), so it has no token
 /// but one whose creation was interrupted. Then the token is created at once under an ID
-/// derived from the config's UID (one request instead of a listing and a create); when that
-/// name is taken (the interrupted attempt, or another config's token by chance), the usual
-/// path follows: the listing by label, then a random ID.
+/// derived from the config's UID (one request instead of a listing and a create).
+///
+/// Otherwise the token is looked up by that derived name first (one GET, where a listing by
+/// label makes the apiserver filter every Secret of `kube-system`), and only when it is not
+/// there, not this config's or no longer usable, by the listing: a config whose derived name
+/// was taken (by another config's token, by chance) has its token under a random ID.
 pub async fn ensure(
     workload: &Client,
     config_uid: &str,
@@ -108,14 +119,15 @@ pub async fn ensure(
     first: bool,
 ) -> Result<(Token, TokenAction, Timestamp)> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
+    let now = Timestamp::now();
+    let ttl = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::from_secs(900));
+    let derived_name = format!("bootstrap-token-{}", derived_id(config_uid));
     if first {
         let token = Token {
             id: derived_id(config_uid),
             ..Token::generate()
         };
-        let now = Timestamp::now();
-        let ttl_signed = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::from_secs(900));
-        let expires = expiry(now, ttl_signed);
+        let expires = expiry(now, ttl);
         match api
             .create(
                 &PostParams::default(),
@@ -128,52 +140,25 @@ pub async fn ensure(
             Err(e) => return Err(workload_error(e)),
         }
     }
-    let params = ListParams::default().labels(&selector(config_uid));
-    // A read is safe to repeat: one retry rides over a pooled connection the server closed.
-    let existing = match api.list(&params).await {
-        Err(kube::Error::Service(_) | kube::Error::HyperError(_)) => api.list(&params).await,
-        other => other,
+    let derived = read_twice(|| api.get_opt(&derived_name))
+        .await
+        .map_err(workload_error)?;
+    if let Some(secret) = derived.filter(|s| belongs_to(s, config_uid))
+        && let Some(found) = keep_or_refresh(&api, &secret, now, ttl).await?
+    {
+        return Ok(found);
     }
-    .map_err(workload_error)?;
-    let now = Timestamp::now();
-    let ttl_signed = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::from_secs(900));
-    for secret in existing.items {
-        let (Some(id), Some(token_secret)) = (
-            string_data(&secret, "token-id"),
-            string_data(&secret, "token-secret"),
-        ) else {
-            continue;
-        };
-        let expiration = string_data(&secret, "expiration")
-            .and_then(|e| e.parse::<Timestamp>().ok())
-            .unwrap_or(now);
-        let token = Token {
-            id,
-            secret: token_secret,
-        };
-        let left = expiration.duration_since(now);
-        if left <= SignedDuration::ZERO {
-            // Expired: the token cleaner deletes it; make a new one below.
-            continue;
+    let params = ListParams::default().labels(&selector(config_uid));
+    let listed = read_twice(|| api.list(&params))
+        .await
+        .map_err(workload_error)?;
+    for secret in listed.items.iter().filter(|s| s.name_any() != derived_name) {
+        if let Some(found) = keep_or_refresh(&api, secret, now, ttl).await? {
+            return Ok(found);
         }
-        if left * 2 < ttl_signed {
-            let expires = expiry(now, ttl_signed);
-            let patch = serde_json::json!({
-                "stringData": { "expiration": expires.to_string() }
-            });
-            api.patch(
-                &format!("bootstrap-token-{}", token.id),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(workload_error)?;
-            return Ok((token, TokenAction::Refreshed, expires));
-        }
-        return Ok((token, TokenAction::Reused, expiration));
     }
     let token = Token::generate();
-    let expires = expiry(now, ttl_signed);
+    let expires = expiry(now, ttl);
     api.create(
         &PostParams::default(),
         &token_secret(&token, config_uid, config_key, expires.to_string()),
@@ -181,6 +166,70 @@ pub async fn ensure(
     .await
     .map_err(workload_error)?;
     Ok((token, TokenAction::Created, expires))
+}
+
+/// Runs a read, and once more on a connection error: a read is safe to repeat, and one retry
+/// rides over a pooled connection the server closed.
+async fn read_twice<T, F, Fut>(read: F) -> kube::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    match read().await {
+        Err(kube::Error::Service(_) | kube::Error::HyperError(_)) => read().await,
+        other => other,
+    }
+}
+
+/// Whether token Secret `secret` carries the label of config `config_uid`.
+fn belongs_to(secret: &Secret, config_uid: &str) -> bool {
+    secret
+        .labels()
+        .get(labels::TOKEN_CONFIG_UID)
+        .map(String::as_str)
+        == Some(config_uid)
+}
+
+/// The token in `secret` when it is still usable, extended when less than half of `ttl` is
+/// left; `None` when it is malformed or expired (the token cleaner deletes it).
+async fn keep_or_refresh(
+    api: &Api<Secret>,
+    secret: &Secret,
+    now: Timestamp,
+    ttl: SignedDuration,
+) -> Result<Option<(Token, TokenAction, Timestamp)>> {
+    let (Some(id), Some(token_secret)) = (
+        string_data(secret, "token-id"),
+        string_data(secret, "token-secret"),
+    ) else {
+        return Ok(None);
+    };
+    let expiration = string_data(secret, "expiration")
+        .and_then(|e| e.parse::<Timestamp>().ok())
+        .unwrap_or(now);
+    let token = Token {
+        id,
+        secret: token_secret,
+    };
+    let left = expiration.duration_since(now);
+    if left <= SignedDuration::ZERO {
+        return Ok(None);
+    }
+    if left * 2 >= ttl {
+        return Ok(Some((token, TokenAction::Reused, expiration)));
+    }
+    let expires = expiry(now, ttl);
+    let patch = serde_json::json!({
+        "stringData": { "expiration": expires.to_string() }
+    });
+    api.patch(
+        &format!("bootstrap-token-{}", token.id),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(workload_error)?;
+    Ok(Some((token, TokenAction::Refreshed, expires)))
 }
 
 /// A token ID (6 characters of `[a-z0-9]`) derived from the config's UID. Token IDs are the

@@ -11,12 +11,17 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("BOOTPLATE_BIN") {
         return Ok(PathBuf::from(path));
     }
-    // Test executables live in target/<profile>/deps; the binary one level up.
+    // Test executables live in target/<profile>/deps, the binary one level up; other binaries
+    // (the scale benchmark) live beside it.
     let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("test executable has no target directory")?;
+    let exe_dir = exe.parent().context("executable has no directory")?;
+    let profile_dir = if exe_dir.ends_with("deps") {
+        exe_dir
+            .parent()
+            .context("test executable has no target directory")?
+    } else {
+        exe_dir
+    };
     let path = profile_dir.join("bootplate");
     if !path.is_file() {
         bail!(
@@ -97,6 +102,19 @@ impl ControllerProcess {
     /// `GET` on the metrics port.
     pub fn metrics(&self) -> Option<String> {
         http_get(self.metrics_port, "/metrics").map(|(_, body)| body)
+    }
+
+    /// How many config reconciles the process has finished, from its metrics (0 when they
+    /// cannot be read).
+    pub fn config_reconciles(&self) -> u64 {
+        self.metrics()
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| {
+                l.starts_with("bootplate_reconciles_total{") && l.contains("controller=\"config\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
     }
 
     /// The status code of `/readyz`.

@@ -12,6 +12,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use testenv::capi_env::{NS, WAIT, cluster_template, env, field, publish_cluster_template};
+use testenv::controller::ControllerProcess;
 use testenv::{eventually, fixtures};
 
 #[tokio::test]
@@ -195,45 +196,30 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     let after = resource_versions(&env, &workers).await;
     assert_eq!(before, after, "no data secret or status rewritten");
 
-    // A token close to expiry is extended.
+    // A token past half its lifetime is extended (by the requeue every third of the TTL: the
+    // controller trusts the expiry it wrote until then).
     let w0_token = field(&env.user_data("w-0").await, "token").unwrap();
     let w0_id = w0_token.split_once('.').unwrap().0.to_owned();
     let tokens_api = Api::<Secret>::namespaced(env.workload_client.clone(), "kube-system");
-    let soon = (k8s_openapi::jiff::Timestamp::now()
-        + k8s_openapi::jiff::SignedDuration::from_secs(5))
-    .to_string();
-    tokens_api
-        .patch(
-            &format!("bootstrap-token-{w0_id}"),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"expiration": soon}})),
-        )
-        .await
-        .unwrap();
-    // Any change to the config's Machine triggers a reconcile; so does the periodic requeue.
-    Api::<Machine>::namespaced(env.client.clone(), NS)
-        .patch(
-            "w-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})),
-        )
-        .await
-        .unwrap();
-    eventually("w-0 token extended", WAIT, || async {
+    let expiry_of = |secret: Secret| -> Option<k8s_openapi::jiff::Timestamp> {
+        String::from_utf8(secret.data?["expiration"].0.clone())
+            .ok()?
+            .parse()
+            .ok()
+    };
+    let w0_expiry = expiry_of(
+        tokens_api
+            .get(&format!("bootstrap-token-{w0_id}"))
+            .await
+            .unwrap(),
+    )
+    .expect("w-0's token has an expiry");
+    eventually("w-0 token extended", Duration::from_secs(90), || async {
         let secret = tokens_api
             .get(&format!("bootstrap-token-{w0_id}"))
             .await
             .ok()?;
-        let expiry: k8s_openapi::jiff::Timestamp =
-            String::from_utf8(secret.data?["expiration"].0.clone())
-                .ok()?
-                .parse()
-                .ok()?;
-        (expiry
-            .duration_since(k8s_openapi::jiff::Timestamp::now())
-            .as_secs()
-            > 30)
-            .then_some(())
+        (expiry_of(secret)? > w0_expiry).then_some(())
     })
     .await;
     assert_eq!(
@@ -262,7 +248,7 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     // re-renders with the tokens it finds by label, and creates no second token.
     controller.kill();
     publish_cluster_template(&env.client, "probe", "v2").await;
-    let _controller = env.controller(&["--bootstrap-token-ttl", "60s"]);
+    let mut controller = env.controller(&["--bootstrap-token-ttl", "60s"]);
     eventually("w-2 re-rendered with the new revision", WAIT, || async {
         env.user_data("w-2").await.contains("# v2").then_some(())
     })
@@ -304,6 +290,30 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
         config.status.unwrap().template_revision.as_deref(),
         Some(fixtures::probe_template_spec("v1").revision().as_str())
     );
+
+    // A restart over ready configs writes nothing: no status, no data Secret, no token, no
+    // Event (the data Secrets' hints stand in for the memory the old process had).
+    let everyone: Vec<&str> = control_planes.iter().chain(&workers).copied().collect();
+    for name in &everyone {
+        env.wait_ready(name).await;
+    }
+    controller.terminate().unwrap();
+    let untouched = Untouched::take(&env, &everyone).await;
+    let tokens_before = token_names(&env).await;
+    let restarted = env.controller(&["--bootstrap-token-ttl", "60s"]);
+    untouched.check(&env, &restarted).await;
+    assert_eq!(
+        token_names(&env).await,
+        tokens_before,
+        "no token created or deleted"
+    );
+}
+
+/// The names of the bootstrap token Secrets in the workload cluster, sorted.
+async fn token_names(env: &testenv::capi_env::Env) -> Vec<String> {
+    let mut names: Vec<String> = env.tokens().await.iter().map(|t| t.name_any()).collect();
+    names.sort();
+    names
 }
 
 #[tokio::test]
@@ -510,7 +520,7 @@ where
 #[tokio::test]
 async fn namespace_and_watch_filter_scope_the_controller() {
     use crd_types::BootplateConfig;
-    use crd_types::capi::{Cluster, Machine};
+    use crd_types::capi::Cluster;
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
     let _controller = env.controller(&["--namespace", NS, "--watch-filter", "blue"]);
@@ -576,4 +586,103 @@ async fn namespace_and_watch_filter_scope_the_controller() {
         outside.status.is_none(),
         "a config outside --namespace is not touched"
     );
+}
+
+#[tokio::test]
+async fn a_restart_over_ready_configs_needs_nothing_from_the_workload_cluster() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("r1", false).await;
+    let mut controller = env.controller(&[]);
+    env.machine("r1", "r-cp", true, cluster_template("probe"))
+        .await;
+    for name in ["r-w0", "r-w1"] {
+        env.machine("r1", name, false, cluster_template("probe"))
+            .await;
+    }
+    env.set_cluster_status("r1", true, false).await;
+    env.wait_ready("r-cp").await;
+    env.set_cluster_status("r1", true, true).await;
+    let names = ["r-cp", "r-w0", "r-w1"];
+    for name in names {
+        env.wait_ready(name).await;
+    }
+    controller.terminate().unwrap();
+    let untouched = Untouched::take(&env, &names).await;
+
+    // The workload cluster becomes unreachable while the controller is down.
+    let server = format!("https://127.0.0.1:{}", env.workload.port());
+    let nowhere = env
+        .workload
+        .kubeconfig_yaml()
+        .replace(&server, "https://127.0.0.1:1");
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .patch(
+            "r1-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"value": nowhere}})),
+        )
+        .await
+        .unwrap();
+
+    // The restarted controller finds every config as it left it (the data Secrets' hints:
+    // same inputs, tokens young enough) and asks the workload cluster nothing, so nothing
+    // fails and nothing is written.
+    let restarted = env.controller(&[]);
+    untouched.check(&env, &restarted).await;
+
+    // The control: a config that does need the workload cluster now fails, with its reason.
+    env.machine("r1", "r-w2", false, cluster_template("probe"))
+        .await;
+    let message = env.wait_reason("r-w2", "BootstrapTokenError").await;
+    assert!(message.contains("Cluster team-a/r1"), "{message}");
+}
+
+/// What a restart over ready configs must leave alone: the configs' and their data Secrets'
+/// resourceVersions, and the Events.
+struct Untouched {
+    names: Vec<String>,
+    versions: Vec<(String, String)>,
+    events: usize,
+}
+
+impl Untouched {
+    async fn take(env: &testenv::capi_env::Env, names: &[&str]) -> Untouched {
+        Untouched {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            versions: resource_versions(env, names).await,
+            events: event_count(env).await,
+        }
+    }
+
+    /// Waits until `restarted` has reconciled every config, then checks nothing was written.
+    async fn check(&self, env: &testenv::capi_env::Env, restarted: &ControllerProcess) {
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        eventually(
+            "every config reconciled after the restart",
+            WAIT,
+            || async { (restarted.config_reconciles() >= names.len() as u64).then_some(()) },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            resource_versions(env, &names).await,
+            self.versions,
+            "no status or data Secret written after the restart"
+        );
+        assert_eq!(
+            event_count(env).await,
+            self.events,
+            "no Event after the restart"
+        );
+    }
+}
+
+async fn event_count(env: &testenv::capi_env::Env) -> usize {
+    Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .len()
 }

@@ -445,7 +445,7 @@ impl Bench {
         }
         let readyz = started.elapsed().as_secs_f64();
         let reconciled_all = loop {
-            if reconciles(&controller) >= n as u64 {
+            if controller.config_reconciles() >= n as u64 {
                 break started.elapsed().as_secs_f64();
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -713,28 +713,15 @@ fn rss_kib(pid: u32, field: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The controller's count of config reconciles, from its /metrics.
-fn reconciles(controller: &ControllerProcess) -> u64 {
-    controller
-        .metrics()
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| {
-            l.starts_with("bootplate_reconciles_total{") && l.contains("controller=\"config\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// Waits until the controller has reconciled at least `n` configs and then made no reconcile
 /// for [`QUIET`]; returns its reconcile count.
 async fn wait_quiet(controller: &ControllerProcess, n: usize) -> u64 {
-    let mut last = reconciles(controller);
+    let mut last = controller.config_reconciles();
     let mut since = Instant::now();
     let give_up = Instant::now() + Duration::from_secs(600);
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = reconciles(controller);
+        let now = controller.config_reconciles();
         if now != last {
             last = now;
             since = Instant::now();
