@@ -138,7 +138,7 @@ fn unchanged(
     let inputs = inputs?;
     let remembered = config
         .uid()
-        .is_some_and(|uid| ctx.rendered.lock().expect("lock").contains_key(&uid));
+        .is_some_and(|uid| ctx.rendered.lock().expect("lock").contains(&uid));
     if !remembered && !previous.ready {
         return None;
     }
@@ -343,11 +343,10 @@ async fn render_config(
                     ctx.metrics.token("deleted");
                     info!("bootstrap token deleted: the Machine has joined");
                 }
-                let mut done = ctx.tokens_deleted.lock().expect("lock");
-                done.insert(uid);
-                if let Some(live) = outgrown(ctx, done.len()) {
-                    done.retain(|uid| live.contains(uid));
-                }
+                ctx.tokens_deleted
+                    .lock()
+                    .expect("lock")
+                    .insert(uid, (), || ctx.live_configs());
             }
         }
         let recorded = previous
@@ -416,8 +415,8 @@ async fn render_config(
         ctx.metrics.rendered(&template.reference, started.elapsed());
         Ok::<_, Error>(rendered)
     };
-    let (rendered, token_expires) = if role == Role::Init {
-        (render(None)?, None)
+    let (rendered, token_expires, created_token) = if role == Role::Init {
+        (render(None)?, None, None)
     } else {
         let ca_hash = ca_hash(ctx, &cluster, certs.as_ref()).await?;
         let join = |token: &token::Token| JoinInfo {
@@ -428,8 +427,9 @@ async fn render_config(
         // A trial render with a stand-in of the same length first: a config whose template,
         // variables or size fail gets an error, and no token in the workload cluster.
         render(Some(join(&token::Token::placeholder())))?;
-        let (token, expires) = bootstrap_token(ctx, config, &cluster).await?;
-        (render(Some(join(&token)))?, Some(expires))
+        let (token, expires, created) = bootstrap_token(ctx, config, &cluster).await?;
+        let created = created.then(|| token.id.clone());
+        (render(Some(join(&token)))?, Some(expires), created)
     };
     debug!("rendered");
 
@@ -447,16 +447,34 @@ async fn render_config(
     );
     let digest = data_secret::digest(&desired);
     let (written, secret_version) = write_data_secret(ctx, config, &desired, &digest).await?;
+    // One Event per render, which also tells of a token this render created: a rollout of
+    // thousands of machines records one Event each, not two.
+    let token_note = created_token
+        .as_ref()
+        .map(|id| format!("bootstrap token {id} created in the workload cluster"));
     if written {
         ctx.metrics.secret_written();
         info!(role = %role, template = %template.display, revision = template.compiled.revision(), "data secret written");
-        let note = format!(
+        let mut note = format!(
             "rendered {} (revision {}) for role {role} into Secret {}",
             template.display,
             template.compiled.revision(),
             config.name_any()
         );
+        if let Some(token_note) = token_note {
+            note = format!("{note}; {token_note}");
+        }
         publish(ctx, config, EventType::Normal, "Rendered", "Render", note).await;
+    } else if let Some(note) = token_note {
+        publish(
+            ctx,
+            config,
+            EventType::Normal,
+            "TokenCreated",
+            "CreateToken",
+            note,
+        )
+        .await;
     }
     Ok(Rendered {
         role,
@@ -515,19 +533,10 @@ fn first_render(ctx: &Context, config: &BootplateConfig) -> bool {
 
 /// Remembers a config's last render.
 fn remember(ctx: &Context, uid: String, record: Record) {
-    let mut records = ctx.rendered.lock().expect("lock");
-    records.insert(uid, record);
-    if let Some(live) = outgrown(ctx, records.len()) {
-        records.retain(|uid, _| live.contains(uid));
-    }
-}
-
-/// For a memory of `len` entries by config UID: the UIDs of the cached configs, when it holds
-/// many more entries than there are configs (those of configs deleted without a reconcile
-/// seeing them go) and is due for pruning.
-fn outgrown(ctx: &Context, len: usize) -> Option<std::collections::HashSet<String>> {
-    let configs = ctx.stores.configs.state();
-    (len > 2 * configs.len() + 64).then(|| configs.iter().filter_map(|c| c.uid()).collect())
+    ctx.rendered
+        .lock()
+        .expect("lock")
+        .insert(uid, record, || ctx.live_configs());
 }
 
 /// Whether a joined Machine's config may still have a live bootstrap token to delete: this
@@ -588,13 +597,14 @@ async fn ca_hash(
     }
 }
 
-/// The config's bootstrap token in the workload cluster (see [`token::ensure`]) and when it
-/// expires; counted, logged and announced by an Event when created.
+/// The config's bootstrap token in the workload cluster (see [`token::ensure`]), when it
+/// expires, and whether it was just created (counted and logged here; the Event follows the
+/// render).
 async fn bootstrap_token(
     ctx: &Context,
     config: &BootplateConfig,
     cluster: &Cluster,
-) -> Result<(token::Token, Timestamp)> {
+) -> Result<(token::Token, Timestamp, bool)> {
     let namespace = config.namespace().unwrap_or_default();
     let workload = ctx
         .workloads
@@ -622,19 +632,6 @@ async fn bootstrap_token(
         TokenAction::Created => {
             ctx.metrics.token("created");
             info!(token_id = %token.id, "bootstrap token created");
-            let note = format!(
-                "bootstrap token {} created in the workload cluster",
-                token.id
-            );
-            publish(
-                ctx,
-                config,
-                EventType::Normal,
-                "TokenCreated",
-                "CreateToken",
-                note,
-            )
-            .await;
         }
         TokenAction::Refreshed => {
             ctx.metrics.token("refreshed");
@@ -642,7 +639,7 @@ async fn bootstrap_token(
         }
         TokenAction::Reused => {}
     }
-    Ok((token, expires))
+    Ok((token, expires, action == TokenAction::Created))
 }
 
 /// A token error names the workload cluster and the Secret its kubeconfig came from: the API

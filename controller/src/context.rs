@@ -12,6 +12,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::certs::CaHashes;
 use crate::config_controller::Record;
 use crate::events::Publisher;
+use crate::memory::ByConfig;
 use crate::templates::CompiledCache;
 use crate::workload::WorkloadClients;
 
@@ -120,10 +121,10 @@ pub struct Context {
     pub ca_hashes: CaHashes,
     /// What the last render of each config (by UID) did, to skip the work when nothing
     /// changed since (see `config_controller`).
-    pub rendered: std::sync::Mutex<std::collections::HashMap<String, Record>>,
+    pub rendered: std::sync::Mutex<ByConfig<Record>>,
     /// Configs (by UID) of joined Machines whose bootstrap tokens this process deleted, so
     /// the reconciles that Machine updates trigger do not look for them again.
-    pub tokens_deleted: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub tokens_deleted: std::sync::Mutex<ByConfig<()>>,
     /// Publishes Kubernetes events.
     pub recorder: Publisher,
     /// Prometheus metrics.
@@ -157,6 +158,17 @@ impl Context {
             synced,
             mark_synced,
         }
+    }
+
+    /// The UIDs of the configs cached now (to prune what is remembered of deleted ones).
+    pub fn live_configs(&self) -> std::collections::HashSet<String> {
+        use kube::ResourceExt;
+        self.stores
+            .configs
+            .state()
+            .iter()
+            .filter_map(|c| c.uid())
+            .collect()
     }
 
     /// Waits until the stores hold their initial listing, so a reconcile never mistakes a

@@ -15,6 +15,7 @@ pub mod http;
 pub mod labels;
 pub mod leader;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod pki;
 pub mod role;

@@ -115,6 +115,14 @@ impl Metrics {
             &["state"],
         )
         .expect("valid metric");
+        // Every state shows from the start, 0 until a config is in it.
+        for state in [
+            ConfigState::Ready,
+            ConfigState::Waiting,
+            ConfigState::Failed,
+        ] {
+            configs.with_label_values(&[state.as_str()]).set(0);
+        }
         let templates = IntGaugeVec::new(
             Opts::new(
                 "bootplate_templates",
@@ -224,6 +232,7 @@ impl Metrics {
     pub fn config_state(&self, key: &str, state: ConfigState, created: Option<Timestamp>) {
         let mut states = self.config_states.lock().expect("metrics lock");
         let previous = states.insert(key.to_owned(), (state, created));
+        self.move_config_gauge(previous.map(|(s, _)| s), Some(state));
         if state == ConfigState::Ready
             && previous.is_none_or(|(s, _)| s != ConfigState::Ready)
             && let Some(created) = created
@@ -234,26 +243,27 @@ impl Metrics {
                 .max(0.0);
             self.time_to_ready.observe(seconds);
         }
-        self.update_config_gauges(&states);
     }
 
     /// Forgets a deleted config.
     pub fn config_deleted(&self, key: &str) {
         let mut states = self.config_states.lock().expect("metrics lock");
-        states.remove(key);
-        self.update_config_gauges(&states);
+        let previous = states.remove(key);
+        self.move_config_gauge(previous.map(|(s, _)| s), None);
     }
 
-    fn update_config_gauges(&self, states: &HashMap<String, (ConfigState, Option<Timestamp>)>) {
-        for state in [
-            ConfigState::Ready,
-            ConfigState::Waiting,
-            ConfigState::Failed,
-        ] {
-            let count = states.values().filter(|(s, _)| *s == state).count();
-            self.configs
-                .with_label_values(&[state.as_str()])
-                .set(count as i64);
+    /// Moves one config between the per-state gauges (called under the states lock, so the
+    /// gauges always add up to the states held; counting them all again on every reconcile
+    /// would cost time in the number of configs).
+    fn move_config_gauge(&self, from: Option<ConfigState>, to: Option<ConfigState>) {
+        if from == to {
+            return;
+        }
+        if let Some(from) = from {
+            self.configs.with_label_values(&[from.as_str()]).dec();
+        }
+        if let Some(to) = to {
+            self.configs.with_label_values(&[to.as_str()]).inc();
         }
     }
 
@@ -297,5 +307,47 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("text encoding");
         String::from_utf8(out).expect("prometheus text is UTF-8")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gauge(metrics: &Metrics, state: &str) -> String {
+        metrics
+            .encode()
+            .lines()
+            .find(|l| l.starts_with(&format!("bootplate_configs{{state=\"{state}\"}}")))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+            .unwrap_or_else(|| panic!("no gauge for {state}"))
+    }
+
+    #[test]
+    fn config_gauges_follow_each_config_between_states() {
+        let metrics = Metrics::new();
+        assert_eq!(
+            gauge(&metrics, "failed"),
+            "0",
+            "every state shows from the start"
+        );
+        metrics.config_state("ns/a", ConfigState::Waiting, None);
+        metrics.config_state("ns/b", ConfigState::Waiting, None);
+        metrics.config_state("ns/a", ConfigState::Waiting, None);
+        assert_eq!(gauge(&metrics, "waiting"), "2");
+        metrics.config_state("ns/a", ConfigState::Ready, None);
+        metrics.config_state("ns/b", ConfigState::Failed, None);
+        assert_eq!(
+            [
+                gauge(&metrics, "ready"),
+                gauge(&metrics, "waiting"),
+                gauge(&metrics, "failed")
+            ],
+            ["1", "0", "1"]
+        );
+        metrics.config_deleted("ns/b");
+        metrics.config_deleted("ns/never-seen");
+        assert_eq!(gauge(&metrics, "failed"), "0");
+        assert_eq!(gauge(&metrics, "ready"), "1");
     }
 }

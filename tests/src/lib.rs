@@ -285,6 +285,11 @@ impl ApiServer {
         self.dir.path().join("audit.log")
     }
 
+    /// The process ids of etcd and kube-apiserver, for benchmarks that account CPU time.
+    pub fn pids(&self) -> [u32; 2] {
+        [self.etcd.id(), self.apiserver.id()]
+    }
+
     /// The data directory (logs: `apiserver.log`, `etcd.log`).
     pub fn dir(&self) -> &Path {
         self.dir.path()

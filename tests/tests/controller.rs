@@ -472,11 +472,8 @@ async fn pause_missing_and_broken_templates() {
         let has = |events: &[(String, String, String)], reason: &str| {
             events.iter().any(|e| e.0 == reason)
         };
-        (has(&m1, "TemplateInvalid")
-            && has(&m1, "Rendered")
-            && has(&m1, "TokenCreated")
-            && has(&m0, "TemplateNotFound"))
-        .then_some((m1, m0))
+        (has(&m1, "TemplateInvalid") && has(&m1, "Rendered") && has(&m0, "TemplateNotFound"))
+            .then_some((m1, m0))
     })
     .await;
     let (m1, m0) = events;
@@ -485,6 +482,24 @@ async fn pause_missing_and_broken_templates() {
     assert!(
         invalid.2.contains("ClusterBootstrapTemplate broken"),
         "{invalid:?}"
+    );
+    // One Event per render, naming the token that render created.
+    let rendered: Vec<_> = m1.iter().filter(|e| e.0 == "Rendered").collect();
+    let m1_token = field(&env.user_data("m-1").await, "token").unwrap();
+    let m1_token_id = m1_token.split_once('.').unwrap().0;
+    assert_eq!(rendered.len(), 1, "{m1:?}");
+    assert_eq!(rendered[0].1, "Normal");
+    assert!(
+        rendered[0].2.contains("ClusterBootstrapTemplate broken")
+            && rendered[0].2.contains(&format!(
+                "bootstrap token {m1_token_id} created in the workload cluster"
+            )),
+        "{:?}",
+        rendered[0]
+    );
+    assert!(
+        !rendered[0].2.contains(&m1_token),
+        "the token's secret half is never in an Event"
     );
     let waiting = m0.iter().find(|e| e.0 == "TemplateNotFound").unwrap();
     assert_eq!(waiting.1, "Normal", "waiting is not a warning");

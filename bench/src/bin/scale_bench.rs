@@ -336,6 +336,7 @@ impl Bench {
         let tokens: Api<Secret> = Api::namespaced(workload, "kube-system");
         let secrets: Api<Secret> = Api::namespaced(management.clone(), FLOOR_NS);
         let status: Api<BootplateConfig> = Api::namespaced(management, FLOOR_NS);
+        let cpu = self.servers_cpu();
         let started = Instant::now();
         futures::stream::iter(configs)
             .map(|config| {
@@ -350,6 +351,10 @@ impl Bench {
             "floor: {} configs x 3 writes in {seconds:.2} s ({:.0} configs/s)",
             configs.len(),
             configs.len() as f64 / seconds
+        );
+        let [management, workload] = self.servers_cpu_since(cpu);
+        println!(
+            "floor: CPU seconds: management apiserver+etcd {management:.1}, workload apiserver+etcd {workload:.1}"
         );
         Ok(seconds)
     }
@@ -399,6 +404,7 @@ impl Bench {
         });
         listed_rx.await.context("the benchmark's watch ended")?;
         let audit = self.audit_offsets()?;
+        let cpu = self.servers_cpu();
         let started = Instant::now();
         let mut controller = self.start_controller("controller.log")?;
         let pid = controller.pid();
@@ -409,9 +415,14 @@ impl Bench {
         let seconds = started.elapsed().as_secs_f64();
         watch.abort();
         let rss_at_ready = rss_kib(pid, "VmRSS");
+        let [management, workload] = self.servers_cpu_since(cpu);
         println!(
             "controller: {n} configs ready {seconds:.2} s after process start ({:.0} configs/s)",
             n as f64 / seconds
+        );
+        println!(
+            "controller: CPU seconds until ready: controller {:.1}, management apiserver+etcd {management:.1}, workload apiserver+etcd {workload:.1}",
+            cpu_seconds(pid)
         );
         let settled = wait_quiet(&controller, n).await;
         println!(
@@ -476,6 +487,16 @@ impl Bench {
         for log in ["controller.log", "controller-restart.log"] {
             let _ = std::fs::copy(self.management.dir().join(log), Path::new(&dir).join(log));
         }
+    }
+
+    /// CPU seconds used so far by each cluster's apiserver and etcd: [management, workload].
+    fn servers_cpu(&self) -> [f64; 2] {
+        [&self.management, &self.workload].map(|server| server.pids().map(cpu_seconds).iter().sum())
+    }
+
+    fn servers_cpu_since(&self, before: [f64; 2]) -> [f64; 2] {
+        let now = self.servers_cpu();
+        [now[0] - before[0], now[1] - before[1]]
     }
 
     fn audit_offsets(&self) -> anyhow::Result<[u64; 2]> {
@@ -701,6 +722,31 @@ async fn client_from_yaml(yaml: &str) -> anyhow::Result<Client> {
 
 fn file_len(path: &Path) -> anyhow::Result<u64> {
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+}
+
+/// CPU seconds (user + system) process `pid` has used so far, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    static TICKS_PER_SECOND: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let ticks_per_second = *TICKS_PER_SECOND.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+            .unwrap_or(100.0)
+    });
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces; the fields after it start with the state
+    // (field 3), so utime and stime (fields 14 and 15) are the 12th and 13th after it.
+    let after_name: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| after_name.get(i).and_then(|v| v.parse::<f64>().ok());
+    match (field(11), field(12)) {
+        (Some(user), Some(system)) => (user + system) / ticks_per_second,
+        _ => f64::NAN,
+    }
 }
 
 /// A field of /proc/PID/status in KiB (VmHWM: peak resident set; VmRSS: current).

@@ -1,0 +1,92 @@
+//! What the controller remembers per config, by UID, between reconciles.
+
+use std::collections::{HashMap, HashSet};
+
+/// Entries by config UID. A config deleted without a reconcile seeing it go leaves its entry
+/// behind; such entries are dropped when the memory has doubled since it was last pruned, so
+/// pruning (which lists the live configs) costs constant time per insertion on average.
+#[derive(Debug)]
+pub struct ByConfig<V> {
+    entries: HashMap<String, V>,
+    prune_at: usize,
+}
+
+/// Pruning never runs below this many entries.
+const FLOOR: usize = 64;
+
+impl<V> Default for ByConfig<V> {
+    fn default() -> Self {
+        ByConfig {
+            entries: HashMap::new(),
+            prune_at: FLOOR,
+        }
+    }
+}
+
+impl<V> ByConfig<V> {
+    /// The entry of config `uid`.
+    pub fn get(&self, uid: &str) -> Option<&V> {
+        self.entries.get(uid)
+    }
+
+    /// Whether config `uid` has an entry.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.entries.contains_key(uid)
+    }
+
+    /// Forgets config `uid`.
+    pub fn remove(&mut self, uid: &str) {
+        self.entries.remove(uid);
+    }
+
+    /// How many entries are held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Sets the entry of config `uid`; when the memory is due for pruning, keeps only the
+    /// entries of the UIDs `live` returns (the configs cached now).
+    pub fn insert(&mut self, uid: String, value: V, live: impl FnOnce() -> HashSet<String>) {
+        self.entries.insert(uid, value);
+        if self.entries.len() > self.prune_at {
+            let live = live();
+            self.entries.retain(|uid, _| live.contains(uid));
+            self.prune_at = (2 * self.entries.len()).max(FLOOR);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_of_gone_configs_are_pruned_once_the_memory_doubles() {
+        let mut memory = ByConfig::default();
+        let live: HashSet<String> = (0..40).map(|i| format!("live-{i}")).collect();
+        let mut listings = 0;
+        for uid in &live {
+            memory.insert(uid.clone(), 1, || unreachable!("below the floor"));
+        }
+        for i in 0..200 {
+            memory.insert(format!("gone-{i}"), 0, || {
+                listings += 1;
+                live.clone()
+            });
+        }
+        assert!(memory.len() <= 2 * FLOOR, "{} entries", memory.len());
+        assert!(
+            live.iter().all(|uid| memory.get(uid) == Some(&1)),
+            "live entries stay"
+        );
+        // 200 insertions past the floor: a handful of listings, not one per insertion.
+        assert!((1..=5).contains(&listings), "{listings} listings");
+        memory.remove("live-0");
+        assert!(!memory.contains("live-0"));
+    }
+}
