@@ -244,7 +244,7 @@ async fn reconcile_config(
                     EventType::Warning
                 };
                 let note = message.clone();
-                publish(ctx, config, type_, reason, "Reconcile", note).await;
+                publish(ctx, config, type_, reason, "Reconcile", note);
             }
             if reason == reason::BOOTSTRAP_TOKEN_ERROR {
                 ctx.metrics.token("error");
@@ -464,7 +464,7 @@ async fn render_config(
         if let Some(token_note) = token_note {
             note = format!("{note}; {token_note}");
         }
-        publish(ctx, config, EventType::Normal, "Rendered", "Render", note).await;
+        publish(ctx, config, EventType::Normal, "Rendered", "Render", note);
     } else if let Some(note) = token_note {
         publish(
             ctx,
@@ -473,8 +473,7 @@ async fn render_config(
             "TokenCreated",
             "CreateToken",
             note,
-        )
-        .await;
+        );
     }
     Ok(Rendered {
         role,
@@ -810,7 +809,7 @@ fn blocked_status(
     }
 }
 
-async fn publish(
+fn publish(
     ctx: &Context,
     config: &BootplateConfig,
     type_: EventType,
@@ -818,5 +817,5 @@ async fn publish(
     action: &str,
     note: String,
 ) {
-    crate::events::publish(&ctx.recorder, config, type_, reason, action, note).await;
+    crate::events::publish(&ctx.recorder, config, type_, reason, action, note);
 }

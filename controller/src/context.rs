@@ -142,7 +142,12 @@ impl Context {
         stores: Stores,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Self {
-        let recorder = Publisher::new(client.clone(), "bootplate", std::env::var("POD_NAME").ok());
+        let recorder = Publisher::new(
+            client.clone(),
+            "bootplate",
+            std::env::var("POD_NAME").ok(),
+            metrics.clone(),
+        );
         let (mark_synced, synced) = tokio::sync::watch::channel(false);
         Context {
             client,

@@ -9,35 +9,53 @@ use kube::runtime::events::EventType;
 use kube::{Api, Client, Resource};
 use tracing::warn;
 
-/// Creates `events.k8s.io/v1` Events, one request each, remembering nothing. (kube's
-/// `Recorder` keeps every event it published for six minutes to count repeats into a series;
-/// bootplate publishes an event when something changes, not repeatedly, and at thousands of
-/// configs that cache was a fifth of the controller's memory.)
+/// How many Events may wait for delivery; more are dropped (and counted).
+const QUEUE: usize = 8192;
+
+/// Creates `events.k8s.io/v1` Events, remembering nothing. (kube's `Recorder` keeps every event
+/// it published for six minutes to count repeats into a series; bootplate publishes an event
+/// when something changes, not repeatedly, and at thousands of configs that cache was a fifth
+/// of the controller's memory.)
+///
+/// Events are delivered by one background task, one at a time, off the reconciles' path: a
+/// reconcile's status and Secret writes never wait behind an Event, and during a rollout of
+/// thousands of machines the Events follow at the pace the apiserver allows instead of slowing
+/// every machine down. Like client-go's recorder, delivery is best effort: an Event is dropped
+/// when the queue is full or the apiserver refuses it, and the metrics count both.
 pub struct Publisher {
-    client: Client,
+    queue: tokio::sync::mpsc::Sender<Event>,
     controller: String,
     instance: String,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl Publisher {
     /// Events reported by `controller` from `instance` (the pod's name; the controller's
-    /// name when unknown).
-    pub fn new(client: Client, controller: &str, instance: Option<String>) -> Self {
+    /// name when unknown). Spawns the delivery task: call within a Tokio runtime.
+    pub fn new(
+        client: Client,
+        controller: &str,
+        instance: Option<String>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        let (queue, pending) = tokio::sync::mpsc::channel(QUEUE);
+        tokio::spawn(deliver(client, pending, metrics.clone()));
         Publisher {
-            client,
+            queue,
             instance: instance.unwrap_or_else(|| controller.to_owned()),
             controller: controller.to_owned(),
+            metrics,
         }
     }
 
-    async fn create(
+    fn enqueue(
         &self,
         type_: EventType,
         reason: &str,
         action: &str,
         note: String,
         regarding: ObjectReference,
-    ) -> kube::Result<()> {
+    ) {
         let now = Timestamp::now();
         let namespace = regarding
             .namespace
@@ -49,7 +67,7 @@ impl Publisher {
             event_time: Some(MicroTime(now)),
             note: Some(note),
             metadata: ObjectMeta {
-                namespace: Some(namespace.clone()),
+                namespace: Some(namespace),
                 name: Some(format!(
                     "{}.{:x}",
                     regarding.name.as_deref().unwrap_or(&self.controller),
@@ -69,18 +87,41 @@ impl Publisher {
             ),
             ..Default::default()
         };
-        Api::<Event>::namespaced(self.client.clone(), &namespace)
+        match self.queue.try_send(event) {
+            Ok(()) => self.metrics.event_queued(),
+            Err(_) => {
+                // A full queue means thousands of drops: warn on one in a thousand.
+                if self.metrics.event_dropped() % 1000 == 1 {
+                    warn!("event queue full: dropping events until it drains");
+                }
+            }
+        }
+    }
+}
+
+/// Creates the queued Events one after another until the publisher is dropped.
+async fn deliver(
+    client: Client,
+    mut pending: tokio::sync::mpsc::Receiver<Event>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+) {
+    while let Some(event) = pending.recv().await {
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let result = Api::<Event>::namespaced(client.clone(), &namespace)
             .create(&PostParams::default(), &event)
-            .await
-            .map(drop)
+            .await;
+        metrics.event_delivered(result.is_ok());
+        if let Err(e) = result {
+            warn!(error = %e, reason = event.reason.as_deref().unwrap_or_default(), "cannot publish event");
+        }
     }
 }
 
 /// The apiserver rejects event notes above 1 KiB.
 const MAX_NOTE: usize = 1000;
 
-/// Publishes an event about `object`; failures are logged, never fatal.
-pub async fn publish<K>(
+/// Publishes an event about `object` (queued; failures are logged and counted, never fatal).
+pub fn publish<K>(
     publisher: &Publisher,
     object: &K,
     type_: EventType,
@@ -98,10 +139,5 @@ pub async fn publish<K>(
         note.truncate(cut);
         note.push_str("...");
     }
-    if let Err(e) = publisher
-        .create(type_, reason, action, note, object.object_ref(&()))
-        .await
-    {
-        warn!(error = %e, "cannot publish event");
-    }
+    publisher.enqueue(type_, reason, action, note, object.object_ref(&()));
 }

@@ -40,6 +40,8 @@ pub struct Metrics {
     render_duration: HistogramVec,
     render_failures: IntCounterVec,
     secrets_written: IntCounter,
+    events: IntCounterVec,
+    events_queued: IntGauge,
     tokens: IntCounterVec,
     configs: IntGaugeVec,
     templates: IntGaugeVec,
@@ -102,6 +104,17 @@ impl Metrics {
             "Data Secrets created or updated.",
         )
         .expect("valid metric");
+        let events = IntCounterVec::new(
+            Opts::new(
+                "bootplate_events_total",
+                "Kubernetes Events by outcome: published, failed (refused by the apiserver), dropped (the delivery queue was full).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let events_queued =
+            IntGauge::new("bootplate_events_queued", "Events waiting for delivery.")
+                .expect("valid metric");
         let tokens = IntCounterVec::new(
             Opts::new("bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, deleted) and errors managing them (error)."),
             &["action"],
@@ -115,14 +128,6 @@ impl Metrics {
             &["state"],
         )
         .expect("valid metric");
-        // Every state shows from the start, 0 until a config is in it.
-        for state in [
-            ConfigState::Ready,
-            ConfigState::Waiting,
-            ConfigState::Failed,
-        ] {
-            configs.with_label_values(&[state.as_str()]).set(0);
-        }
         let templates = IntGaugeVec::new(
             Opts::new(
                 "bootplate_templates",
@@ -157,6 +162,8 @@ impl Metrics {
             Box::new(render_duration.clone()),
             Box::new(render_failures.clone()),
             Box::new(secrets_written.clone()),
+            Box::new(events.clone()),
+            Box::new(events_queued.clone()),
             Box::new(tokens.clone()),
             Box::new(configs.clone()),
             Box::new(templates.clone()),
@@ -176,6 +183,9 @@ impl Metrics {
         for validity in ["valid", "invalid"] {
             templates.with_label_values(&[validity]).set(0);
         }
+        for result in ["published", "failed", "dropped"] {
+            events.with_label_values(&[result]).reset();
+        }
         Metrics {
             registry,
             reconciles,
@@ -183,6 +193,8 @@ impl Metrics {
             render_duration,
             render_failures,
             secrets_written,
+            events,
+            events_queued,
             tokens,
             configs,
             templates,
@@ -221,6 +233,26 @@ impl Metrics {
     /// Counts a data Secret write.
     pub fn secret_written(&self) {
         self.secrets_written.inc();
+    }
+
+    /// Counts an Event put in the delivery queue.
+    pub fn event_queued(&self) {
+        self.events_queued.inc();
+    }
+
+    /// Counts an Event dropped because the queue was full; returns how many were dropped so far.
+    pub fn event_dropped(&self) -> u64 {
+        let dropped = self.events.with_label_values(&["dropped"]);
+        dropped.inc();
+        dropped.get()
+    }
+
+    /// Counts an Event taken from the queue and published (or refused by the apiserver).
+    pub fn event_delivered(&self, published: bool) {
+        self.events_queued.dec();
+        self.events
+            .with_label_values(&[if published { "published" } else { "failed" }])
+            .inc();
     }
 
     /// Counts a token action: created, refreshed, deleted, error.
@@ -316,11 +348,10 @@ mod tests {
 
     fn gauge(metrics: &Metrics, state: &str) -> String {
         metrics
-            .encode()
-            .lines()
-            .find(|l| l.starts_with(&format!("bootplate_configs{{state=\"{state}\"}}")))
-            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
-            .unwrap_or_else(|| panic!("no gauge for {state}"))
+            .configs
+            .with_label_values(&[state])
+            .get()
+            .to_string()
     }
 
     #[test]

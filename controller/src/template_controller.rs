@@ -174,8 +174,7 @@ where
             reason::INVALID,
             "Validate",
             note,
-        )
-        .await;
+        );
     }
     Ok(Action::await_change())
 }

@@ -162,6 +162,11 @@ async fn metrics_count_what_happened_and_logs_hold_no_secret() {
         3.0
     );
     assert_eq!(value("bootplate_configs{state=\"ready\"}"), 3.0);
+    // One Rendered Event per data Secret written, delivered off the reconciles' path.
+    assert!(value("bootplate_events_total{result=\"published\"}") >= 3.0);
+    assert_eq!(value("bootplate_events_total{result=\"dropped\"}"), 0.0);
+    assert_eq!(value("bootplate_events_total{result=\"failed\"}"), 0.0);
+    assert_eq!(value("bootplate_events_queued"), 0.0);
     assert_eq!(value("bootplate_configs{state=\"waiting\"}"), 0.0);
     assert_eq!(value("bootplate_templates{validity=\"valid\"}"), 1.0);
     assert_eq!(value("bootplate_config_time_to_ready_seconds_count"), 3.0);

@@ -759,8 +759,19 @@ fn rss_kib(pid: u32, field: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Waits until the controller has reconciled at least `n` configs and then made no reconcile
-/// for [`QUIET`]; returns its reconcile count.
+/// The Events the controller has queued and not yet published (they trail the reconciles).
+fn events_queued(controller: &ControllerProcess) -> u64 {
+    controller
+        .metrics()
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("bootplate_events_queued "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(u64::MAX, |v| v as u64)
+}
+
+/// Waits until the controller has reconciled at least `n` configs, then made no reconcile for
+/// [`QUIET`] and published every Event it queued; returns its reconcile count.
 async fn wait_quiet(controller: &ControllerProcess, n: usize) -> u64 {
     let mut last = controller.config_reconciles();
     let mut since = Instant::now();
@@ -771,7 +782,7 @@ async fn wait_quiet(controller: &ControllerProcess, n: usize) -> u64 {
         if now != last {
             last = now;
             since = Instant::now();
-        } else if last >= n as u64 && since.elapsed() >= QUIET {
+        } else if last >= n as u64 && since.elapsed() >= QUIET && events_queued(controller) == 0 {
             return last;
         }
         if Instant::now() > give_up {
