@@ -57,10 +57,13 @@ impl Publisher {
         regarding: ObjectReference,
     ) {
         let now = Timestamp::now();
+        // An Event about a cluster-scoped object (a ClusterBootstrapTemplate) must live in
+        // kube-system: the apiserver refuses events.k8s.io Events in any other namespace for it.
         let namespace = regarding
             .namespace
             .clone()
-            .unwrap_or_else(|| "default".into());
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "kube-system".into());
         let event = Event {
             action: Some(action.to_owned()),
             reason: Some(reason.to_owned()),

@@ -412,6 +412,31 @@ async fn pause_missing_and_broken_templates() {
     })
     .await;
     assert_eq!(valid.reason, "Invalid");
+    // The cluster-scoped template gets its Warning Event too.
+    let template_event = eventually("an Event regarding the broken template", WAIT, || async {
+        Api::<k8s_openapi::api::events::v1::Event>::all(env.client.clone())
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("ClusterBootstrapTemplate")
+                        && r.name.as_deref() == Some("broken")
+                })
+            })
+    })
+    .await;
+    assert_eq!(template_event.type_.as_deref(), Some("Warning"));
+    assert_eq!(template_event.reason.as_deref(), Some("Invalid"));
+    assert!(
+        template_event
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("line 3, column")),
+        "{template_event:?}"
+    );
     assert!(
         valid.message.contains("spec.template"),
         "names the field: {}",

@@ -76,7 +76,7 @@ const MANAGER_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[
         &["get", "list", "watch", "create", "patch"],
     ),
     ("", &["configmaps"], &["get", "create", "delete"]),
-    ("events.k8s.io", &["events"], &["create", "patch"]),
+    ("events.k8s.io", &["events"], &["create"]),
 ];
 const LEADER_ELECTION_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[(
     "coordination.k8s.io",
