@@ -174,6 +174,7 @@ pub async fn run(
     )
     .default_backoff()
     .reflect(template_writer)
+    .inspect_ok(forget_deleted(metrics.clone()))
     .touched_objects();
     let (cluster_templates, cluster_template_writer) =
         reflector::store::<ClusterBootstrapTemplate>();
@@ -183,6 +184,7 @@ pub async fn run(
     )
     .default_backoff()
     .reflect(cluster_template_writer)
+    .inspect_ok(forget_deleted(metrics.clone()))
     .touched_objects();
 
     // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
@@ -343,6 +345,19 @@ fn configs_of_cluster(
         })
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
+}
+
+/// Drops a deleted template from the validity gauge: templates carry no finalizer, so their
+/// reconciler never sees them go.
+fn forget_deleted<K>(metrics: Arc<Metrics>) -> impl Fn(&watcher::Event<K>)
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    move |event| {
+        if let watcher::Event::Delete(template) = event {
+            metrics.template_validity(&template_controller::metrics_key(template), None);
+        }
+    }
 }
 
 /// The configs referencing a template.

@@ -144,16 +144,8 @@ where
         .conditions
         .iter()
         .find(|c| c.type_ == conditions::VALID && c.status == "False");
-    let key = format!(
-        "{}/{}",
-        K::kind(&()),
-        template.meta().name.clone().unwrap_or_default()
-    );
-    let key = match template.meta().namespace.as_deref() {
-        Some(ns) => format!("{ns}/{key}"),
-        None => key,
-    };
-    ctx.metrics.template_validity(&key, Some(invalid.is_none()));
+    ctx.metrics
+        .template_validity(&metrics_key(template), Some(invalid.is_none()));
     let written = match status::apply(api, template, previous, &desired).await {
         Ok(written) => written,
         Err(e) => {
@@ -177,4 +169,17 @@ where
         );
     }
     Ok(Action::await_change())
+}
+
+/// How the validity gauge knows a template: `[<namespace>/]<Kind>/<name>`.
+pub fn metrics_key<K: Resource<DynamicType = ()>>(template: &K) -> String {
+    let key = format!(
+        "{}/{}",
+        K::kind(&()),
+        template.meta().name.clone().unwrap_or_default()
+    );
+    match template.meta().namespace.as_deref() {
+        Some(ns) => format!("{ns}/{key}"),
+        None => key,
+    }
 }

@@ -3,8 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use crd_types::{ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use kube::api::PostParams;
 use testenv::capi_env::{WAIT, cluster_template, env, field, publish_cluster_template};
 use testenv::controller::ControllerProcess;
 use testenv::eventually;
@@ -18,17 +20,6 @@ async fn holder(env: &testenv::capi_env::Env) -> Option<String> {
         .await
         .unwrap()?;
     lease.spec?.holder_identity.filter(|h| !h.is_empty())
-}
-
-fn reconciles(process: &ControllerProcess) -> u64 {
-    let metrics = process.metrics().unwrap_or_default();
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("bootplate_reconciles_total{") && l.contains("controller=\"config\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 fn is_leader(process: &ControllerProcess) -> bool {
@@ -74,8 +65,12 @@ async fn one_leader_reconciles_and_a_standby_takes_over() {
     env.machine("c1", "w-0", false, cluster_template("probe"))
         .await;
     env.wait_ready("w-0").await;
-    assert!(reconciles(leader) > 0, "the leader reconciles");
-    assert_eq!(reconciles(standby), 0, "the standby does not reconcile");
+    assert!(leader.config_reconciles() > 0, "the leader reconciles");
+    assert_eq!(
+        standby.config_reconciles(),
+        0,
+        "the standby does not reconcile"
+    );
     assert!(is_leader(leader) && !is_leader(standby));
     assert_eq!(standby.readyz(), Some(200), "a standby is ready");
 
@@ -225,6 +220,32 @@ async fn metrics_count_what_happened_and_logs_hold_no_secret() {
         !log.contains("# v1\n") && !log.contains("role=worker"),
         "rendered user-data leaked"
     );
+
+    // A deleted template leaves the validity gauge (templates carry no finalizer).
+    let mut broken = testenv::fixtures::probe_template_spec("broken");
+    broken.template = Some("{{ machine..name }}\n".into());
+    let templates: Api<ClusterBootstrapTemplate> = Api::all(env.client.clone());
+    templates
+        .create(
+            &PostParams::default(),
+            &ClusterBootstrapTemplate::new("broken", ClusterBootstrapTemplateSpec(broken)),
+        )
+        .await
+        .unwrap();
+    let counted = |invalid: u32| {
+        let line = format!("bootplate_templates{{validity=\"invalid\"}} {invalid}\n");
+        let controller = &controller;
+        move || {
+            let line = line.clone();
+            async move { controller.metrics()?.contains(&line).then_some(()) }
+        }
+    };
+    eventually("the broken template counted invalid", WAIT, counted(1)).await;
+    templates
+        .delete("broken", &Default::default())
+        .await
+        .unwrap();
+    eventually("the deleted template no longer counted", WAIT, counted(0)).await;
 }
 
 trait OutputWithStdin {
