@@ -254,7 +254,14 @@ async fn reconcile_config(
                 Ok((Action::requeue(WAIT_REQUEUE), ConfigState::Waiting))
             } else {
                 warn!(reason, %message, "config failed");
-                Ok((Action::requeue(FAILED_REQUEUE), ConfigState::Failed))
+                // contentFrom Secrets are not watched (they carry no label to select them by),
+                // and the usual fix, creating the Secret, is often just late: look again soon.
+                let retry = if reason == reason::FILE_SOURCE_ERROR {
+                    WAIT_REQUEUE
+                } else {
+                    FAILED_REQUEUE
+                };
+                Ok((Action::requeue(retry), ConfigState::Failed))
             }
         }
         Err(e) => Err(e),

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crd_types::capi::{Cluster, Machine};
-use crd_types::{ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec};
+use crd_types::{
+    BootplateConfig, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec, ConfigFile,
+    FileSource, SecretKeyRef,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -389,6 +392,54 @@ async fn pause_missing_and_broken_templates() {
     publish_cluster_template(&env.client, "later", "later").await;
     env.wait_ready("m-0").await;
     assert!(env.user_data("m-0").await.contains("# later"));
+
+    // A contentFrom Secret created after its config: FileSourceError, then ready once the
+    // Secret exists (such Secrets are not watched: the config is retried every 30 s).
+    let machine = Api::<Machine>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &fixtures::machine(NS, "f-0", "live", false, "f-0"),
+        )
+        .await
+        .unwrap();
+    let mut config = fixtures::owned_config(&machine, cluster_template("later"));
+    config.spec.files = vec![ConfigFile {
+        path: "/etc/late.conf".into(),
+        content_from: Some(FileSource {
+            secret: SecretKeyRef {
+                name: "late-file".into(),
+                key: "content".into(),
+                namespace: None,
+            },
+        }),
+        ..Default::default()
+    }];
+    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    let message = env.wait_reason("f-0", "FileSourceError").await;
+    assert!(
+        message.contains("spec.files[0].contentFrom.secret")
+            && message.contains("Secret team-a/late-file not found"),
+        "{message}"
+    );
+    assert!(env.secret("f-0").await.is_none(), "no data Secret yet");
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: fixtures::meta(Some(NS), "late-file"),
+                string_data: Some(BTreeMap::from([(
+                    "content".to_owned(),
+                    "late = true\n".to_owned(),
+                )])),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    env.wait_ready("f-0").await;
 
     // Broken template: Valid=False with the position; its configs fail naming it; a config on
     // another template still becomes ready.
