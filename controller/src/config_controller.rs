@@ -671,6 +671,9 @@ fn naming_workload(error: Error, namespace: &str, cluster: &str) -> Error {
 /// read from the config's own namespace only.
 async fn resolve_files(ctx: &Context, config: &BootplateConfig) -> Result<BootplateConfigSpec> {
     let mut spec = config.spec.clone();
+    for (index, file) in spec.files.iter().enumerate() {
+        crate::templates::check_one_content_source(&format!("spec.files[{index}]"), file)?;
+    }
     if spec.files.iter().all(|f| f.content_from.is_none()) {
         return Ok(spec);
     }

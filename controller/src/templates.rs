@@ -161,3 +161,15 @@ pub fn check_secret_namespace(
         )),
     }
 }
+
+/// A config file at `field` takes its content from exactly one place: `content` or
+/// `contentFrom`. (Neither is left to the engine, which names the missing content.)
+pub fn check_one_content_source(field: &str, file: &crd_types::ConfigFile) -> Result<()> {
+    if file.content.is_some() && file.content_from.is_some() {
+        return Err(Error::failed(
+            reason::FILE_SOURCE_ERROR,
+            format!("{field}: set either content or contentFrom, not both"),
+        ));
+    }
+    Ok(())
+}

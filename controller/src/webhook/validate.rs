@@ -4,7 +4,9 @@
 use crd_types::{BootplateConfig, BootplateConfigSpec, TemplateSpec};
 use render::{Origin, Severity};
 
-use crate::templates::{check_secret_namespace, check_template_namespace};
+use crate::templates::{
+    check_one_content_source, check_secret_namespace, check_template_namespace,
+};
 
 /// Problems that make a template unusable: every template and partial compiles, variable
 /// declarations are unique and their defaults match their schema, `template` and `parts`
@@ -40,12 +42,10 @@ pub fn config(
     }
     for (index, file) in spec.files.iter().enumerate() {
         let path = format!("{field}.files[{index}]");
-        match (&file.content, &file.content_from) {
-            (Some(_), Some(_)) => problems.push(format!(
-                "{path}: set either content or contentFrom, not both"
-            )),
-            (None, None) => problems.push(format!("{path}: set content or contentFrom")),
-            _ => {}
+        if let Err(e) = check_one_content_source(&path, file) {
+            problems.push(e.to_string());
+        } else if file.content.is_none() && file.content_from.is_none() {
+            problems.push(format!("{path}: set content or contentFrom"));
         }
         if let Some(source) = &file.content_from {
             let field = format!("{path}.contentFrom.secret");
