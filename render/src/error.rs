@@ -211,13 +211,19 @@ impl RenderError {
                 .with_reason(reason::INVALID_VARIABLES),
             ],
             RenderError::RenderFailed { problem, .. } => vec![(**problem).clone()],
-            RenderError::OutputTooLarge { .. } => {
+            RenderError::OutputTooLarge { limit_source, .. } => {
                 let message = self.to_string();
                 let message = message
                     .split_once(": ")
                     .map_or(message.as_str(), |(_, m)| m)
                     .to_owned();
-                vec![Problem::template("spec", message).with_reason(reason::OUTPUT_TOO_LARGE)]
+                // A limit the config set itself is the config's problem, not the template's.
+                let problem = if limit_source == crate::limit::CONFIG_LIMIT {
+                    Problem::config("spec.maxOutputBytes", message)
+                } else {
+                    Problem::template("spec", message)
+                };
+                vec![problem.with_reason(reason::OUTPUT_TOO_LARGE)]
             }
         }
     }

@@ -22,6 +22,9 @@ pub struct Limit {
     pub source: &'static str,
 }
 
+/// The source of a limit the config set (`spec.maxOutputBytes`).
+pub const CONFIG_LIMIT: &str = "the config's spec.maxOutputBytes";
+
 impl Limit {
     /// The smallest of the Secret limit, the template's and the config's `maxOutputBytes`: a
     /// config may lower the template's limit, never raise it.
@@ -39,7 +42,7 @@ impl Limit {
         if let Some(bytes) = config.filter(|b| *b < limit.bytes) {
             limit = Limit {
                 bytes,
-                source: "the config's spec.maxOutputBytes",
+                source: CONFIG_LIMIT,
             };
         }
         limit
