@@ -498,8 +498,11 @@ async fn render_config(
 
 /// Writes the data Secret unless it already holds `desired`; returns whether it wrote, and the
 /// Secret's resourceVersion now. The metadata store spares reads: a Secret it does not hold
-/// (the first render) is written without reading, and one whose resourceVersion is the one
-/// this controller wrote or checked for the same digest is left alone without reading.
+/// on a config this process never rendered (the first render) is written without reading, and
+/// one whose resourceVersion is the one this controller wrote or checked for the same digest
+/// is left alone without reading. A config this process rendered before is read first when the
+/// store does not show its Secret: the store may not have seen that write yet (a reconcile
+/// that the write itself triggered), and rewriting would only repeat it.
 async fn write_data_secret(
     ctx: &Context,
     config: &BootplateConfig,
@@ -508,15 +511,18 @@ async fn write_data_secret(
 ) -> Result<(bool, Option<String>)> {
     let namespace = config.namespace().unwrap_or_default();
     let stored = ctx.stores.secret_version(&namespace, &config.name_any());
-    let known = config.uid().and_then(|uid| {
+    let (rendered_before, known) = config.uid().map_or((false, None), |uid| {
         let records = ctx.rendered.lock().expect("lock");
-        let record = records.get(&uid)?;
-        (record.secret_digest == digest).then(|| record.secret_version.clone())?
+        let record = records.get(&uid);
+        let known = record
+            .filter(|r| r.secret_digest == digest)
+            .and_then(|r| r.secret_version.clone());
+        (record.is_some(), known)
     });
     if stored.is_some() && known == stored {
         return Ok((false, stored));
     }
-    if stored.is_some() {
+    if stored.is_some() || rendered_before {
         let current = data_secret::get(&ctx.client, config).await?;
         if let Some(current) = current.filter(|c| data_secret::is_current(c, desired)) {
             return Ok((false, current.resource_version()));
