@@ -48,8 +48,9 @@ struct Rendered {
 /// Secret still has the resourceVersion seen after the write does nothing, and sends no
 /// request: that is the reconcile the controller's own status and Secret writes trigger, and
 /// the periodic one while the token is young. Anything else (a changed config, Machine,
-/// Cluster, template or CA Secret; a token to refresh; a touched data Secret; a restart, since
-/// this is memory) takes the full path, which reads and compares as before.
+/// Cluster, template or certificate Secret; a token to refresh; a touched data Secret) takes
+/// the full path, which reads and compares. After a restart, the data Secret's hint
+/// annotations stand in for this record.
 #[derive(Clone, Debug)]
 pub struct Record {
     inputs: String,
