@@ -100,6 +100,8 @@ fn inputs_digest(
 /// What is known of a config's last render: from memory, or after a restart from the hints on
 /// its data Secret.
 struct LastRender {
+    /// From this process's memory (else from the hints).
+    remembered: bool,
     inputs: Option<String>,
     token_expires: Option<Timestamp>,
     secret_version: Option<String>,
@@ -109,6 +111,7 @@ fn last_render(ctx: &Context, config: &BootplateConfig) -> Option<LastRender> {
     let uid = config.uid()?;
     if let Some(record) = ctx.rendered.lock().expect("lock").get(&uid) {
         return Some(LastRender {
+            remembered: true,
             inputs: Some(record.inputs.clone()),
             token_expires: record.token_expires,
             secret_version: record.secret_version.clone(),
@@ -118,6 +121,7 @@ fn last_render(ctx: &Context, config: &BootplateConfig) -> Option<LastRender> {
     let secret = ctx.stores.secret(&namespace, &config.name_any())?;
     let hint = |key: &str| secret.metadata.annotations.as_ref()?.get(key).cloned();
     Some(LastRender {
+        remembered: false,
         inputs: hint(labels::INPUTS),
         token_expires: hint(labels::TOKEN_EXPIRES).and_then(|t| t.parse().ok()),
         secret_version: secret.metadata.resource_version.clone(),
@@ -137,19 +141,16 @@ fn unchanged(
     revision: &str,
 ) -> Option<Rendered> {
     let inputs = inputs?;
-    let remembered = config
-        .uid()
-        .is_some_and(|uid| ctx.rendered.lock().expect("lock").contains(&uid));
-    if !remembered && !previous.ready {
+    let last = last_render(ctx, config)?;
+    if !last.remembered && !previous.ready {
         return None;
     }
-    let last = last_render(ctx, config)?;
     if last.inputs.as_ref() != Some(inputs) {
         return None;
     }
     if role != Role::Init {
         let ttl = SignedDuration::try_from(ctx.settings.bootstrap_token_ttl).ok()?;
-        if last.token_expires?.duration_since(Timestamp::now()) * 2 < ttl {
+        if token::past_half_life(last.token_expires?, Timestamp::now(), ttl) {
             return None;
         }
     }

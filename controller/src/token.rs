@@ -121,10 +121,11 @@ pub async fn ensure(
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
     let now = Timestamp::now();
     let ttl = SignedDuration::try_from(ttl).unwrap_or(SignedDuration::from_secs(900));
-    let derived_name = format!("bootstrap-token-{}", derived_id(config_uid));
+    let derived = derived_id(config_uid);
+    let derived_name = format!("bootstrap-token-{derived}");
     if first {
         let token = Token {
-            id: derived_id(config_uid),
+            id: derived,
             ..Token::generate()
         };
         let expires = expiry(now, ttl);
@@ -140,10 +141,10 @@ pub async fn ensure(
             Err(e) => return Err(workload_error(e)),
         }
     }
-    let derived = read_twice(|| api.get_opt(&derived_name))
+    let by_name = read_twice(|| api.get_opt(&derived_name))
         .await
         .map_err(workload_error)?;
-    if let Some(secret) = derived.filter(|s| belongs_to(s, config_uid))
+    if let Some(secret) = by_name.filter(|s| belongs_to(s, config_uid))
         && let Some(found) = keep_or_refresh(&api, &secret, now, ttl).await?
     {
         return Ok(found);
@@ -166,6 +167,12 @@ pub async fn ensure(
     .await
     .map_err(workload_error)?;
     Ok((token, TokenAction::Created, expires))
+}
+
+/// Whether a token expiring at `expires` has less than half of its lifetime `ttl` left at
+/// `now`: then it is extended (and a render that relied on it looks at it again).
+pub fn past_half_life(expires: Timestamp, now: Timestamp, ttl: SignedDuration) -> bool {
+    expires.duration_since(now) * 2 < ttl
 }
 
 /// Runs a read, and once more on a connection error: a read is safe to repeat, and one retry
@@ -211,11 +218,10 @@ async fn keep_or_refresh(
         id,
         secret: token_secret,
     };
-    let left = expiration.duration_since(now);
-    if left <= SignedDuration::ZERO {
+    if expiration <= now {
         return Ok(None);
     }
-    if left * 2 >= ttl {
+    if !past_half_life(expiration, now, ttl) {
         return Ok(Some((token, TokenAction::Reused, expiration)));
     }
     let expires = expiry(now, ttl);
@@ -325,6 +331,17 @@ mod tests {
             !format!("{token:?}").contains(secret),
             "Debug never shows the secret part"
         );
+    }
+
+    #[test]
+    fn a_token_is_past_half_life_with_less_than_half_its_ttl_left() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let ttl = SignedDuration::from_mins(15);
+        let in_mins = |m: i64| now + SignedDuration::from_mins(m);
+        assert!(!past_half_life(in_mins(15), now, ttl));
+        assert!(!past_half_life(in_mins(8), now, ttl));
+        assert!(past_half_life(in_mins(7), now, ttl));
+        assert!(past_half_life(in_mins(-1), now, ttl), "expired");
     }
 
     #[test]

@@ -104,6 +104,18 @@ impl ControllerProcess {
         http_get(self.metrics_port, "/metrics").map(|(_, body)| body)
     }
 
+    /// The value of the metric series `series` (a name, with its labels if it has any), when
+    /// the metrics can be read and hold it.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        self.metrics()?.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     /// How many config reconciles the process has finished, from its metrics (0 when they
     /// cannot be read).
     pub fn config_reconciles(&self) -> u64 {

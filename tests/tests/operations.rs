@@ -23,11 +23,7 @@ async fn holder(env: &testenv::capi_env::Env) -> Option<String> {
 }
 
 fn is_leader(process: &ControllerProcess) -> bool {
-    process
-        .metrics()
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l == "bootplate_leader 1")
+    process.metric("bootplate_leader") == Some(1.0)
 }
 
 #[tokio::test]

@@ -762,11 +762,7 @@ fn rss_kib(pid: u32, field: &str) -> f64 {
 /// The Events the controller has queued and not yet published (they trail the reconciles).
 fn events_queued(controller: &ControllerProcess) -> u64 {
     controller
-        .metrics()
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("bootplate_events_queued "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
+        .metric("bootplate_events_queued")
         .map_or(u64::MAX, |v| v as u64)
 }
 
