@@ -1035,31 +1035,11 @@ fn alerts_use_exported_metrics_and_each_has_a_runbook_in_the_operations_guide() 
     }
 }
 
-/// The `bootplate` binary: `BOOTPLATE_BIN`, else built by cargo (already fresh under
-/// `cargo test --workspace`).
+/// The `bootplate` binary that `cargo test --workspace` built beside these tests. Not a
+/// `cargo build -p bootplate` of its own: resolving features for one package would build every
+/// dependency a second time, doubling the suite's time and disk.
 fn bootplate_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("BOOTPLATE_BIN") {
-        return PathBuf::from(path);
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(repo())
-        .args(["build", "--package", "bootplate", "--bin", "bootplate"])
-        .arg("--message-format=json-render-diagnostics")
-        .stdin(Stdio::null())
-        .output()
-        .expect("cargo runs");
-    assert!(
-        output.status.success(),
-        "cargo build -p bootplate failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "bootplate")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .expect("cargo reported the bootplate executable")
+    testenv::controller::binary().expect("the bootplate binary")
 }
 
 /// A flag of `bootplate run` as its `--help` describes it.
