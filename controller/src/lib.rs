@@ -24,5 +24,6 @@ pub mod status;
 pub mod template_controller;
 pub mod templates;
 pub mod token;
+pub mod triggers;
 pub mod webhook;
 pub mod workload;

@@ -18,6 +18,7 @@ use crate::context::{Context, Settings, Stores};
 use crate::http::Readiness;
 use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
+use crate::triggers::{Deletions, settled};
 use crate::{config_controller, labels, template_controller};
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -150,65 +151,83 @@ pub async fn run(
     };
 
     let (machines, machine_writer) = reflector::store::<Machine>();
-    let machine_events = watcher(
-        api::<Machine>(&client, ns),
-        filtered(watcher::Config::default()),
-    )
-    .default_backoff()
-    .modify(strip)
-    .reflect(machine_writer)
-    .applied_objects();
+    let machine_events = settled(
+        watcher(
+            api::<Machine>(&client, ns),
+            filtered(watcher::Config::default()),
+        )
+        .default_backoff()
+        .modify(strip)
+        .reflect(machine_writer),
+        machines.clone(),
+        Deletions::Skip,
+    );
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
-    let cluster_events = watcher(
-        api::<Cluster>(&client, ns),
-        filtered(watcher::Config::default()),
-    )
-    .default_backoff()
-    .modify(strip)
-    .reflect(cluster_writer)
-    .applied_objects();
+    let cluster_events = settled(
+        watcher(
+            api::<Cluster>(&client, ns),
+            filtered(watcher::Config::default()),
+        )
+        .default_backoff()
+        .modify(strip)
+        .reflect(cluster_writer),
+        clusters.clone(),
+        Deletions::Skip,
+    );
     let (templates, template_writer) = reflector::store::<BootstrapTemplate>();
-    let template_events = watcher(
-        api::<BootstrapTemplate>(&client, ns),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(template_writer)
-    .inspect_ok(forget_deleted(metrics.clone()))
-    .touched_objects();
+    let template_events = settled(
+        watcher(
+            api::<BootstrapTemplate>(&client, ns),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(template_writer)
+        .inspect_ok(forget_deleted(metrics.clone())),
+        templates.clone(),
+        Deletions::Include,
+    );
     let (cluster_templates, cluster_template_writer) =
         reflector::store::<ClusterBootstrapTemplate>();
-    let cluster_template_events = watcher(
-        Api::<ClusterBootstrapTemplate>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(cluster_template_writer)
-    .inspect_ok(forget_deleted(metrics.clone()))
-    .touched_objects();
+    let cluster_template_events = settled(
+        watcher(
+            Api::<ClusterBootstrapTemplate>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(cluster_template_writer)
+        .inspect_ok(forget_deleted(metrics.clone())),
+        cluster_templates.clone(),
+        Deletions::Include,
+    );
 
     // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
     // kubeconfig Secrets, and the data Secrets, which also trigger their config's reconcile).
     let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let data_secret_events = watcher(
-        api::<PartialObjectMeta<Secret>>(&client, ns),
-        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+    let data_secret_events = settled(
+        watcher(
+            api::<PartialObjectMeta<Secret>>(&client, ns),
+            watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+        )
+        .default_backoff()
+        .modify(|s| s.metadata.managed_fields = None)
+        .reflect(secret_writer),
+        secrets.clone(),
+        Deletions::Include,
     )
-    .default_backoff()
-    .modify(|s| s.metadata.managed_fields = None)
-    .reflect(secret_writer)
-    .touched_objects()
     .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
 
     let (configs, config_writer) = reflector::store::<BootplateConfig>();
-    let config_events = watcher(
-        api::<BootplateConfig>(&client, ns),
-        filtered(watcher::Config::default()),
-    )
-    .default_backoff()
-    .modify(strip)
-    .reflect(config_writer)
-    .applied_objects();
+    let config_events = settled(
+        watcher(
+            api::<BootplateConfig>(&client, ns),
+            filtered(watcher::Config::default()),
+        )
+        .default_backoff()
+        .modify(strip)
+        .reflect(config_writer),
+        configs.clone(),
+        Deletions::Skip,
+    );
     let config_controller = Controller::for_stream(config_events, configs.clone());
     let stores = Stores {
         configs: configs.clone(),
@@ -275,28 +294,25 @@ pub async fn run(
             ctx.clone(),
         )
         .for_each(|_| async {});
-    let templates_done = Controller::new(
-        api::<BootstrapTemplate>(&client, ns),
-        watcher::Config::default(),
-    )
-    .graceful_shutdown_on(signal(&shutdown_tx))
-    .run(
-        template_controller::reconcile_namespaced,
-        template_controller::error_policy,
-        ctx.clone(),
-    )
-    .for_each(|_| async {});
-    let cluster_templates_done = Controller::new(
-        Api::<ClusterBootstrapTemplate>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .graceful_shutdown_on(signal(&shutdown_tx))
-    .run(
-        template_controller::reconcile_cluster,
-        template_controller::error_policy,
-        ctx.clone(),
-    )
-    .for_each(|_| async {});
+    // The template controllers keep stores of their own: they run apart from the config
+    // controller, whose trigger streams each have one consumer.
+    let templates_done = controller_of(api::<BootstrapTemplate>(&client, ns))
+        .graceful_shutdown_on(signal(&shutdown_tx))
+        .run(
+            template_controller::reconcile_namespaced,
+            template_controller::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| async {});
+    let cluster_templates_done =
+        controller_of(Api::<ClusterBootstrapTemplate>::all(client.clone()))
+            .graceful_shutdown_on(signal(&shutdown_tx))
+            .run(
+                template_controller::reconcile_cluster,
+                template_controller::error_policy,
+                ctx.clone(),
+            )
+            .for_each(|_| async {});
 
     let tx = shutdown_tx.clone();
     tokio::spawn(async move {
@@ -307,6 +323,24 @@ pub async fn run(
     info!(namespace = ?settings.namespace, watch_filter = ?settings.watch_filter, "controllers started");
     tokio::join!(configs_done, templates_done, cluster_templates_done);
     Ok(())
+}
+
+/// A controller over every object of `api`, triggered as `triggers::settled` explains.
+fn controller_of<K>(api: Api<K>) -> Controller<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    Controller::for_stream(settled(events, store.clone(), Deletions::Skip), store)
 }
 
 /// Drops what the controller never reads from a cached object: its managedFields (often the

@@ -1,0 +1,183 @@
+//! Reconcile triggers from reflected watch streams, released only once the store holds what
+//! they announce.
+//!
+//! A watcher that re-lists (after `410 Gone`, or a watch the apiserver ended) emits `Init`,
+//! one `InitApply` per object, then `InitDone`; the reflector fills a side buffer and swaps it
+//! into the store only at `InitDone`. A reconcile triggered by an `InitApply` therefore runs
+//! against the store from before the re-list: an object created during the gap is "not found"
+//! and the request is dropped, one changed during the gap is read in its old state. Nothing
+//! triggers it again, so such a config waited forever. Holding re-listed objects back until
+//! `InitDone` closes that window.
+
+use futures::future::{Either, ready};
+use futures::{Stream, StreamExt, TryStreamExt, stream};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
+
+/// Whether deleted objects trigger too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deletions {
+    /// Like `WatchStreamExt::applied_objects`.
+    Skip,
+    /// Like `WatchStreamExt::touched_objects`.
+    Include,
+}
+
+/// The objects of `events` (a stream already passed through `.reflect(writer)` of `store`) to
+/// trigger reconciles on: applied (and, if asked, deleted) objects as they come, re-listed ones
+/// at the end of their listing, read back from `store` one at a time so a re-list of thousands
+/// of objects holds only their references.
+pub fn settled<K, E>(
+    events: impl Stream<Item = Result<Event<K>, E>> + Send + 'static,
+    store: Store<K>,
+    deletions: Deletions,
+) -> impl Stream<Item = Result<K, E>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    E: Send + 'static,
+{
+    let mut listing: Vec<ObjectRef<K>> = Vec::new();
+    events
+        .map_ok(move |event| match event {
+            Event::Apply(object) => Either::Left(stream::iter(Some(Ok(object)))),
+            Event::Delete(object) if deletions == Deletions::Include => {
+                Either::Left(stream::iter(Some(Ok(object))))
+            }
+            Event::Delete(_) => Either::Left(stream::iter(None)),
+            Event::Init => {
+                listing.clear();
+                Either::Left(stream::iter(None))
+            }
+            Event::InitApply(object) => {
+                listing.push(ObjectRef::from_obj(&object));
+                Either::Left(stream::iter(None))
+            }
+            Event::InitDone => {
+                let store = store.clone();
+                Either::Right(
+                    stream::iter(std::mem::take(&mut listing))
+                        .filter_map(move |key| ready(store.get(&key).map(|o| Ok((*o).clone())))),
+                )
+            }
+        })
+        .try_flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::reflector;
+
+    fn config_map(name: &str, version: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Runs `events` through a real reflector and `settled`, and records for every trigger
+    /// the resource version the store held for that object at the moment it was emitted.
+    async fn triggers(
+        events: Vec<Event<ConfigMap>>,
+        deletions: Deletions,
+    ) -> Vec<(String, String, Option<String>)> {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        // The store as the first listing left it, before the events under test.
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(config_map("old", "1")));
+        writer.apply_watcher_event(&Event::InitApply(config_map("changed", "1")));
+        writer.apply_watcher_event(&Event::InitDone);
+        let reflected =
+            stream::iter(events.into_iter().map(Ok::<_, kube::runtime::watcher::Error>)).reflect(writer);
+        settled(reflected, store.clone(), deletions)
+            .map(|object| {
+                let object = object.unwrap();
+                let stored = store
+                    .get(&ObjectRef::from_obj(&object))
+                    .and_then(|o| o.metadata.resource_version.clone());
+                (
+                    object.metadata.name.clone().unwrap(),
+                    object.metadata.resource_version.clone().unwrap(),
+                    stored,
+                )
+            })
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn relisted_objects_trigger_only_once_the_store_holds_them() {
+        let seen = triggers(
+            vec![
+                Event::Init,
+                Event::InitApply(config_map("changed", "7")),
+                Event::InitApply(config_map("created-in-the-gap", "8")),
+                Event::InitDone,
+            ],
+            Deletions::Skip,
+        )
+        .await;
+        assert_eq!(
+            seen,
+            vec![
+                ("changed".into(), "7".into(), Some("7".into())),
+                ("created-in-the-gap".into(), "8".into(), Some("8".into())),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn watch_events_pass_through_and_deletions_only_when_asked() {
+        let events = || {
+            vec![
+                Event::Apply(config_map("changed", "2")),
+                Event::Delete(config_map("old", "3")),
+                Event::Apply(config_map("new", "4")),
+            ]
+        };
+        let skipped = triggers(events(), Deletions::Skip).await;
+        assert_eq!(
+            skipped,
+            vec![
+                ("changed".into(), "2".into(), Some("2".into())),
+                ("new".into(), "4".into(), Some("4".into())),
+            ]
+        );
+        let included = triggers(events(), Deletions::Include).await;
+        assert_eq!(
+            included,
+            vec![
+                ("changed".into(), "2".into(), Some("2".into())),
+                ("old".into(), "3".into(), None),
+                ("new".into(), "4".into(), Some("4".into())),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_relist_ended_by_an_error_releases_nothing_until_the_next_one_completes() {
+        // The watcher restarts a failed listing from Init; what the first attempt announced
+        // is not released, the second attempt's objects are.
+        let seen = triggers(
+            vec![
+                Event::Init,
+                Event::InitApply(config_map("half", "5")),
+                Event::Init,
+                Event::InitApply(config_map("whole", "6")),
+                Event::InitDone,
+            ],
+            Deletions::Skip,
+        )
+        .await;
+        assert_eq!(seen, vec![("whole".into(), "6".into(), Some("6".into()))]);
+    }
+}
