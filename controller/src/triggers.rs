@@ -96,8 +96,12 @@ mod tests {
         writer.apply_watcher_event(&Event::InitApply(config_map("old", "1")));
         writer.apply_watcher_event(&Event::InitApply(config_map("changed", "1")));
         writer.apply_watcher_event(&Event::InitDone);
-        let reflected =
-            stream::iter(events.into_iter().map(Ok::<_, kube::runtime::watcher::Error>)).reflect(writer);
+        let reflected = stream::iter(
+            events
+                .into_iter()
+                .map(Ok::<_, kube::runtime::watcher::Error>),
+        )
+        .reflect(writer);
         settled(reflected, store.clone(), deletions)
             .map(|object| {
                 let object = object.unwrap();
