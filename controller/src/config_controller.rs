@@ -414,18 +414,22 @@ async fn render_config(
 
     let certs = control_plane_certs(ctx, &cluster, role).await?;
     let spec = resolve_files(ctx, config).await?;
-    let render = |join: Option<JoinInfo>| {
+    // `trial`: a render whose output is thrown away; its failure counts, its time does not
+    // (the duration histogram counts one render per user-data produced).
+    let render = |join: Option<JoinInfo>, trial: bool| {
         let context = RenderContext::new(&cluster, &machine, role, join, certs.clone());
         let started = Instant::now();
         let rendered = template.compiled.render(&spec, &context).map_err(|e| {
             ctx.metrics.render_failed(&template.reference, e.reason());
             Error::failed(e.reason(), e.to_string())
         })?;
-        ctx.metrics.rendered(&template.reference, started.elapsed());
+        if !trial {
+            ctx.metrics.rendered(&template.reference, started.elapsed());
+        }
         Ok::<_, Error>(rendered)
     };
     let (rendered, token_expires, created_token) = if role == Role::Init {
-        (render(None)?, None, None)
+        (render(None, false)?, None, None)
     } else {
         let ca_hash = ca_hash(ctx, &cluster, certs.as_ref()).await?;
         let join = |token: &token::Token| JoinInfo {
@@ -435,10 +439,10 @@ async fn render_config(
         };
         // A trial render with a stand-in of the same length first: a config whose template,
         // variables or size fail gets an error, and no token in the workload cluster.
-        render(Some(join(&token::Token::placeholder())))?;
+        render(Some(join(&token::Token::placeholder())), true)?;
         let (token, expires, created) = bootstrap_token(ctx, config, &cluster).await?;
         let created = created.then(|| token.id.clone());
-        (render(Some(join(&token)))?, Some(expires), created)
+        (render(Some(join(&token)), false)?, Some(expires), created)
     };
     debug!("rendered");
 

@@ -48,6 +48,20 @@ impl Publisher {
         }
     }
 
+    /// Waits, at most `within`, until every queued Event was delivered or refused; returns how
+    /// many were still waiting. A stopping controller calls it so the Events of its last
+    /// reconciles are not lost with the process.
+    pub async fn flush(&self, within: std::time::Duration) -> i64 {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let waiting = self.metrics.events_waiting();
+            if waiting <= 0 || tokio::time::Instant::now() >= deadline {
+                return waiting.max(0);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     fn enqueue(
         &self,
         type_: EventType,

@@ -240,6 +240,11 @@ impl Metrics {
         self.events_queued.inc();
     }
 
+    /// Events queued and not yet delivered (or given up on).
+    pub fn events_waiting(&self) -> i64 {
+        self.events_queued.get()
+    }
+
     /// Counts an Event dropped because the queue was full; returns how many were dropped so far.
     pub fn event_dropped(&self) -> u64 {
         let dropped = self.events.with_label_values(&["dropped"]);

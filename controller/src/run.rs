@@ -12,7 +12,7 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::context::{Context, Settings, Stores};
 use crate::http::Readiness;
@@ -322,8 +322,17 @@ pub async fn run(
     });
     info!(namespace = ?settings.namespace, watch_filter = ?settings.watch_filter, "controllers started");
     tokio::join!(configs_done, templates_done, cluster_templates_done);
+    // The Events of the last reconciles, briefly: a stopping leader should not hold up its
+    // successor for best-effort Events.
+    let undelivered = ctx.recorder.flush(EVENT_FLUSH).await;
+    if undelivered > 0 {
+        warn!(undelivered, "stopping with Events not yet published");
+    }
     Ok(())
 }
+
+/// How long a stopping controller waits for its queued Events.
+const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A controller over every object of `api`, triggered as `triggers::settled` explains.
 fn controller_of<K>(api: Api<K>) -> Controller<K>

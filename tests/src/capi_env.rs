@@ -83,7 +83,7 @@ impl Env {
             .await
             .unwrap();
         let kubeconfig = Secret {
-            metadata: fixtures::meta(Some(NS), &format!("{name}-kubeconfig")),
+            metadata: fixtures::cluster_secret_meta(NS, name, "kubeconfig"),
             string_data: Some(BTreeMap::from([(
                 "value".to_owned(),
                 self.workload.kubeconfig_yaml().to_owned(),
@@ -101,7 +101,7 @@ impl Env {
     pub async fn cluster_ca(&self, name: &str) {
         let ca = bootplate::pki::generate_ca("kubernetes").unwrap();
         let secret = Secret {
-            metadata: fixtures::meta(Some(NS), &format!("{name}-ca")),
+            metadata: fixtures::cluster_secret_meta(NS, name, "ca"),
             string_data: Some(BTreeMap::from([
                 ("tls.crt".to_owned(), ca.cert),
                 ("tls.key".to_owned(), ca.key),

@@ -29,6 +29,18 @@ pub fn meta(namespace: Option<&str>, name: &str) -> ObjectMeta {
     }
 }
 
+/// A Secret `<cluster>-<purpose>` as Cluster API writes it: labelled with its cluster's name,
+/// which is how the controller's cache finds (and watches) CA and kubeconfig Secrets.
+pub fn cluster_secret_meta(namespace: &str, cluster: &str, purpose: &str) -> ObjectMeta {
+    ObjectMeta {
+        labels: Some(BTreeMap::from([(
+            crd_types::capi::CLUSTER_NAME_LABEL.to_owned(),
+            cluster.to_owned(),
+        )])),
+        ..meta(Some(namespace), &format!("{cluster}-{purpose}"))
+    }
+}
+
 /// A template spec with every field set, so a round trip shows any pruned field.
 pub fn full_template_spec() -> TemplateSpec {
     TemplateSpec {
