@@ -161,6 +161,7 @@ pub async fn run(
         .reflect(machine_writer),
         machines.clone(),
         Deletions::Skip,
+        |_| {},
     );
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     let cluster_events = settled(
@@ -173,6 +174,7 @@ pub async fn run(
         .reflect(cluster_writer),
         clusters.clone(),
         Deletions::Skip,
+        |_| {},
     );
     let (templates, template_writer) = reflector::store::<BootstrapTemplate>();
     let template_events = settled(
@@ -181,10 +183,10 @@ pub async fn run(
             watcher::Config::default(),
         )
         .default_backoff()
-        .reflect(template_writer)
-        .inspect_ok(forget_deleted(metrics.clone())),
+        .reflect(template_writer),
         templates.clone(),
         Deletions::Include,
+        forget_template(metrics.clone()),
     );
     let (cluster_templates, cluster_template_writer) =
         reflector::store::<ClusterBootstrapTemplate>();
@@ -194,10 +196,10 @@ pub async fn run(
             watcher::Config::default(),
         )
         .default_backoff()
-        .reflect(cluster_template_writer)
-        .inspect_ok(forget_deleted(metrics.clone())),
+        .reflect(cluster_template_writer),
         cluster_templates.clone(),
         Deletions::Include,
+        forget_template(metrics.clone()),
     );
 
     // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
@@ -213,6 +215,7 @@ pub async fn run(
         .reflect(secret_writer),
         secrets.clone(),
         Deletions::Include,
+        |_| {},
     )
     .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
 
@@ -227,6 +230,7 @@ pub async fn run(
         .reflect(config_writer),
         configs.clone(),
         Deletions::Skip,
+        forget_config(metrics.clone()),
     );
     let config_controller = Controller::for_stream(config_events, configs.clone());
     let stores = Stores {
@@ -349,7 +353,10 @@ where
     let events = watcher(api, watcher::Config::default())
         .default_backoff()
         .reflect(writer);
-    Controller::for_stream(settled(events, store.clone(), Deletions::Skip), store)
+    Controller::for_stream(
+        settled(events, store.clone(), Deletions::Skip, |_| {}),
+        store,
+    )
 }
 
 /// Drops what the controller never reads from a cached object: its managedFields (often the
@@ -392,14 +399,22 @@ fn configs_of_cluster(
 
 /// Drops a deleted template from the validity gauge: templates carry no finalizer, so their
 /// reconciler never sees them go.
-fn forget_deleted<K>(metrics: Arc<Metrics>) -> impl Fn(&watcher::Event<K>)
+fn forget_template<K>(metrics: Arc<Metrics>) -> impl Fn(&K) + Send + 'static
 where
     K: kube::Resource<DynamicType = ()>,
 {
-    move |event| {
-        if let watcher::Event::Delete(template) = event {
-            metrics.template_validity(&template_controller::metrics_key(template), None);
-        }
+    move |template| metrics.template_validity(&template_controller::metrics_key(template), None)
+}
+
+/// Drops a deleted config from the per-state gauges and the oldest-waiting age: configs carry
+/// no finalizer either, and one deleted while waiting would otherwise age (and alert) forever.
+fn forget_config(metrics: Arc<Metrics>) -> impl Fn(&BootplateConfig) + Send + 'static {
+    move |config| {
+        metrics.config_deleted(&format!(
+            "{}/{}",
+            config.namespace().unwrap_or_default(),
+            config.name_any()
+        ))
     }
 }
 

@@ -1,5 +1,5 @@
 //! Reconcile triggers from reflected watch streams, released only once the store holds what
-//! they announce.
+//! they announce, and deletions, including those a re-list reveals.
 //!
 //! A watcher that re-lists (after `410 Gone`, or a watch the apiserver ended) emits `Init`,
 //! one `InitApply` per object, then `InitDone`; the reflector fills a side buffer and swaps it
@@ -8,6 +8,12 @@
 //! and the request is dropped, one changed during the gap is read in its old state. Nothing
 //! triggers it again, so such a config waited forever. Holding re-listed objects back until
 //! `InitDone` closes that window.
+//!
+//! An object deleted while the watch was down has no `Delete` event: it is simply absent from
+//! the re-list. Comparing the store before and after the re-list finds it, so it is reported
+//! like any deletion.
+
+use std::sync::Arc;
 
 use futures::future::{Either, ready};
 use futures::{Stream, StreamExt, TryStreamExt, stream};
@@ -27,38 +33,56 @@ pub enum Deletions {
 /// The objects of `events` (a stream already passed through `.reflect(writer)` of `store`) to
 /// trigger reconciles on: applied (and, if asked, deleted) objects as they come, re-listed ones
 /// at the end of their listing, read back from `store` one at a time so a re-list of thousands
-/// of objects holds only their references.
+/// of objects holds only their references. `deleted` is called with every deleted object,
+/// whether its deletion was watched or found by a re-list.
 pub fn settled<K, E>(
     events: impl Stream<Item = Result<Event<K>, E>> + Send + 'static,
     store: Store<K>,
     deletions: Deletions,
+    deleted: impl Fn(&K) + Send + 'static,
 ) -> impl Stream<Item = Result<K, E>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     E: Send + 'static,
 {
+    let nothing = || Either::Left(stream::iter(Vec::new()));
+    // During a re-list: the references listed so far, and the store as it was before (the
+    // same objects the store held, not copies).
     let mut listing: Vec<ObjectRef<K>> = Vec::new();
+    let mut before: Vec<Arc<K>> = Vec::new();
     events
         .map_ok(move |event| match event {
-            Event::Apply(object) => Either::Left(stream::iter(Some(Ok(object)))),
-            Event::Delete(object) if deletions == Deletions::Include => {
-                Either::Left(stream::iter(Some(Ok(object))))
+            Event::Apply(object) => Either::Left(stream::iter(vec![Ok(object)])),
+            Event::Delete(object) => {
+                deleted(&object);
+                match deletions {
+                    Deletions::Include => Either::Left(stream::iter(vec![Ok(object)])),
+                    Deletions::Skip => nothing(),
+                }
             }
-            Event::Delete(_) => Either::Left(stream::iter(None)),
             Event::Init => {
                 listing.clear();
-                Either::Left(stream::iter(None))
+                // The reflector only starts a side buffer on Init: the store is still the old one.
+                before = store.state();
+                nothing()
             }
             Event::InitApply(object) => {
                 listing.push(ObjectRef::from_obj(&object));
-                Either::Left(stream::iter(None))
+                nothing()
             }
             Event::InitDone => {
+                let gone: Vec<Result<K, E>> = std::mem::take(&mut before)
+                    .into_iter()
+                    .filter(|old| store.get(&ObjectRef::from_obj(old.as_ref())).is_none())
+                    .filter_map(|old| {
+                        deleted(&old);
+                        (deletions == Deletions::Include).then(|| Ok((*old).clone()))
+                    })
+                    .collect();
                 let store = store.clone();
-                Either::Right(
-                    stream::iter(std::mem::take(&mut listing))
-                        .filter_map(move |key| ready(store.get(&key).map(|o| Ok((*o).clone())))),
-                )
+                let listed = stream::iter(std::mem::take(&mut listing))
+                    .filter_map(move |key| ready(store.get(&key).map(|o| Ok((*o).clone()))));
+                Either::Right(stream::iter(gone).chain(listed))
             }
         })
         .try_flatten()
@@ -90,6 +114,16 @@ mod tests {
         events: Vec<Event<ConfigMap>>,
         deletions: Deletions,
     ) -> Vec<(String, String, Option<String>)> {
+        triggers_and_deletions(events, deletions).await.0
+    }
+
+    /// Also the names `settled` reported deleted.
+    async fn triggers_and_deletions(
+        events: Vec<Event<ConfigMap>>,
+        deletions: Deletions,
+    ) -> (Vec<(String, String, Option<String>)>, Vec<String>) {
+        let deleted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = deleted.clone();
         let (store, mut writer) = reflector::store::<ConfigMap>();
         // The store as the first listing left it, before the events under test.
         writer.apply_watcher_event(&Event::Init);
@@ -102,20 +136,32 @@ mod tests {
                 .map(Ok::<_, kube::runtime::watcher::Error>),
         )
         .reflect(writer);
-        settled(reflected, store.clone(), deletions)
-            .map(|object| {
-                let object = object.unwrap();
-                let stored = store
-                    .get(&ObjectRef::from_obj(&object))
-                    .and_then(|o| o.metadata.resource_version.clone());
-                (
-                    object.metadata.name.clone().unwrap(),
-                    object.metadata.resource_version.clone().unwrap(),
-                    stored,
-                )
-            })
-            .collect()
-            .await
+        let seen = settled(
+            reflected,
+            store.clone(),
+            deletions,
+            move |gone: &ConfigMap| {
+                record
+                    .lock()
+                    .unwrap()
+                    .push(gone.metadata.name.clone().unwrap())
+            },
+        )
+        .map(|object| {
+            let object = object.unwrap();
+            let stored = store
+                .get(&ObjectRef::from_obj(&object))
+                .and_then(|o| o.metadata.resource_version.clone());
+            (
+                object.metadata.name.clone().unwrap(),
+                object.metadata.resource_version.clone().unwrap(),
+                stored,
+            )
+        })
+        .collect()
+        .await;
+        let deleted = deleted.lock().unwrap().clone();
+        (seen, deleted)
     }
 
     #[tokio::test]
@@ -183,5 +229,43 @@ mod tests {
         )
         .await;
         assert_eq!(seen, vec![("whole".into(), "6".into(), Some("6".into()))]);
+    }
+
+    #[tokio::test]
+    async fn objects_gone_from_a_relist_are_reported_deleted() {
+        // "old" was deleted while the watch was down: the re-list lacks it.
+        let relist = || {
+            vec![
+                Event::Init,
+                Event::InitApply(config_map("changed", "9")),
+                Event::InitDone,
+            ]
+        };
+        let (seen, deleted) = triggers_and_deletions(relist(), Deletions::Include).await;
+        assert_eq!(
+            seen,
+            vec![
+                ("old".into(), "1".into(), None),
+                ("changed".into(), "9".into(), Some("9".into())),
+            ]
+        );
+        assert_eq!(deleted, vec!["old".to_owned()]);
+        let (seen, deleted) = triggers_and_deletions(relist(), Deletions::Skip).await;
+        assert_eq!(seen, vec![("changed".into(), "9".into(), Some("9".into()))]);
+        assert_eq!(
+            deleted,
+            vec!["old".to_owned()],
+            "reported even when not a trigger"
+        );
+    }
+
+    #[tokio::test]
+    async fn watched_deletions_are_reported_whether_or_not_they_trigger() {
+        for deletions in [Deletions::Skip, Deletions::Include] {
+            let (_, deleted) =
+                triggers_and_deletions(vec![Event::Delete(config_map("old", "3"))], deletions)
+                    .await;
+            assert_eq!(deleted, vec!["old".to_owned()]);
+        }
     }
 }
