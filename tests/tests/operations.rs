@@ -230,44 +230,46 @@ async fn metrics_count_what_happened_and_logs_hold_no_secret() {
         )
         .await
         .unwrap();
-    let counted = |invalid: u32| {
-        let line = format!("bootplate_templates{{validity=\"invalid\"}} {invalid}\n");
-        let controller = &controller;
-        move || {
-            let line = line.clone();
-            async move { controller.metrics()?.contains(&line).then_some(()) }
-        }
-    };
-    eventually("the broken template counted invalid", WAIT, counted(1)).await;
+    metric_reaches(
+        &controller,
+        "bootplate_templates{validity=\"invalid\"}",
+        1.0,
+    )
+    .await;
     templates
         .delete("broken", &Default::default())
         .await
         .unwrap();
-    eventually("the deleted template no longer counted", WAIT, counted(0)).await;
+    metric_reaches(
+        &controller,
+        "bootplate_templates{validity=\"invalid\"}",
+        0.0,
+    )
+    .await;
 
     // A deleted config leaves the state gauges (configs carry no finalizer either): one that
     // waits on a cluster without infrastructure is counted, then deleted.
     env.cluster("c2", false).await;
     env.machine("c2", "waits", false, cluster_template("probe"))
         .await;
-    let waiting = |count: u32| {
-        let line = format!("bootplate_configs{{state=\"waiting\"}} {count}\n");
-        let controller = &controller;
-        move || {
-            let line = line.clone();
-            async move { controller.metrics()?.contains(&line).then_some(()) }
-        }
-    };
-    eventually("the waiting config counted", WAIT, waiting(1)).await;
+    metric_reaches(&controller, "bootplate_configs{state=\"waiting\"}", 1.0).await;
     Api::<crd_types::BootplateConfig>::namespaced(env.client.clone(), testenv::capi_env::NS)
         .delete("waits", &Default::default())
         .await
         .unwrap();
-    eventually("the deleted config no longer counted", WAIT, waiting(0)).await;
+    metric_reaches(&controller, "bootplate_configs{state=\"waiting\"}", 0.0).await;
     assert_eq!(
         controller.metric("bootplate_oldest_waiting_config_age_seconds"),
         Some(0.0)
     );
+}
+
+/// Waits until the controller exports `series` with `value`.
+async fn metric_reaches(controller: &ControllerProcess, series: &str, value: f64) {
+    eventually(&format!("{series} = {value}"), WAIT, || async {
+        (controller.metric(series) == Some(value)).then_some(())
+    })
+    .await;
 }
 
 trait OutputWithStdin {
