@@ -18,7 +18,7 @@ use crate::context::{Context, Settings, Stores};
 use crate::http::Readiness;
 use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
-use crate::triggers::{Deletions, settled};
+use crate::triggers::{Deletions, NoSharedBackoff, settled};
 use crate::{config_controller, labels, template_controller};
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -281,6 +281,7 @@ pub async fn run(
                 )
             },
         )
+        .trigger_backoff(NoSharedBackoff)
         .with_config(controller::Config::default().concurrency(settings.concurrency));
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
@@ -357,6 +358,7 @@ where
         settled(events, store.clone(), Deletions::Skip, |_| {}),
         store,
     )
+    .trigger_backoff(NoSharedBackoff)
 }
 
 /// Drops what the controller never reads from a cached object: its managedFields (often the

@@ -88,6 +88,27 @@ where
         .try_flatten()
 }
 
+/// The backoff for a Controller's merged trigger streams: none.
+///
+/// kube-runtime's `Controller` pauses all of its triggers after an error from any one trigger
+/// stream, with one exponential backoff shared by all of them. Every watch stream here already
+/// backs off on its own errors (`default_backoff()`), so the shared pause only silenced the
+/// healthy streams: after an apiserver restart each watcher's errors (refused connections, then
+/// `410 Gone`) doubled it, and the controller heard nothing for up to half a minute at a time.
+pub struct NoSharedBackoff;
+
+impl Iterator for NoSharedBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(std::time::Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for NoSharedBackoff {
+    fn reset(&mut self) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,9 +28,18 @@ const ADMIN_TOKEN: &str = "bootplate-test-admin-token";
 pub struct ApiServer {
     etcd: Child,
     apiserver: Child,
+    /// How the apiserver was started, to start it again over the same etcd.
+    launch: Launch,
     dir: tempfile::TempDir,
     port: u16,
     kubeconfig_yaml: String,
+}
+
+/// The kube-apiserver command line of one test cluster.
+struct Launch {
+    binary: PathBuf,
+    etcd_url: String,
+    extra: Vec<String>,
 }
 
 /// Path of the cached kube-apiserver binary.
@@ -144,11 +153,16 @@ impl ApiServer {
         let mut last_error = None;
         for _ in 0..3 {
             match Self::start_once(&binary, dir.path(), &extra).await {
-                Ok((etcd, apiserver, port)) => {
+                Ok((etcd, apiserver, port, etcd_url)) => {
                     let kubeconfig_yaml = kubeconfig_yaml(port, &d.join("certs/apiserver.crt"))?;
                     return Ok(ApiServer {
                         etcd,
                         apiserver,
+                        launch: Launch {
+                            binary,
+                            etcd_url,
+                            extra,
+                        },
                         dir,
                         port,
                         kubeconfig_yaml,
@@ -164,7 +178,7 @@ impl ApiServer {
         binary: &Path,
         d: &Path,
         extra: &[String],
-    ) -> anyhow::Result<(Child, Child, u16)> {
+    ) -> anyhow::Result<(Child, Child, u16, String)> {
         let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
         let etcd_data = d.join(format!("etcd-{etcd_port}"));
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -193,32 +207,12 @@ impl ApiServer {
                 .args(["--log-level", "warn"]),
             &d.join("etcd.log"),
         )?;
-        let mut apiserver = match spawn_logged(
-            Command::new(binary)
-                .arg(format!("--etcd-servers={etcd_url}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg(format!("--secure-port={port}"))
-                .arg(format!("--cert-dir={}", d.join("certs").display()))
-                .arg(format!(
-                    "--service-account-key-file={}",
-                    d.join("sa.pub").display()
-                ))
-                .arg(format!(
-                    "--service-account-signing-key-file={}",
-                    d.join("sa.key").display()
-                ))
-                .arg("--service-account-issuer=https://kubernetes.default.svc")
-                .arg(format!(
-                    "--token-auth-file={}",
-                    d.join("tokens.csv").display()
-                ))
-                .arg("--authorization-mode=RBAC")
-                .arg("--service-cluster-ip-range=10.0.0.0/24")
-                .arg("--advertise-address=127.0.0.1")
-                .arg("--v=0")
-                .args(extra),
-            &d.join("apiserver.log"),
-        ) {
+        let launch = Launch {
+            binary: binary.to_owned(),
+            etcd_url,
+            extra: extra.to_vec(),
+        };
+        let mut apiserver = match launch.spawn(d, port) {
             Ok(child) => child,
             Err(e) => {
                 let _ = etcd.kill();
@@ -226,32 +220,22 @@ impl ApiServer {
                 return Err(e);
             }
         };
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            if let Some(status) = apiserver.try_wait()? {
-                let _ = etcd.kill();
-                let _ = etcd.wait();
-                bail!(
-                    "kube-apiserver exited ({status}) before becoming ready:\n{}\netcd log:\n{}",
-                    log_tail(&d.join("apiserver.log")),
-                    log_tail(&d.join("etcd.log"))
-                );
-            }
-            if is_ready(port, &d.join("certs")).await {
-                return Ok((etcd, apiserver, port));
-            }
-            if Instant::now() > deadline {
-                for child in [&mut apiserver, &mut etcd] {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
-                bail!(
-                    "kube-apiserver not ready after 90 s:\n{}",
-                    log_tail(&d.join("apiserver.log"))
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        if let Err(e) = wait_until_ready(&mut apiserver, d, port).await {
+            let _ = etcd.kill();
+            let _ = etcd.wait();
+            return Err(e.context(format!("etcd log:\n{}", log_tail(&d.join("etcd.log")))));
         }
+        Ok((etcd, apiserver, port, launch.etcd_url))
+    }
+
+    /// Stops kube-apiserver (SIGKILL) and starts it again on the same port over the same etcd,
+    /// as an upgrade or a crash of the control plane would: every client connection and watch
+    /// breaks, and the new process starts with an empty watch cache.
+    pub async fn restart_apiserver(&mut self) -> anyhow::Result<()> {
+        let _ = self.apiserver.kill();
+        let _ = self.apiserver.wait();
+        self.apiserver = self.launch.spawn(self.dir.path(), self.port)?;
+        wait_until_ready(&mut self.apiserver, self.dir.path(), self.port).await
     }
 
     /// The apiserver's port on 127.0.0.1.
@@ -293,6 +277,62 @@ impl ApiServer {
     /// The data directory (logs: `apiserver.log`, `etcd.log`).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+impl Launch {
+    fn spawn(&self, d: &Path, port: u16) -> anyhow::Result<Child> {
+        spawn_logged(
+            Command::new(&self.binary)
+                .arg(format!("--etcd-servers={}", self.etcd_url))
+                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--secure-port={port}"))
+                .arg(format!("--cert-dir={}", d.join("certs").display()))
+                .arg(format!(
+                    "--service-account-key-file={}",
+                    d.join("sa.pub").display()
+                ))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    d.join("sa.key").display()
+                ))
+                .arg("--service-account-issuer=https://kubernetes.default.svc")
+                .arg(format!(
+                    "--token-auth-file={}",
+                    d.join("tokens.csv").display()
+                ))
+                .arg("--authorization-mode=RBAC")
+                .arg("--service-cluster-ip-range=10.0.0.0/24")
+                .arg("--advertise-address=127.0.0.1")
+                .arg("--v=0")
+                .args(&self.extra),
+            &d.join("apiserver.log"),
+        )
+    }
+}
+
+/// Waits until the apiserver on `port` answers `/readyz`; kills it after 90 s without.
+async fn wait_until_ready(apiserver: &mut Child, d: &Path, port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(status) = apiserver.try_wait()? {
+            bail!(
+                "kube-apiserver exited ({status}) before becoming ready:\n{}",
+                log_tail(&d.join("apiserver.log"))
+            );
+        }
+        if is_ready(port, &d.join("certs")).await {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = apiserver.kill();
+            let _ = apiserver.wait();
+            bail!(
+                "kube-apiserver not ready after 90 s:\n{}",
+                log_tail(&d.join("apiserver.log"))
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -777,3 +777,41 @@ async fn event_count(env: &testenv::capi_env::Env) -> usize {
         .items
         .len()
 }
+
+#[tokio::test]
+async fn the_controller_carries_on_across_a_management_apiserver_restart() {
+    let mut env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("a1", false).await;
+    env.set_cluster_status("a1", true, true).await;
+    env.cluster_ca("a1").await;
+    let mut controller = env.controller(&[]);
+    for name in ["a-w0", "a-w1"] {
+        env.machine("a1", name, false, cluster_template("probe"))
+            .await;
+    }
+    for name in ["a-w0", "a-w1"] {
+        env.wait_ready(name).await;
+    }
+
+    // Every watch breaks, and the new apiserver's watch cache starts over, so the controller's
+    // watchers list again. What changes before they are back must not be missed: a config
+    // created and one deleted right after the restart.
+    env.management.restart_apiserver().await.unwrap();
+    env.machine("a1", "a-w2", false, cluster_template("probe"))
+        .await;
+    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
+        .delete("a-w1", &Default::default())
+        .await
+        .unwrap();
+    env.wait_ready("a-w2").await;
+    assert_eq!(
+        field(&env.user_data("a-w2").await, "role").as_deref(),
+        Some("worker")
+    );
+    eventually("the deleted config no longer counted", WAIT, || async {
+        (controller.metric("bootplate_configs{state=\"ready\"}") == Some(2.0)).then_some(())
+    })
+    .await;
+    assert!(controller.is_running(), "{}", controller.log());
+}
