@@ -125,7 +125,7 @@ impl HelperDef for Step {
 pub(crate) fn register(registry: &mut Handlebars<'static>) {
     registry.unregister_helper("log");
     registry.register_helper(STEP_HELPER, Box::new(Step));
-    let helpers: [(&'static str, &'static str, usize, HelperFn); 13] = [
+    let helpers: [(&'static str, &'static str, usize, HelperFn); 14] = [
         ("shell_quote", "shell_quote VALUE", 1, shell_quote),
         ("yaml_quote", "yaml_quote VALUE", 1, yaml_quote),
         ("json", "json VALUE", 1, json),
@@ -139,6 +139,12 @@ pub(crate) fn register(registry: &mut Handlebars<'static>) {
         ("upper", "upper TEXT", 1, upper),
         ("lower", "lower TEXT", 1, lower),
         ("trim", "trim TEXT", 1, trim),
+        (
+            "version_at_least",
+            "version_at_least VERSION MINIMUM",
+            2,
+            version_at_least,
+        ),
     ];
     for (name, usage, arity, f) in helpers {
         registry.register_helper(
@@ -357,6 +363,33 @@ fn trim(args: &[&Value]) -> Result<Value, String> {
     Ok(Value::String(text(args[0])?.trim().to_owned()))
 }
 
+/// Whether VERSION is MINIMUM or later, comparing MAJOR.MINOR.PATCH as numbers (text
+/// comparison puts v1.100 before v1.31 and v1.9 after it).
+fn version_at_least(args: &[&Value]) -> Result<Value, String> {
+    let parse = |v: &Value| {
+        let t = text(v)?;
+        version_numbers(&t)
+            .ok_or_else(|| format!("{t:?} is not a version like v1.31.2 (or 1.31, v1.31.0-rc.1)"))
+    };
+    Ok(Value::Bool(parse(args[0])? >= parse(args[1])?))
+}
+
+/// `v1.31.2` → `[1, 31, 2]`. The `v` is optional, a missing minor or patch is 0, and a
+/// pre-release or build suffix (`-rc.1`, `+build.5`) is ignored: a release candidate counts as
+/// the release it leads to, which is what choosing a configuration format by version needs.
+fn version_numbers(version: &str) -> Option<[u64; 3]> {
+    let version = version.strip_prefix(['v', 'V']).unwrap_or(version);
+    let core = version.split(['-', '+']).next()?;
+    let mut numbers = [0; 3];
+    for (index, part) in core.split('.').enumerate() {
+        if index == numbers.len() || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        numbers[index] = part.parse().ok()?;
+    }
+    Some(numbers)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -418,6 +451,47 @@ mod tests {
             ok("{{#if (and (eq s \"it's\") (not empty))}}yes{{/if}}", v),
             "yes"
         );
+        assert_eq!(
+            ok(
+                "{{#if (version_at_least v \"v1.31\")}}v1beta4{{else}}v1beta3{{/if}}",
+                json!({"v": "v1.30.4"})
+            ),
+            "v1beta3"
+        );
+    }
+
+    #[test]
+    fn versions_compare_as_numbers() {
+        let at_least = |version: &str, minimum: &str| {
+            ok(
+                "{{version_at_least v m}}",
+                json!({"v": version, "m": minimum}),
+            )
+        };
+        for (version, minimum, expected) in [
+            ("v1.31.2", "v1.31", "true"),
+            ("v1.31.0", "v1.31.0", "true"),
+            ("v1.30.14", "v1.31", "false"),
+            ("v1.100.0", "v1.31", "true"),
+            ("v1.9.11", "v1.31", "false"),
+            ("1.31.2", "v1.31", "true"),
+            ("v1.31.0-rc.1", "v1.31", "true"),
+            ("v1.31.0+k3s1", "v1.31.1", "false"),
+            ("v2", "v1.99.99", "true"),
+        ] {
+            assert_eq!(
+                at_least(version, minimum),
+                expected,
+                "{version} >= {minimum}"
+            );
+        }
+        for bad in ["", "latest", "v1..2", "v1.31.2.4", "v1.31.x", "vv1.31"] {
+            let err = render("{{version_at_least v \"v1.31\"}}", json!({"v": bad})).unwrap_err();
+            assert!(
+                err.contains("helper `version_at_least`") && err.contains("is not a version"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]
