@@ -187,6 +187,9 @@ pub async fn reconcile(config: Arc<BootplateConfig>, ctx: Arc<Context>) -> Resul
     }
     let created = config.meta().creation_timestamp.as_ref().map(|t| t.0);
     let result = reconcile_config(&config, &ctx).await;
+    if let (Ok(_), Some(uid)) = (&result, config.uid()) {
+        ctx.failures.succeeded(&uid);
+    }
     let label = match &result {
         Ok((_, state)) => {
             ctx.metrics.config_state(&key, *state, created);
@@ -271,9 +274,13 @@ async fn reconcile_config(
 }
 
 /// Transient errors: retry with a short delay.
-pub fn error_policy(config: Arc<BootplateConfig>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(config = %format!("{}/{}", config.namespace().unwrap_or_default(), config.name_any()), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+pub fn error_policy(config: Arc<BootplateConfig>, error: &Error, ctx: Arc<Context>) -> Action {
+    let retry_in = match config.uid() {
+        Some(uid) => ctx.failures.failed(&uid, || ctx.live_configs()),
+        None => crate::retry::FIRST,
+    };
+    warn!(config = %format!("{}/{}", config.namespace().unwrap_or_default(), config.name_any()), %error, ?retry_in, "reconcile failed; retrying");
+    Action::requeue(retry_in)
 }
 
 fn condition_changed(previous: &BootplateConfigStatus, reason: &str, message: &str) -> bool {

@@ -125,6 +125,8 @@ pub struct Context {
     /// Configs (by UID) of joined Machines whose bootstrap tokens this process deleted, so
     /// the reconciles that Machine updates trigger do not look for them again.
     pub tokens_deleted: std::sync::Mutex<ByConfig<()>>,
+    /// Consecutive failed reconciles per config (by UID), for the retry delay.
+    pub failures: crate::retry::Failures,
     /// Publishes Kubernetes events.
     pub recorder: Publisher,
     /// Prometheus metrics.
@@ -158,6 +160,7 @@ impl Context {
             ca_hashes: CaHashes::default(),
             rendered: Default::default(),
             tokens_deleted: Default::default(),
+            failures: Default::default(),
             recorder,
             metrics,
             synced,

@@ -18,6 +18,7 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod pki;
+pub mod retry;
 pub mod role;
 pub mod run;
 pub mod status;
