@@ -815,3 +815,36 @@ async fn the_controller_carries_on_across_a_management_apiserver_restart() {
     .await;
     assert!(controller.is_running(), "{}", controller.log());
 }
+
+#[tokio::test]
+async fn a_workload_apiserver_restart_fails_no_render() {
+    let mut env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("b1", false).await;
+    env.set_cluster_status("b1", true, true).await;
+    env.cluster_ca("b1").await;
+    let controller = env.controller(&[]);
+    env.machine("b1", "b-w0", false, cluster_template("probe"))
+        .await;
+    env.wait_ready("b-w0").await;
+
+    // The controller's pooled connections to the workload cluster die with its apiserver; the
+    // next machine's token must not fail on one of them (that would cost it a 30 s wait).
+    env.workload.restart_apiserver().await.unwrap();
+    env.machine("b1", "b-w1", false, cluster_template("probe"))
+        .await;
+    env.wait_ready("b-w1").await;
+    assert_eq!(
+        env.tokens().await.len(),
+        2,
+        "a token for each machine in the restarted workload cluster"
+    );
+    assert_eq!(
+        controller
+            .metric("bootplate_bootstrap_tokens_total{action=\"error\"}")
+            .unwrap_or(0.0),
+        0.0,
+        "no token operation failed: {}",
+        controller.log()
+    );
+}
