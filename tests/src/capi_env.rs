@@ -97,6 +97,14 @@ impl Env {
             .unwrap();
     }
 
+    /// A Cluster whose control plane is up, as workers find it: infrastructure provisioned,
+    /// control plane initialized, CA Secret present (and its kubeconfig Secret, as for any).
+    pub async fn initialized_cluster(&self, name: &str) {
+        self.cluster(name, false).await;
+        self.set_cluster_status(name, true, true).await;
+        self.cluster_ca(name).await;
+    }
+
     /// The cluster CA Secret, as a control-plane provider (or the init machine) leaves it.
     pub async fn cluster_ca(&self, name: &str) {
         let ca = bootplate::pki::generate_ca("kubernetes").unwrap();

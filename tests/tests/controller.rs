@@ -782,9 +782,7 @@ async fn event_count(env: &testenv::capi_env::Env) -> usize {
 async fn the_controller_carries_on_across_a_management_apiserver_restart() {
     let mut env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    env.cluster("a1", false).await;
-    env.set_cluster_status("a1", true, true).await;
-    env.cluster_ca("a1").await;
+    env.initialized_cluster("a1").await;
     let mut controller = env.controller(&[]);
     for name in ["a-w0", "a-w1"] {
         env.machine("a1", name, false, cluster_template("probe"))
@@ -820,9 +818,7 @@ async fn the_controller_carries_on_across_a_management_apiserver_restart() {
 async fn a_workload_apiserver_restart_fails_no_render() {
     let mut env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    env.cluster("b1", false).await;
-    env.set_cluster_status("b1", true, true).await;
-    env.cluster_ca("b1").await;
+    env.initialized_cluster("b1").await;
     let controller = env.controller(&[]);
     env.machine("b1", "b-w0", false, cluster_template("probe"))
         .await;

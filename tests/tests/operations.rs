@@ -30,9 +30,7 @@ fn is_leader(process: &ControllerProcess) -> bool {
 async fn one_leader_reconciles_and_a_standby_takes_over() {
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    env.cluster("c1", false).await;
-    env.set_cluster_status("c1", true, true).await;
-    env.cluster_ca("c1").await;
+    env.initialized_cluster("c1").await;
     // A long lease: a takeover after SIGTERM must not wait for it.
     let flags = [
         "--leader-elect",
@@ -111,9 +109,7 @@ async fn one_leader_reconciles_and_a_standby_takes_over() {
 async fn metrics_count_what_happened_and_logs_hold_no_secret() {
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    env.cluster("c1", false).await;
-    env.set_cluster_status("c1", true, true).await;
-    env.cluster_ca("c1").await;
+    env.initialized_cluster("c1").await;
     // Everything the controller and its libraries log, at the most verbose level.
     let controller = env.controller_logging_to(
         "trace.log",
