@@ -167,15 +167,20 @@ fn unchanged(
     })
 }
 
+/// How metrics and logs name a config: `<namespace>/<name>`.
+pub fn key(config: &BootplateConfig) -> String {
+    format!(
+        "{}/{}",
+        config.namespace().unwrap_or_default(),
+        config.name_any()
+    )
+}
+
 /// Reconciles one config.
 pub async fn reconcile(config: Arc<BootplateConfig>, ctx: Arc<Context>) -> Result<Action> {
     ctx.synced().await;
     let started = Instant::now();
-    let key = format!(
-        "{}/{}",
-        config.namespace().unwrap_or_default(),
-        config.name_any()
-    );
+    let key = key(&config);
     if config.meta().deletion_timestamp.is_some() {
         // The data Secret goes with its owner; the token expires by its TTL.
         ctx.metrics.config_deleted(&key);
@@ -279,7 +284,7 @@ pub fn error_policy(config: Arc<BootplateConfig>, error: &Error, ctx: Arc<Contex
         Some(uid) => ctx.failures.failed(&uid, || ctx.live_configs()),
         None => crate::retry::FIRST,
     };
-    warn!(config = %format!("{}/{}", config.namespace().unwrap_or_default(), config.name_any()), %error, ?retry_in, "reconcile failed; retrying");
+    warn!(config = %key(&config), %error, ?retry_in, "reconcile failed; retrying");
     Action::requeue(retry_in)
 }
 
@@ -387,10 +392,7 @@ async fn render_config(
     }
     let template = templates::resolve(&ctx.stores, &ctx.compiled, config).inspect_err(|e| {
         if e.reason() == reason::TEMPLATE_INVALID {
-            let reference = format!(
-                "{}/{}",
-                config.spec.template_ref.kind, config.spec.template_ref.name
-            );
+            let reference = templates::reference(&config.spec.template_ref);
             ctx.metrics.render_failed(&reference, e.reason());
         }
     })?;

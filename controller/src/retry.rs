@@ -40,10 +40,7 @@ impl Failures {
 
     /// Forgets the failures of config `uid` after a reconcile that did not fail.
     pub fn succeeded(&self, uid: &str) {
-        let mut failures = self.0.lock().expect("lock");
-        if failures.contains(uid) {
-            failures.remove(uid);
-        }
+        self.0.lock().expect("lock").remove(uid);
     }
 }
 

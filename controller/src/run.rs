@@ -150,85 +150,51 @@ pub async fn run(
         None => base,
     };
 
-    let (machines, machine_writer) = reflector::store::<Machine>();
-    let machine_events = settled(
-        watcher(
-            api::<Machine>(&client, ns),
-            filtered(watcher::Config::default()),
-        )
-        .default_backoff()
-        .modify(strip)
-        .reflect(machine_writer),
-        machines.clone(),
+    let (machines, machine_events) = watch(
+        api::<Machine>(&client, ns),
+        filtered(watcher::Config::default()),
+        strip,
         Deletions::Skip,
         |_| {},
     );
-    let (clusters, cluster_writer) = reflector::store::<Cluster>();
-    let cluster_events = settled(
-        watcher(
-            api::<Cluster>(&client, ns),
-            filtered(watcher::Config::default()),
-        )
-        .default_backoff()
-        .modify(strip)
-        .reflect(cluster_writer),
-        clusters.clone(),
+    let (clusters, cluster_events) = watch(
+        api::<Cluster>(&client, ns),
+        filtered(watcher::Config::default()),
+        strip,
         Deletions::Skip,
         |_| {},
     );
-    let (templates, template_writer) = reflector::store::<BootstrapTemplate>();
-    let template_events = settled(
-        watcher(
-            api::<BootstrapTemplate>(&client, ns),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(template_writer),
-        templates.clone(),
+    let (templates, template_events) = watch(
+        api::<BootstrapTemplate>(&client, ns),
+        watcher::Config::default(),
+        |_| {},
         Deletions::Include,
         forget_template(metrics.clone()),
     );
-    let (cluster_templates, cluster_template_writer) =
-        reflector::store::<ClusterBootstrapTemplate>();
-    let cluster_template_events = settled(
-        watcher(
-            Api::<ClusterBootstrapTemplate>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(cluster_template_writer),
-        cluster_templates.clone(),
+    let (cluster_templates, cluster_template_events) = watch(
+        Api::<ClusterBootstrapTemplate>::all(client.clone()),
+        watcher::Config::default(),
+        |_| {},
         Deletions::Include,
         forget_template(metrics.clone()),
     );
 
     // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
     // kubeconfig Secrets, and the data Secrets, which also trigger their config's reconcile).
-    let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let data_secret_events = settled(
-        watcher(
-            api::<PartialObjectMeta<Secret>>(&client, ns),
-            watcher::Config::default().labels(CLUSTER_NAME_LABEL),
-        )
-        .default_backoff()
-        .modify(|s| s.metadata.managed_fields = None)
-        .reflect(secret_writer),
-        secrets.clone(),
+    let (secrets, secret_events) = watch(
+        api::<PartialObjectMeta<Secret>>(&client, ns),
+        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+        |s| s.metadata.managed_fields = None,
         Deletions::Include,
         |_| {},
-    )
-    .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
+    );
+    let data_secret_events = secret_events
+        .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
 
-    let (configs, config_writer) = reflector::store::<BootplateConfig>();
-    let config_events = settled(
-        watcher(
-            api::<BootplateConfig>(&client, ns),
-            filtered(watcher::Config::default()),
-        )
-        .default_backoff()
-        .modify(strip)
-        .reflect(config_writer),
-        configs.clone(),
+    let (configs, config_events) = watch(
+        api::<BootplateConfig>(&client, ns),
+        filtered(watcher::Config::default()),
+        strip,
         Deletions::Skip,
         forget_config(metrics.clone()),
     );
@@ -339,26 +305,60 @@ pub async fn run(
 /// How long a stopping controller waits for its queued Events.
 const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// A controller over every object of `api`, triggered as `triggers::settled` explains.
-fn controller_of<K>(api: Api<K>) -> Controller<K>
-where
+/// What a kind needs to be watched into a store.
+trait Cached:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
     K: Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// A controller over every object of `api`, triggered as `triggers::settled` explains.
+fn controller_of<K: Cached>(api: Api<K>) -> Controller<K> {
+    let (store, events) = watch(
+        api,
+        watcher::Config::default(),
+        |_| {},
+        Deletions::Skip,
+        |_| {},
+    );
+    Controller::for_stream(events, store).trigger_backoff(NoSharedBackoff)
+}
+
+/// A watch of `api`: the store it fills (objects passed through `trim` first, to drop what is
+/// never read) and the objects to trigger reconciles on (see `triggers::settled`). The watch
+/// backs off on its own errors.
+fn watch<K: Cached>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: impl FnMut(&mut K) + Send + 'static,
+    deletions: Deletions,
+    deleted: impl Fn(&K) + Send + 'static,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) {
     let (store, writer) = reflector::store::<K>();
-    let events = watcher(api, watcher::Config::default())
+    let events = watcher(api, config)
         .default_backoff()
+        .modify(trim)
         .reflect(writer);
-    Controller::for_stream(
-        settled(events, store.clone(), Deletions::Skip, |_| {}),
-        store,
-    )
-    .trigger_backoff(NoSharedBackoff)
+    (store.clone(), settled(events, store, deletions, deleted))
 }
 
 /// Drops what the controller never reads from a cached object: its managedFields (often the
@@ -411,13 +411,7 @@ where
 /// Drops a deleted config from the per-state gauges and the oldest-waiting age: configs carry
 /// no finalizer either, and one deleted while waiting would otherwise age (and alert) forever.
 fn forget_config(metrics: Arc<Metrics>) -> impl Fn(&BootplateConfig) + Send + 'static {
-    move |config| {
-        metrics.config_deleted(&format!(
-            "{}/{}",
-            config.namespace().unwrap_or_default(),
-            config.name_any()
-        ))
-    }
+    move |config| metrics.config_deleted(&config_controller::key(config))
 }
 
 /// The configs referencing a template.

@@ -12,11 +12,17 @@ use render::CompiledTemplate;
 use crate::context::Stores;
 use crate::error::{Error, Result};
 
+/// `<Kind>/<name>`: how the data Secret's annotation and the render metrics name the template a
+/// config references.
+pub fn reference(template_ref: &crd_types::TemplateRef) -> String {
+    format!("{}/{}", template_ref.kind, template_ref.name)
+}
+
 /// A template a config resolved to.
 pub struct ResolvedTemplate {
     /// `BootstrapTemplate ns/name` or `ClusterBootstrapTemplate name`: how messages name it.
     pub display: String,
-    /// `<Kind>/<name>`, for the data Secret's annotation.
+    /// [`reference`]: `<Kind>/<name>`.
     pub reference: String,
     /// The compiled template.
     pub compiled: Arc<CompiledTemplate>,
@@ -112,7 +118,7 @@ pub fn resolve(
         )
     })?;
     Ok(ResolvedTemplate {
-        reference: format!("{}/{}", template_ref.kind, template_ref.name),
+        reference: reference(template_ref),
         display,
         compiled,
     })
