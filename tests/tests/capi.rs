@@ -681,3 +681,113 @@ async fn h_workers_join_a_control_plane_managed_by_a_provider() {
     })
     .await;
 }
+
+/// (e) ClusterClass: a topology-managed Cluster whose class names a BootplateConfigTemplate
+/// for its workers. Cluster API's topology controller (with its server-side-apply dry runs
+/// through bootplate's webhook) creates the workers, then rolls them out on a version upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e_a_cluster_class_creates_and_rolls_out_bootplate_workers() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    let infra = format!("{}/v1alpha1", testenv::capi::cloud::INFRA_GROUP);
+    let control_plane = format!("{}/v1alpha1", testenv::capi::cloud::CONTROL_PLANE_GROUP);
+    env.apply(
+        &objects::dev_cluster_template_resource(),
+        json!({"apiVersion": infra, "kind": "DevClusterTemplate",
+               "metadata": {"name": "dev-cluster", "namespace": NS},
+               "spec": {"template": {"spec": {}}}}),
+    )
+    .await
+    .unwrap();
+    env.apply(
+        &objects::dev_control_plane_template_resource(),
+        json!({"apiVersion": control_plane, "kind": "DevControlPlaneTemplate",
+               "metadata": {"name": "dev-control-plane", "namespace": NS},
+               "spec": {"template": {"spec": {}}}}),
+    )
+    .await
+    .unwrap();
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template("dev-worker", "small"),
+    )
+    .await
+    .unwrap();
+    create_config_template(&env, "class-workers", TEMPLATE).await;
+    let template_ref = |api_version: &str, kind: &str, name: &str| json!({"templateRef": {"apiVersion": api_version, "kind": kind, "name": name}});
+    env.apply(
+        &objects::cluster_class_resource(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "ClusterClass",
+            "metadata": {"name": "dev-class", "namespace": NS},
+            "spec": {
+                "infrastructure": template_ref(&infra, "DevClusterTemplate", "dev-cluster"),
+                "controlPlane": template_ref(&control_plane, "DevControlPlaneTemplate", "dev-control-plane"),
+                "workers": {"machineDeployments": [{
+                    "class": "default-worker",
+                    "bootstrap": template_ref(
+                        &format!("{}/v1alpha1", objects::BOOTPLATE_GROUP),
+                        "BootplateConfigTemplate",
+                        "class-workers",
+                    ),
+                    "infrastructure": template_ref(&infra, "DevMachineTemplate", "dev-worker"),
+                }]},
+            },
+        }),
+    )
+    .await
+    .unwrap();
+    let mut cluster = objects::cluster("epsilon", None, false);
+    cluster["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("infrastructureRef");
+    cluster["spec"]["topology"] = json!({
+        "classRef": {"name": "dev-class"},
+        "version": KUBERNETES_VERSION,
+        "workers": {"machineDeployments": [{"class": "default-worker", "name": "md-0", "replicas": 2}]},
+    });
+    env.apply(&objects::cluster_resource(), cluster)
+        .await
+        .unwrap();
+
+    let first = wait_running(&env, "epsilon", 2).await;
+    let first_configs: BTreeSet<String> = config_names(&first).into_values().collect();
+    for config in &first_configs {
+        let user_data = user_data(&data_secret(&env, config).await.expect("a data Secret"));
+        assert_eq!(rendered_role(&user_data), "worker", "{config}");
+    }
+
+    merge_patch(
+        &env.capi("Cluster", "clusters"),
+        "epsilon",
+        json!({"spec": {"topology": {"version": "v1.35.0"}}}),
+    )
+    .await;
+    let first_names = names(&first);
+    let upgraded = wait_machines(
+        &env,
+        "epsilon",
+        "2 new Machines at v1.35.0 Running",
+        |machines| {
+            machines.len() == 2
+                && machines.iter().all(|m| {
+                    !first_names.contains(&m.name_any())
+                        && version(m) == "v1.35.0"
+                        && phase(m) == "Running"
+                        && has_node_ref(m)
+                })
+        },
+    )
+    .await;
+    for config in config_names(&upgraded).into_values() {
+        let user_data = user_data(&data_secret(&env, &config).await.expect("a data Secret"));
+        assert_eq!(rendered_role(&user_data), "worker", "{config}");
+        assert!(
+            user_data.contains("v1.35"),
+            "{config} renders the upgraded version"
+        );
+    }
+    wait_nothing_left(&env, &first_configs).await;
+}
