@@ -304,6 +304,37 @@ fn owner_machine(config: &BootplateConfig) -> Option<String> {
         .map(|r| r.name.clone())
 }
 
+/// The role and template revision of the data Secret a recreated config finds beside it.
+///
+/// `clusterctl move` (and a restore from a backup) recreates a config without its status, next
+/// to the data Secret its Machine already booted from: CAPI copied the Secret's name into the
+/// Machine's `spec.bootstrap.dataSecretName` long ago. Rendering again would mint a new token
+/// and rewrite user-data that has served its purpose; the Secret is adopted as it is instead.
+/// Only a Secret bootplate wrote for this config (its label, and this config as controller,
+/// whose UID clusterctl rewrites) is adopted.
+fn secret_to_adopt(
+    ctx: &Context,
+    config: &BootplateConfig,
+    machine: &crd_types::capi::Machine,
+) -> Option<(Role, String)> {
+    let name = config.name_any();
+    if machine.spec.bootstrap.data_secret_name.as_deref() != Some(name.as_str()) {
+        return None;
+    }
+    let secret = ctx
+        .stores
+        .secret(&config.namespace().unwrap_or_default(), &name)?;
+    let ours = secret.labels().get(labels::DATA_SECRET) == Some(&name)
+        && secret
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == config.uid().as_ref());
+    let annotations = secret.annotations();
+    let role = annotations.get(labels::ROLE)?.parse().ok()?;
+    let revision = annotations.get(labels::TEMPLATE_REVISION)?.clone();
+    ours.then_some((role, revision))
+}
+
 /// A config that no Machine owns yet may still belong to a paused Cluster: CAPI adopts configs
 /// only while their Cluster is not paused, so without this a paused Cluster's configs would say
 /// "waiting for a Machine" instead of "paused". The Cluster is found through the Machine whose
@@ -369,6 +400,27 @@ async fn render_config(
         ));
     }
 
+    if !previous.ready
+        && let Some((role, revision)) = secret_to_adopt(ctx, config, &machine)
+    {
+        if !machine.has_node() {
+            return Err(Error::waiting(
+                reason::WAITING_FOR_NODE,
+                format!(
+                    "Machine {machine_name} booted from Secret {namespace}/{} before this config was recreated; waiting for its Node before adopting the Secret",
+                    config.name_any()
+                ),
+            ));
+        }
+        info!(%role, "adopting the data Secret the Machine booted from: the config was recreated");
+        return Ok(Rendered {
+            role,
+            revision,
+            token_in_use: false,
+            record: None,
+            unchanged: false,
+        });
+    }
     let data_secret_written = previous.ready;
     if data_secret_written && machine.has_node() {
         // Bootstrapped: the Secret stays as it is, whatever happens to the template; the

@@ -28,6 +28,9 @@ pub mod reason {
     pub const WAITING_FOR_INIT_LOCK: &str = "WaitingForInitLock";
     /// The control plane is not initialized yet.
     pub const WAITING_FOR_CONTROL_PLANE: &str = "WaitingForControlPlane";
+    /// The config was recreated (`clusterctl move`, a restore) next to the data Secret its
+    /// Machine booted from; bootplate adopts that Secret once CAPI finds the Machine's Node.
+    pub const WAITING_FOR_NODE: &str = "WaitingForNode";
     /// The referenced template does not exist.
     pub const TEMPLATE_NOT_FOUND: &str = "TemplateNotFound";
     /// The referenced template is broken.

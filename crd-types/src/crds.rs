@@ -13,7 +13,14 @@ pub const CONTRACT_LABELS: [(&str, &str); 2] = [
     ("cluster.x-k8s.io/v1beta2", "v1alpha1"),
 ];
 
-/// All four CRDs, each labelled with the CAPI contract versions.
+/// The label that makes `clusterctl move` take every object of a kind along with the clusters
+/// of its namespace. Templates are not part of any Cluster's ownership chain, yet the configs
+/// that reference them render nothing without them.
+pub const CLUSTERCTL_MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
+
+/// All four CRDs, each labelled with the CAPI contract versions; the two template kinds also
+/// with [`CLUSTERCTL_MOVE_LABEL`] (configs and config templates move as part of their Cluster:
+/// CAPI owns them through Machines and MachineDeployments).
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut crds = vec![
         BootstrapTemplate::crd(),
@@ -25,6 +32,9 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         let labels = crd.metadata.labels.get_or_insert_with(Default::default);
         for (key, value) in CONTRACT_LABELS {
             labels.insert(key.to_owned(), value.to_owned());
+        }
+        if crd.spec.names.kind.ends_with("BootstrapTemplate") {
+            labels.insert(CLUSTERCTL_MOVE_LABEL.to_owned(), String::new());
         }
     }
     crds

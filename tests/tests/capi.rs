@@ -791,3 +791,195 @@ async fn e_a_cluster_class_creates_and_rolls_out_bootplate_workers() {
     }
     wait_nothing_left(&env, &first_configs).await;
 }
+
+/// (g) `clusterctl move` of a running cluster to another management cluster (both with
+/// Cluster API and bootplate): every object of ours moves, the target's bootplate creates no
+/// token and writes no data Secret for the bootstrapped machines, nothing is left on the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g_clusterctl_move_takes_every_object_along_and_rewrites_nothing() {
+    let source = CapiEnv::start(Options::default()).await.unwrap();
+    let target = CapiEnv::start_beside(&source, Options::default())
+        .await
+        .unwrap();
+    // A namespaced template: it moves with the clusters of its namespace.
+    let mut template: Value =
+        serde_yaml::from_str(&repo_file("templates/kubeadm-ubuntu-2404.yaml")).unwrap();
+    template["kind"] = json!("BootstrapTemplate");
+    template["metadata"] = json!({"name": "ubuntu", "namespace": NS});
+    source
+        .apply(
+            &objects::bootplate_resource("BootstrapTemplate", "bootstraptemplates"),
+            template,
+        )
+        .await
+        .unwrap();
+    let namespaced = |mut object: Value, at: &[&str]| {
+        let mut reference = &mut object;
+        for key in at {
+            reference = &mut reference[*key];
+        }
+        *reference = json!({"kind": "BootstrapTemplate", "name": "ubuntu"});
+        object
+    };
+    create_cluster(&source, "theta", ControlPlane::Machines, false).await;
+    source
+        .apply(
+            &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+            namespaced(
+                objects::bootplate_config("theta-cp-0", "-"),
+                &["spec", "templateRef"],
+            ),
+        )
+        .await
+        .unwrap();
+    source
+        .apply(
+            &objects::dev_machine_resource(),
+            objects::dev_machine("theta-cp-0"),
+        )
+        .await
+        .unwrap();
+    source
+        .apply(
+            &objects::machine_resource(),
+            objects::control_plane_machine("theta-cp-0", "theta"),
+        )
+        .await
+        .unwrap();
+    source
+        .apply(
+            &objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
+            namespaced(
+                objects::bootplate_config_template("theta-md", "-"),
+                &["spec", "template", "spec", "templateRef"],
+            ),
+        )
+        .await
+        .unwrap();
+    source
+        .apply(
+            &objects::dev_machine_template_resource(),
+            objects::dev_machine_template("theta-md", "small"),
+        )
+        .await
+        .unwrap();
+    source
+        .apply(
+            &objects::machine_deployment_resource(),
+            objects::machine_deployment(
+                "theta-md",
+                "theta",
+                2,
+                "theta-md",
+                "theta-md",
+                KUBERNETES_VERSION,
+            ),
+        )
+        .await
+        .unwrap();
+    let machines = wait_running(&source, "theta", 3).await;
+    eventually("every join token deleted", WAIT, || async {
+        source.tokens().await.is_empty().then_some(())
+    })
+    .await;
+    let mut rendered = BTreeMap::new();
+    for config in config_names(&machines).into_values() {
+        let secret = data_secret(&source, &config).await.expect("a data Secret");
+        rendered.insert(config, user_data(&secret));
+    }
+
+    let out = testenv::capi::clusterctl::move_namespace(&source.management, &target.management, NS)
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "clusterctl move failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let moved = wait_running(&target, "theta", 3).await;
+    assert_eq!(
+        names(&moved),
+        names(&machines),
+        "the same Machines run on the target"
+    );
+    let configs: Api<DynamicObject> = Api::namespaced_with(
+        target.client.clone(),
+        NS,
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+    );
+    eventually("every moved config Ready on the target", WAIT, || async {
+        let list = configs.list(&ListParams::default()).await.unwrap().items;
+        let ready = list
+            .iter()
+            .filter(|c| condition(c, "Ready").is_some_and(|r| r["status"] == "True"))
+            .count();
+        (list.len() == rendered.len() && ready == list.len()).then_some(())
+    })
+    .await;
+    for (config, user_data_before) in &rendered {
+        let secret = data_secret(&target, config)
+            .await
+            .expect("the data Secret moved");
+        assert_eq!(
+            &user_data(&secret),
+            user_data_before,
+            "{config}: the same user-data"
+        );
+    }
+    for kind in [
+        ("BootstrapTemplate", "bootstraptemplates"),
+        ("BootplateConfigTemplate", "bootplateconfigtemplates"),
+        ("BootplateConfig", "bootplateconfigs"),
+    ] {
+        let on = |env: &CapiEnv| {
+            Api::<DynamicObject>::namespaced_with(
+                env.client.clone(),
+                NS,
+                &objects::bootplate_resource(kind.0, kind.1),
+            )
+        };
+        let moved = on(&target)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        assert!(!moved.is_empty(), "no {} on the target", kind.0);
+        let left = on(&source)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        assert!(
+            left.is_empty(),
+            "{} left on the source: {:?}",
+            kind.0,
+            names(&left)
+        );
+    }
+    let source_secrets: Api<Secret> = Api::namespaced(source.client.clone(), NS);
+    for config in rendered.keys() {
+        assert!(
+            source_secrets.get_opt(config).await.unwrap().is_none(),
+            "{config}'s Secret left on the source"
+        );
+    }
+    assert!(
+        source
+            .capi_list("Machine", "machines", "theta")
+            .await
+            .is_empty(),
+        "Machines left on the source"
+    );
+    assert_eq!(
+        target
+            .bootplate
+            .metric("bootplate_data_secrets_written_total"),
+        Some(0.0),
+        "the target's bootplate wrote no data Secret"
+    );
+    assert!(
+        target.tokens().await.is_empty(),
+        "no token for bootstrapped machines"
+    );
+}

@@ -57,7 +57,10 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
                 "kind": "CustomResourceDefinition",
                 "metadata": {
                     "name": format!("{plural}.{group}"),
-                    "labels": {"cluster.x-k8s.io/v1beta2": VERSION},
+                    "labels": {
+                        "cluster.x-k8s.io/v1beta2": VERSION,
+                        super::clusterctl::LABEL: "",
+                    },
                 },
                 "spec": {
                     "group": group,

@@ -3,7 +3,8 @@
 //! what needs a cluster network rewritten for loopback. The CRDs' conversion webhook and the
 //! admission webhooks point at the manager's webhook port on 127.0.0.1 with the test CA as
 //! their `caBundle`; the Deployment, Service and cert-manager objects are left out (the manager
-//! runs as a process, its certificate comes from [`crate::pki`]).
+//! runs as a process, its certificate comes from [`crate::pki`]). Every object gets the label
+//! `clusterctl init` gives the components it installs.
 
 use std::path::Path;
 
@@ -37,6 +38,7 @@ pub fn manifests(webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
         if LEFT_OUT.contains(&kind.as_str()) {
             continue;
         }
+        super::clusterctl::label(&mut object);
         if let Some(annotations) = object["metadata"]["annotations"].as_mapping_mut() {
             annotations.remove("cert-manager.io/inject-ca-from");
         }

@@ -8,11 +8,13 @@
 //! Cluster API does all of that here.
 
 pub mod cloud;
+pub mod clusterctl;
 pub mod install;
 pub mod objects;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -94,8 +96,9 @@ pub struct CapiEnv {
     _garbage_collector: Process,
     /// The management cluster.
     pub management: ApiServer,
-    /// The workload cluster every scenario's Cluster points at.
-    pub workload: ApiServer,
+    /// The workload cluster every scenario's Cluster points at (shared by the management
+    /// clusters of a `clusterctl move`).
+    pub workload: Arc<ApiServer>,
     /// Admin client of the management cluster.
     pub client: Client,
     /// Admin client of the workload cluster.
@@ -117,21 +120,37 @@ impl CapiEnv {
     /// Starts both apiservers, the garbage collector, Cluster API, bootplate and the cloud.
     pub async fn start(options: Options) -> anyhow::Result<CapiEnv> {
         let cluster_ca = TestCa::new("kubernetes");
-        let (management, workload) =
-            tokio::join!(ApiServer::start(), ApiServer::start_with_ca(&cluster_ca));
-        let (management, workload) = (management?, workload?);
+        let workload = Arc::new(ApiServer::start_with_ca(&cluster_ca).await?);
+        Self::start_managing(options, workload, cluster_ca).await
+    }
+
+    /// A second management cluster for the same workload cluster: the target of a
+    /// `clusterctl move` from `source`.
+    pub async fn start_beside(source: &CapiEnv, options: Options) -> anyhow::Result<CapiEnv> {
+        Self::start_managing(options, source.workload.clone(), source.cluster_ca.clone()).await
+    }
+
+    async fn start_managing(
+        options: Options,
+        workload: Arc<ApiServer>,
+        cluster_ca: TestCa,
+    ) -> anyhow::Result<CapiEnv> {
+        let management = ApiServer::start().await?;
         let client = management.client().await?;
         let workload_client = workload.client().await?;
         let garbage_collector = start_garbage_collector(&management)?;
         let capi = install_and_start_capi(&management, &client).await?;
-        crate::install_bootplate_crds(&client).await?;
+        crate::install_crds(&client, &bootplate_crds()).await?;
         crate::install_crds(&client, &cloud::crds()).await?;
         kubectl_apply(
             &management,
             &serde_yaml::to_string(&cloud::capi_aggregated_role())?,
         )?;
+        kubectl_apply(&management, &clusterctl::inventory_crd()?)?;
         fixtures::namespace(&client, NS).await?;
         let bootplate_kubeconfig = crate::rbac::install(&management).await?;
+        wait_crds_established(&client).await?;
+        kubectl_apply(&management, &clusterctl::inventory_entries()?)?;
         let bootplate_webhook = install_bootplate_webhook(&management)?;
         let bootplate = start_bootplate(
             &management,
@@ -270,6 +289,20 @@ impl CapiEnv {
     ) -> anyhow::Result<DynamicObject> {
         cloud::apply(&self.client, resource, Some(NS), &object).await
     }
+}
+
+/// bootplate's CRDs as `clusterctl init` installs them: with the clusterctl component label.
+fn bootplate_crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    let mut crds = crd_types::crds::all();
+    for crd in &mut crds {
+        crd.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(clusterctl::LABEL.to_owned(), String::new());
+    }
+    crds
 }
 
 fn describe_object(kind: &str, object: &DynamicObject) -> String {
