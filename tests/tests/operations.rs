@@ -292,9 +292,13 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
     use kube::runtime::events::EventType;
 
     let env = env().await;
-    let metrics = std::sync::Arc::new(bootplate::metrics::Metrics::new());
-    let publisher =
-        bootplate::events::Publisher::new(env.client.clone(), "bootplate", None, metrics.clone());
+    let metrics = std::sync::Arc::new(bootplate::runtime::metrics::Metrics::new());
+    let publisher = bootplate::k8s::events::Publisher::new(
+        env.client.clone(),
+        "bootplate",
+        None,
+        metrics.clone(),
+    );
     let regarding = ConfigMap {
         metadata: kube::api::ObjectMeta {
             name: Some("flush-probe".into()),
@@ -306,7 +310,7 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
     // More Events than the apiserver takes in the time it takes to queue them.
     const QUEUED: usize = 300;
     for i in 0..QUEUED {
-        bootplate::events::publish(
+        bootplate::k8s::events::publish(
             &publisher,
             &regarding,
             EventType::Normal,

@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use crate::templates::display_name;
+use crate::k8s::templates::display_name;
 
 /// The path the ValidatingWebhookConfiguration calls.
 pub const PATH: &str = "/validate";

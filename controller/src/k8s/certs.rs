@@ -13,8 +13,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use render::{Certificates, KeyPair};
 
-use crate::context::Stores;
 use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::k8s::stores::Stores;
 use crate::pki;
 
 /// The four certificate Secrets, by suffix.

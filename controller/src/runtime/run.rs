@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster, Machine, WATCH_FILTER_LABEL};
 use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate, TemplateKind};
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
@@ -12,14 +13,17 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
-use crate::context::{Context, Settings, Stores};
-use crate::http::Readiness;
-use crate::leader::LeaderElection;
-use crate::metrics::Metrics;
-use crate::triggers::{Deletions, NoSharedBackoff, settled};
-use crate::{config_controller, labels, template_controller};
+use crate::k8s::stores::Stores;
+use crate::k8s::templates::{CompiledCache, display_of};
+use crate::labels;
+use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::{config as config_controller, template as template_controller};
+use crate::runtime::http::Readiness;
+use crate::runtime::leader::LeaderElection;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::triggers::{Deletions, NoSharedBackoff, settled};
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -33,24 +37,18 @@ where
 
 /// `bootplate run`: sets up logging, the client and the operations endpoints, waits for
 /// leadership when asked to, then runs until SIGTERM or SIGINT (or leadership is lost).
-pub async fn main(args: crate::flags::RunArgs) -> anyhow::Result<()> {
+pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
     args.validate().map_err(anyhow::Error::msg)?;
-    crate::logging::init(args.log_format, args.log_level.as_deref())?;
+    crate::runtime::logging::init(args.log_format, args.log_level.as_deref())?;
     // One crypto provider for every TLS connection (management and workload clusters).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    let client = Client::try_from(config)?;
+    let client = management_client(&args).await?;
     let metrics = Arc::new(Metrics::new());
     let readiness = Arc::new(Readiness::default());
-    crate::http::serve(
-        args.metrics_addr,
-        args.health_addr,
+    let (metrics_addr, health_addr) = (args.metrics_addr, args.health_addr);
+    crate::runtime::http::serve(
+        metrics_addr,
+        health_addr,
         metrics.clone(),
         readiness.clone(),
     )
@@ -58,66 +56,127 @@ pub async fn main(args: crate::flags::RunArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.webhook_addr {
         crate::webhook::serve(addr, &args.webhook_cert_dir, client.clone()).await?;
     }
+    let stopped = stop_signal();
+    let settings = Settings {
+        build: build_id(),
+        ..args.settings()
+    };
+    let running = Running {
+        client,
+        settings,
+        metrics,
+        readiness,
+    };
+    if !args.leader_elect {
+        running.metrics.set_leader(true);
+        let Running {
+            client,
+            settings,
+            metrics,
+            readiness,
+        } = running;
+        return run(client, settings, metrics, readiness, stopped()).await;
+    }
+    lead(&args, running, stopped).await
+}
 
+/// What the controllers run with.
+struct Running {
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+}
+
+async fn management_client(args: &crate::runtime::flags::RunArgs) -> anyhow::Result<Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// A function giving futures that resolve on SIGTERM or SIGINT (any number of them).
+fn stop_signal() -> impl Fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
-    let stopped = move || {
+    move || {
         let mut rx = stop_rx.clone();
-        async move {
+        Box::pin(async move {
             let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-
-    if !args.leader_elect {
-        metrics.set_leader(true);
-        return run(client, args.settings(), metrics, readiness, stopped()).await;
+        })
     }
+}
+
+/// Stands by until this replica leads, then runs the controllers while it holds the Lease. A
+/// replica that loses the Lease stops at once: dropping the controllers cancels every running
+/// reconcile at its next request, where draining them would let this replica write while
+/// another leads. On SIGTERM it drains, still renewing, then releases the Lease.
+async fn lead(
+    args: &crate::runtime::flags::RunArgs,
+    running: Running,
+    stopped: impl Fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+) -> anyhow::Result<()> {
     let identity = std::env::var("POD_NAME")
         .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
-    let election = Arc::new(LeaderElection::new(
-        client.clone(),
-        &args.leader_elect_namespace,
-        &args.leader_elect_lease_name,
+    let (namespace, lease) = (&args.leader_elect_namespace, &args.leader_elect_lease_name);
+    let election = LeaderElection::new(
+        running.client.clone(),
+        namespace,
+        lease,
         identity,
         args.leader_timing(),
-    ));
+    );
     // A standby is ready: it serves its purpose by waiting.
-    readiness.set(true);
-    tokio::select! {
-        _ = election.acquire() => {}
+    running.readiness.set(true);
+    let acquired = tokio::select! {
+        acquired = election.acquire() => acquired,
         _ = stopped() => {
             info!("stopped while standing by");
             return Ok(());
         }
-    }
+    };
+    let Running {
+        client,
+        settings,
+        metrics,
+        readiness,
+    } = running;
     readiness.set(false);
     metrics.set_leader(true);
-    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
-    let holder = election.clone();
-    let renewals = tokio::spawn(async move {
-        holder.hold().await;
-        let _ = lost_tx.send(());
-    });
-    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let lost_flag = lost.clone();
-    let stop = stopped();
-    let until = async move {
-        tokio::select! {
-            _ = stop => {}
-            _ = lost_rx => lost_flag.store(true, std::sync::atomic::Ordering::SeqCst),
+    let controllers = run(client, settings, metrics.clone(), readiness, stopped());
+    let result = tokio::select! {
+        result = controllers => result,
+        _ = election.hold(acquired) => {
+            metrics.set_leader(false);
+            error!("lost the leader lease: stopping at once");
+            anyhow::bail!("lost the leader lease; exiting so a fresh process can stand by");
         }
     };
-    let result = run(client, args.settings(), metrics.clone(), readiness, until).await;
-    renewals.abort();
     metrics.set_leader(false);
-    if lost.load(std::sync::atomic::Ordering::SeqCst) {
-        anyhow::bail!("lost the leader lease; exiting so a fresh process can stand by");
-    }
     election.release().await;
     result
+}
+
+/// A digest of this executable. It is part of every render's inputs: a rebuilt image (say,
+/// with a render fix) renders every config again, where a version number that did not change
+/// would let it skip them. When the executable cannot be read, a value of this process alone
+/// has every config rendered after each start: slower, never wrong.
+fn build_id() -> String {
+    use sha2::Digest;
+    let digest = std::env::current_exe()
+        .and_then(std::fs::read)
+        .map(|bytes| hex::encode(sha2::Sha256::digest(bytes)));
+    digest.unwrap_or_else(|e| {
+        warn!(error = %e, "cannot read the executable; every config is rendered again");
+        format!("unread-{}", rand::random::<u64>())
+    })
 }
 
 fn hostname() -> String {
@@ -136,6 +195,120 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// The trigger streams of the config controller, from the watches that fill the stores.
+struct Triggers {
+    configs: BoxStream<'static, Result<BootplateConfig, watcher::Error>>,
+    data_secrets: BoxStream<'static, Result<PartialObjectMeta<Secret>, watcher::Error>>,
+    machines: BoxStream<'static, Result<Machine, watcher::Error>>,
+    clusters: BoxStream<'static, Result<Cluster, watcher::Error>>,
+    templates: BoxStream<'static, Result<BootstrapTemplate, watcher::Error>>,
+    cluster_templates: BoxStream<'static, Result<ClusterBootstrapTemplate, watcher::Error>>,
+}
+
+/// Starts the watches: the stores reconciles read, and the streams that trigger them.
+fn watches(
+    client: &Client,
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+    compiled: &Arc<CompiledCache>,
+) -> (Stores, Triggers) {
+    let ns = settings.namespace.as_deref();
+    let filtered = || match &settings.watch_filter {
+        Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
+        None => watcher::Config::default(),
+    };
+    let all = watcher::Config::default;
+    let (machines, machine_events) =
+        watch(api(client, ns), filtered(), strip, Deletions::Skip, |_| {});
+    let (clusters, cluster_events) =
+        watch(api(client, ns), filtered(), strip, Deletions::Skip, |_| {});
+    let (templates, template_events) = watch(
+        api(client, ns),
+        all(),
+        |_| {},
+        Deletions::Include,
+        forget_template(metrics, compiled),
+    );
+    let (cluster_templates, cluster_template_events) = watch(
+        Api::all(client.clone()),
+        all(),
+        |_| {},
+        Deletions::Include,
+        forget_template(metrics, compiled),
+    );
+    // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
+    // kubeconfig Secrets, and the data Secrets, which also trigger their config's reconcile).
+    let (secrets, secret_events) = watch(
+        api::<PartialObjectMeta<Secret>>(client, ns),
+        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+        |s| s.metadata.managed_fields = None,
+        Deletions::Include,
+        |_| {},
+    );
+    let data_secrets = secret_events
+        .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
+    let forget_config = forget_config(metrics.clone());
+    let (configs, config_events) = watch(
+        api(client, ns),
+        filtered(),
+        strip,
+        Deletions::Skip,
+        forget_config,
+    );
+    let stores = Stores {
+        configs,
+        machines,
+        clusters,
+        templates,
+        cluster_templates,
+        secrets,
+    };
+    let triggers = Triggers {
+        configs: config_events.boxed(),
+        data_secrets: data_secrets.boxed(),
+        machines: machine_events.boxed(),
+        clusters: cluster_events.boxed(),
+        templates: template_events.boxed(),
+        cluster_templates: cluster_template_events.boxed(),
+    };
+    (stores, triggers)
+}
+
+/// The config controller: a config is reconciled when it, its data Secret, its Machine, its
+/// Cluster or its template changes.
+fn config_controller(
+    triggers: Triggers,
+    configs: Store<BootplateConfig>,
+    concurrency: u16,
+) -> Controller<BootplateConfig> {
+    let (by_cluster, by_template, by_cluster_template) =
+        (configs.clone(), configs.clone(), configs.clone());
+    Controller::for_stream(triggers.configs, configs)
+        .owns_stream(triggers.data_secrets)
+        .watches_stream(triggers.machines, machine_to_config)
+        .watches_stream(triggers.clusters, move |cluster: Cluster| {
+            configs_of_cluster(&by_cluster, &cluster)
+        })
+        .watches_stream(triggers.templates, move |template: BootstrapTemplate| {
+            let (namespace, name) = (template.namespace(), template.name_any());
+            configs_of_template(
+                &by_template,
+                TemplateKind::BootstrapTemplate,
+                namespace,
+                &name,
+            )
+        })
+        .watches_stream(
+            triggers.cluster_templates,
+            move |template: ClusterBootstrapTemplate| {
+                let kind = TemplateKind::ClusterBootstrapTemplate;
+                configs_of_template(&by_cluster_template, kind, None, &template.name_any())
+            },
+        )
+        .trigger_backoff(NoSharedBackoff)
+        .with_config(controller::Config::default().concurrency(concurrency))
+}
+
 /// Runs the controllers until `shutdown` resolves, then lets running reconciles finish.
 pub async fn run(
     client: Client,
@@ -144,74 +317,15 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let ns = settings.namespace.as_deref();
-    let filtered = |base: watcher::Config| match &settings.watch_filter {
-        Some(value) => base.labels(&format!("{WATCH_FILTER_LABEL}={value}")),
-        None => base,
-    };
-
-    let (machines, machine_events) = watch(
-        api::<Machine>(&client, ns),
-        filtered(watcher::Config::default()),
-        strip,
-        Deletions::Skip,
-        |_| {},
-    );
-    let (clusters, cluster_events) = watch(
-        api::<Cluster>(&client, ns),
-        filtered(watcher::Config::default()),
-        strip,
-        Deletions::Skip,
-        |_| {},
-    );
-    let (templates, template_events) = watch(
-        api::<BootstrapTemplate>(&client, ns),
-        watcher::Config::default(),
-        |_| {},
-        Deletions::Include,
-        forget_template(metrics.clone()),
-    );
-    let (cluster_templates, cluster_template_events) = watch(
-        Api::<ClusterBootstrapTemplate>::all(client.clone()),
-        watcher::Config::default(),
-        |_| {},
-        Deletions::Include,
-        forget_template(metrics.clone()),
-    );
-
-    // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
-    // kubeconfig Secrets, and the data Secrets, which also trigger their config's reconcile).
-    let (secrets, secret_events) = watch(
-        api::<PartialObjectMeta<Secret>>(&client, ns),
-        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
-        |s| s.metadata.managed_fields = None,
-        Deletions::Include,
-        |_| {},
-    );
-    let data_secret_events = secret_events
-        .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
-
-    let (configs, config_events) = watch(
-        api::<BootplateConfig>(&client, ns),
-        filtered(watcher::Config::default()),
-        strip,
-        Deletions::Skip,
-        forget_config(metrics.clone()),
-    );
-    let config_controller = Controller::for_stream(config_events, configs.clone());
-    let stores = Stores {
-        configs: configs.clone(),
-        machines,
-        clusters,
-        templates,
-        cluster_templates,
-        secrets,
-    };
+    let compiled = Arc::new(CompiledCache::default());
+    let (stores, triggers) = watches(&client, &settings, &metrics, &compiled);
+    let configs = stores.configs.clone();
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings.clone(),
         stores,
         metrics,
+        compiled,
     ));
     let synced = ctx.clone();
     tokio::spawn(async move {
@@ -219,37 +333,6 @@ pub async fn run(
         readiness.set(true);
         info!("caches synced");
     });
-
-    let (configs_by_cluster, configs_by_template, configs_by_cluster_template) =
-        (configs.clone(), configs.clone(), configs.clone());
-    let config_controller = config_controller
-        .owns_stream(data_secret_events)
-        .watches_stream(machine_events, machine_to_config)
-        .watches_stream(cluster_events, move |cluster: Cluster| {
-            configs_of_cluster(&configs_by_cluster, &cluster)
-        })
-        .watches_stream(template_events, move |template: BootstrapTemplate| {
-            configs_of_template(
-                &configs_by_template,
-                TemplateKind::BootstrapTemplate,
-                template.namespace(),
-                &template.name_any(),
-            )
-        })
-        .watches_stream(
-            cluster_template_events,
-            move |template: ClusterBootstrapTemplate| {
-                configs_of_template(
-                    &configs_by_cluster_template,
-                    TemplateKind::ClusterBootstrapTemplate,
-                    None,
-                    &template.name_any(),
-                )
-            },
-        )
-        .trigger_backoff(NoSharedBackoff)
-        .with_config(controller::Config::default().concurrency(settings.concurrency));
-
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = |tx: &tokio::sync::broadcast::Sender<()>| {
         let mut rx = tx.subscribe();
@@ -257,7 +340,7 @@ pub async fn run(
             let _ = rx.recv().await;
         }
     };
-    let configs_done = config_controller
+    let configs_done = config_controller(triggers, configs, settings.concurrency)
         .graceful_shutdown_on(signal(&shutdown_tx))
         .run(
             config_controller::reconcile,
@@ -267,6 +350,7 @@ pub async fn run(
         .for_each(|_| async {});
     // The template controllers keep stores of their own: they run apart from the config
     // controller, whose trigger streams each have one consumer.
+    let ns = settings.namespace.as_deref();
     let templates_done = controller_of(api::<BootstrapTemplate>(&client, ns))
         .graceful_shutdown_on(signal(&shutdown_tx))
         .run(
@@ -284,12 +368,10 @@ pub async fn run(
                 ctx.clone(),
             )
             .for_each(|_| async {});
-
-    let tx = shutdown_tx.clone();
     tokio::spawn(async move {
         shutdown.await;
         info!("shutting down: finishing running reconciles");
-        let _ = tx.send(());
+        let _ = shutdown_tx.send(());
     });
     info!(namespace = ?settings.namespace, watch_filter = ?settings.watch_filter, "controllers started");
     tokio::join!(configs_done, templates_done, cluster_templates_done);
@@ -399,19 +481,26 @@ fn configs_of_cluster(
         .collect()
 }
 
-/// Drops a deleted template from the validity gauge: templates carry no finalizer, so their
-/// reconciler never sees them go.
-fn forget_template<K>(metrics: Arc<Metrics>) -> impl Fn(&K) + Send + 'static
+/// Drops a deleted template from the validity gauge and its compiled form from the cache:
+/// templates carry no finalizer, so their reconciler never sees them go.
+fn forget_template<K>(
+    metrics: &Arc<Metrics>,
+    compiled: &Arc<CompiledCache>,
+) -> impl Fn(&K) + Send + 'static
 where
     K: kube::Resource<DynamicType = ()>,
 {
-    move |template| metrics.template_validity(&template_controller::metrics_key(template), None)
+    let (metrics, compiled) = (metrics.clone(), compiled.clone());
+    move |template| {
+        metrics.template_validity(&template_controller::metrics_key(template), None);
+        compiled.remove(&display_of(template));
+    }
 }
 
 /// Drops a deleted config from the per-state gauges and the oldest-waiting age: configs carry
 /// no finalizer either, and one deleted while waiting would otherwise age (and alert) forever.
 fn forget_config(metrics: Arc<Metrics>) -> impl Fn(&BootplateConfig) + Send + 'static {
-    move |config| metrics.config_deleted(&config_controller::key(config))
+    move |config| metrics.config_deleted(&crate::reconcile::context::config_key(config))
 }
 
 /// The configs referencing a template.

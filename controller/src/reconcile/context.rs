@@ -1,20 +1,22 @@
 //! What every reconcile shares: the client, the caches, the settings.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crd_types::capi::{Cluster, Machine};
-use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate};
-use k8s_openapi::api::core::v1::Secret;
-use kube::Client;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
+use crd_types::BootplateConfig;
+use kube::runtime::events::EventType;
+use kube::{Client, ResourceExt};
 
-use crate::certs::CaHashes;
-use crate::config_controller::Record;
-use crate::events::Publisher;
-use crate::memory::ByConfig;
-use crate::templates::CompiledCache;
-use crate::workload::WorkloadClients;
+use crate::core::outcome::Note;
+use crate::core::skip::Record;
+use crate::k8s::certs::CaHashes;
+use crate::k8s::events::Publisher;
+use crate::k8s::stores::Stores;
+use crate::k8s::templates::CompiledCache;
+use crate::k8s::workload::WorkloadClients;
+use crate::reconcile::memory::ByConfig;
+use crate::runtime::metrics::Metrics;
 
 /// Settings from the command line.
 #[derive(Clone, Debug)]
@@ -29,6 +31,8 @@ pub struct Settings {
     pub workload_timeout: Duration,
     /// How many configs are reconciled at once.
     pub concurrency: u16,
+    /// This controller's build (a digest of its executable), part of every render's inputs.
+    pub build: String,
 }
 
 impl Default for Settings {
@@ -39,70 +43,18 @@ impl Default for Settings {
             bootstrap_token_ttl: Duration::from_secs(15 * 60),
             workload_timeout: Duration::from_secs(10),
             concurrency: 16,
+            build: String::new(),
         }
     }
 }
 
-/// Read-only caches kept up to date by watches.
-#[derive(Clone)]
-pub struct Stores {
-    /// Configs.
-    pub configs: Store<BootplateConfig>,
-    /// Machines.
-    pub machines: Store<Machine>,
-    /// Clusters.
-    pub clusters: Store<Cluster>,
-    /// Namespaced templates.
-    pub templates: Store<BootstrapTemplate>,
-    /// Cluster-scoped templates.
-    pub cluster_templates: Store<ClusterBootstrapTemplate>,
-    /// Metadata only (no data, no managedFields) of the Secrets labelled
-    /// `cluster.x-k8s.io/cluster-name`: CAPI's `<cluster>-ca` and `<cluster>-kubeconfig` and
-    /// the data Secrets. Their resourceVersions tell when a cached CA hash, workload client or
-    /// data Secret comparison is still good, without reading the Secret.
-    pub secrets: Store<PartialObjectMeta<Secret>>,
-}
-
-impl Stores {
-    /// Waits until the stores of related objects hold their initial listing. Only one task may
-    /// wait here: a store's readiness wakes a single waiter, so reconciles wait on
-    /// [`Context::synced`] instead, which this feeds. The configs store is left out: the
-    /// controller itself holds every reconcile until it is ready, and is its one waiter.
-    pub async fn wait_until_ready(&self) {
-        // A dropped writer means the controller is shutting down; nothing to wait for then.
-        let _ = self.machines.wait_until_ready().await;
-        let _ = self.clusters.wait_until_ready().await;
-        let _ = self.templates.wait_until_ready().await;
-        let _ = self.cluster_templates.wait_until_ready().await;
-        let _ = self.secrets.wait_until_ready().await;
-    }
-
-    /// The resourceVersion of Secret `name` in `namespace`, when it is labelled with its
-    /// cluster's name (so watched); `None` otherwise, and then callers read it.
-    pub fn secret_version(&self, namespace: &str, name: &str) -> Option<String> {
-        self.secrets
-            .get(&ObjectRef::new(name).within(namespace))
-            .and_then(|s| s.metadata.resource_version.clone())
-    }
-
-    /// The cached metadata of Secret `name` in `namespace` (labelled ones only).
-    pub fn secret(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<std::sync::Arc<PartialObjectMeta<Secret>>> {
-        self.secrets.get(&ObjectRef::new(name).within(namespace))
-    }
-
-    /// The Machine `name` in `namespace`.
-    pub fn machine(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Machine>> {
-        self.machines.get(&ObjectRef::new(name).within(namespace))
-    }
-
-    /// The Cluster `name` in `namespace`.
-    pub fn cluster(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Cluster>> {
-        self.clusters.get(&ObjectRef::new(name).within(namespace))
-    }
+/// How metrics and logs name a config: `<namespace>/<name>`.
+pub(crate) fn config_key(config: &BootplateConfig) -> String {
+    format!(
+        "{}/{}",
+        config.namespace().unwrap_or_default(),
+        config.name_any()
+    )
 }
 
 /// Shared state of the reconcilers.
@@ -114,23 +66,25 @@ pub struct Context {
     /// Watched objects.
     pub stores: Stores,
     /// Compiled templates, one per template revision.
-    pub compiled: CompiledCache,
+    pub compiled: Arc<CompiledCache>,
     /// Clients of workload clusters, one per kubeconfig Secret version.
     pub workloads: WorkloadClients,
     /// CA certificate hashes, one per `<cluster>-ca` Secret version.
     pub ca_hashes: CaHashes,
     /// What the last render of each config (by UID) did, to skip the work when nothing
-    /// changed since (see `config_controller`).
-    pub rendered: std::sync::Mutex<ByConfig<Record>>,
+    /// changed since (see `core::skip`).
+    pub rendered: Mutex<ByConfig<Record>>,
     /// Configs (by UID) of joined Machines whose bootstrap tokens this process deleted, so
     /// the reconciles that Machine updates trigger do not look for them again.
-    pub tokens_deleted: std::sync::Mutex<ByConfig<()>>,
+    tokens_deleted: Mutex<ByConfig<()>>,
+    /// Configs (by UID) that released their Cluster's init lock, so they do not again.
+    locks_released: Mutex<ByConfig<()>>,
     /// Consecutive failed reconciles per config (by UID), for the retry delay.
-    pub failures: crate::retry::Failures,
+    pub failures: crate::reconcile::retry::Failures,
     /// Publishes Kubernetes events.
     pub recorder: Publisher,
     /// Prometheus metrics.
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<Metrics>,
     /// Becomes true once every store holds its initial listing (any number of waiters).
     synced: tokio::sync::watch::Receiver<bool>,
     mark_synced: tokio::sync::watch::Sender<bool>,
@@ -142,7 +96,8 @@ impl Context {
         client: Client,
         settings: Settings,
         stores: Stores,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        metrics: Arc<Metrics>,
+        compiled: Arc<CompiledCache>,
     ) -> Self {
         let recorder = Publisher::new(
             client.clone(),
@@ -155,11 +110,12 @@ impl Context {
             client,
             settings,
             stores,
-            compiled: CompiledCache::default(),
+            compiled,
             workloads: WorkloadClients::default(),
             ca_hashes: CaHashes::default(),
             rendered: Default::default(),
             tokens_deleted: Default::default(),
+            locks_released: Default::default(),
             failures: Default::default(),
             recorder,
             metrics,
@@ -168,8 +124,73 @@ impl Context {
         }
     }
 
+    /// Publishes the Event `note` about `config`.
+    pub fn publish(&self, config: &BootplateConfig, note: Note) {
+        let type_ = if note.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let (reason, action) = (note.reason, note.action);
+        crate::k8s::events::publish(&self.recorder, config, type_, reason, action, note.text);
+    }
+
+    /// A client of the workload cluster `cluster` in `namespace`.
+    pub async fn workload_client(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> crate::error::Result<Client> {
+        let timeout = self.settings.workload_timeout;
+        self.workloads
+            .client(&self.client, &self.stores, namespace, cluster, timeout)
+            .await
+    }
+
+    /// Remembers a config's last render.
+    pub fn remember(&self, uid: String, record: Record) {
+        self.rendered
+            .lock()
+            .expect("lock")
+            .insert(uid, record, || self.live_configs());
+    }
+
+    /// Whether this process deleted the tokens of config `uid` after its Machine joined.
+    pub fn tokens_deleted(&self, uid: &str) -> bool {
+        self.tokens_deleted.lock().expect("lock").contains(uid)
+    }
+
+    /// Notes that the tokens of config `uid` are deleted.
+    pub fn mark_tokens_deleted(&self, uid: String) {
+        self.tokens_deleted
+            .lock()
+            .expect("lock")
+            .insert(uid, (), || self.live_configs());
+    }
+
+    /// Whether config `uid` released its Cluster's init lock.
+    pub fn lock_released(&self, uid: &str) -> bool {
+        self.locks_released.lock().expect("lock").contains(uid)
+    }
+
+    /// Notes that config `uid` released its Cluster's init lock.
+    pub fn mark_lock_released(&self, uid: String) {
+        self.locks_released
+            .lock()
+            .expect("lock")
+            .insert(uid, (), || self.live_configs());
+    }
+
+    /// Forgets everything remembered of config `uid` (it is being deleted).
+    pub fn forget_config(&self, uid: &str) {
+        self.rendered.lock().expect("lock").remove(uid);
+        self.tokens_deleted.lock().expect("lock").remove(uid);
+        self.locks_released.lock().expect("lock").remove(uid);
+        self.failures.succeeded(uid);
+    }
+
     /// The UIDs of the configs cached now (to prune what is remembered of deleted ones).
-    pub fn live_configs(&self) -> std::collections::HashSet<String> {
+    pub fn live_configs(&self) -> HashSet<String> {
         use kube::ResourceExt;
         self.stores
             .configs

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 
-use crate::context::Stores;
 use crate::error::{Error, Result, is_not_found};
+use crate::k8s::stores::Stores;
 
 /// Cached clients, keyed by the kubeconfig Secret and its resourceVersion: a rotated
 /// kubeconfig gets a new client, an unchanged one reuses its connections.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::context::Settings;
+use crate::reconcile::context::Settings;
 
 /// Flags of `bootplate run`.
 #[derive(Args, Debug, Clone)]
@@ -114,8 +114,8 @@ impl RunArgs {
     }
 
     /// The leader-election timing these flags describe.
-    pub fn leader_timing(&self) -> crate::leader::Timing {
-        crate::leader::Timing {
+    pub fn leader_timing(&self) -> crate::runtime::leader::Timing {
+        crate::runtime::leader::Timing {
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
             retry_period: self.leader_elect_retry_period,
@@ -130,6 +130,7 @@ impl RunArgs {
             bootstrap_token_ttl: self.bootstrap_token_ttl,
             workload_timeout: self.workload_timeout,
             concurrency: self.concurrency,
+            build: String::new(),
         }
     }
 }

@@ -1,0 +1,298 @@
+//! What a config waits for before anything is rendered, and when it is frozen.
+
+use crd_types::capi::{Cluster, Machine, has_paused_annotation};
+use crd_types::conditions::reason;
+use crd_types::{BootplateConfig, BootplateConfigStatus, Role};
+use kube::ResourceExt;
+use render::Endpoint;
+
+use super::blocked::Blocked;
+
+/// The owner Machine's name, from the ownerReference CAPI's Machine controller adds.
+pub(crate) fn owner_machine(config: &BootplateConfig) -> Result<String, Blocked> {
+    config
+        .owner_references()
+        .iter()
+        .find(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|r| r.name.clone())
+        .ok_or_else(|| {
+            Blocked::waiting(
+                reason::WAITING_FOR_MACHINE,
+                "waiting for a Machine to own this config (CAPI's Machine controller adds the ownerReference)",
+            )
+        })
+}
+
+/// The owner Machine `name` of a config in `namespace`, when the cache holds it.
+pub(crate) fn machine_found<M>(
+    namespace: &str,
+    name: &str,
+    machine: Option<M>,
+) -> Result<M, Blocked> {
+    machine.ok_or_else(|| {
+        Blocked::waiting(
+            reason::WAITING_FOR_MACHINE,
+            format!("owner Machine {namespace}/{name} not found"),
+        )
+    })
+}
+
+/// The Machine's Cluster, when the cache holds it.
+pub(crate) fn cluster_found<C>(
+    namespace: &str,
+    machine: &Machine,
+    cluster: Option<C>,
+) -> Result<C, Blocked> {
+    cluster.ok_or_else(|| {
+        Blocked::waiting(
+            reason::CLUSTER_NOT_FOUND,
+            format!(
+                "Cluster {namespace}/{} (spec.clusterName of Machine {}) not found",
+                machine.spec.cluster_name,
+                machine.name_any()
+            ),
+        )
+    })
+}
+
+/// Which way a config with its Machine and Cluster found goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Bootstrapped: the data Secret was written and the Machine's Node joined. The Secret
+    /// stays as it is, whatever happens to the template; only the clean-up after join is left.
+    Frozen {
+        /// The role the config rendered (`worker` when the status does not say).
+        role: Role,
+        /// The template revision rendered.
+        revision: String,
+    },
+    /// Go on to render.
+    Render,
+}
+
+/// The path of `config`, owned by `machine` of `cluster`, whose status was `previous`; or why
+/// it waits: a paused Cluster or config, or infrastructure not provisioned yet.
+pub(crate) fn path(
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    machine: &Machine,
+    cluster: &Cluster,
+) -> Result<Path, Blocked> {
+    if cluster.is_paused() || has_paused_annotation(&config.metadata) {
+        return Err(Blocked::waiting(
+            reason::PAUSED,
+            format!(
+                "reconciliation is paused (Cluster {} spec.paused or the cluster.x-k8s.io/paused annotation)",
+                cluster.name_any()
+            ),
+        ));
+    }
+    if previous.ready && machine.has_node() {
+        return Ok(Path::Frozen {
+            role: recorded_role(previous).unwrap_or(Role::Worker),
+            revision: previous.template_revision.clone().unwrap_or_default(),
+        });
+    }
+    if !cluster.infrastructure_provisioned() {
+        return Err(Blocked::waiting(
+            reason::WAITING_FOR_INFRASTRUCTURE,
+            format!(
+                "waiting for the infrastructure of Cluster {} to be provisioned",
+                cluster.name_any()
+            ),
+        ));
+    }
+    Ok(Path::Render)
+}
+
+/// The role a config's written data Secret was rendered with: a machine keeps its role (the
+/// `init` machine stays `init` after the control plane comes up). `None` before the first write.
+pub(crate) fn recorded_role(previous: &BootplateConfigStatus) -> Option<Role> {
+    previous
+        .ready
+        .then(|| previous.role.as_deref()?.parse().ok())
+        .flatten()
+}
+
+/// The Cluster's control-plane endpoint, or a wait until it has one.
+pub(crate) fn endpoint(cluster: &Cluster) -> Result<Endpoint, Blocked> {
+    let endpoint = render::ClusterInfo::from_cluster(cluster).control_plane_endpoint;
+    if endpoint.host.is_empty() {
+        return Err(Blocked::waiting(
+            reason::WAITING_FOR_INFRASTRUCTURE,
+            format!(
+                "waiting for spec.controlPlaneEndpoint of Cluster {}",
+                cluster.name_any()
+            ),
+        ));
+    }
+    Ok(endpoint)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crd_types::BootplateConfigSpec;
+    use crd_types::capi::{ClusterStatus, MachineStatus, NodeReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    pub(crate) fn config(owned: bool) -> BootplateConfig {
+        let mut config = BootplateConfig::new("w-0", BootplateConfigSpec::default());
+        config.metadata.namespace = Some("ns".into());
+        if owned {
+            config.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+                kind: "Machine".into(),
+                name: "m-0".into(),
+                uid: "m-uid".into(),
+                ..Default::default()
+            }]);
+        }
+        config
+    }
+
+    pub(crate) fn machine(joined: bool) -> Machine {
+        let mut machine = Machine::new("m-0", Default::default());
+        machine.spec.cluster_name = "c1".into();
+        if joined {
+            machine.status = Some(MachineStatus {
+                node_ref: Some(NodeReference {
+                    name: "node-0".into(),
+                }),
+            });
+        }
+        machine
+    }
+
+    /// A Cluster `c1`: provisioned or not, control plane initialized or not.
+    pub(crate) fn cluster(provisioned: bool, initialized: bool) -> Cluster {
+        let mut cluster = Cluster::new("c1", Default::default());
+        let mut status: ClusterStatus =
+            serde_json::from_value(serde_json::json!({"initialization": {}})).unwrap();
+        let init = status.initialization.as_mut().unwrap();
+        init.infrastructure_provisioned = Some(provisioned);
+        init.control_plane_initialized = Some(initialized);
+        cluster.status = Some(status);
+        cluster
+    }
+
+    fn ready(role: &str) -> BootplateConfigStatus {
+        BootplateConfigStatus {
+            ready: true,
+            role: Some(role.into()),
+            template_revision: Some("r1".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_config_waits_for_its_owner_machine_and_cluster() {
+        assert_eq!(owner_machine(&config(true)), Ok("m-0".into()));
+        let unowned = owner_machine(&config(false)).unwrap_err();
+        assert_eq!(unowned.reason, reason::WAITING_FOR_MACHINE);
+        let missing = machine_found::<Machine>("ns", "m-0", None).unwrap_err();
+        assert_eq!(
+            (missing.reason, missing.message.as_str(), missing.waiting),
+            (
+                reason::WAITING_FOR_MACHINE,
+                "owner Machine ns/m-0 not found",
+                true
+            )
+        );
+        let no_cluster = cluster_found::<Cluster>("ns", &machine(false), None).unwrap_err();
+        assert_eq!(no_cluster.reason, reason::CLUSTER_NOT_FOUND);
+        assert_eq!(
+            no_cluster.message,
+            "Cluster ns/c1 (spec.clusterName of Machine m-0) not found"
+        );
+    }
+
+    #[test]
+    fn each_config_takes_its_path() {
+        // What happened, in short: the path taken or the reason of the wait.
+        let summary = |result: Result<Path, Blocked>| match result {
+            Ok(Path::Render) => "render".to_owned(),
+            Ok(Path::Frozen { role, revision }) => format!("frozen {role} {revision}"),
+            Err(blocked) => blocked.reason.to_owned(),
+        };
+        // (case, role of a written Secret, Node joined, infrastructure, paused, expected)
+        let cases = [
+            ("render", None, false, true, "", "render"),
+            ("joined, not written", None, true, true, "", "render"),
+            (
+                "written, not joined",
+                Some("worker"),
+                false,
+                true,
+                "",
+                "render",
+            ),
+            ("frozen", Some("init"), true, true, "", "frozen init r1"),
+            (
+                "frozen, no infra",
+                Some("worker"),
+                true,
+                false,
+                "",
+                "frozen worker r1",
+            ),
+            (
+                "paused config",
+                Some("worker"),
+                true,
+                true,
+                "config",
+                reason::PAUSED,
+            ),
+            (
+                "paused cluster",
+                None,
+                false,
+                true,
+                "cluster",
+                reason::PAUSED,
+            ),
+            (
+                "no infra",
+                None,
+                false,
+                false,
+                "",
+                reason::WAITING_FOR_INFRASTRUCTURE,
+            ),
+        ];
+        for (case, written, joined, provisioned, paused, expected) in cases {
+            let mut config = config(true);
+            if paused == "config" {
+                config.metadata.annotations =
+                    Some([("cluster.x-k8s.io/paused".to_owned(), String::new())].into());
+            }
+            let mut cluster = cluster(provisioned, true);
+            cluster.spec.paused = Some(paused == "cluster");
+            let previous = written.map(ready).unwrap_or_default();
+            let taken = path(&config, &previous, &machine(joined), &cluster);
+            assert_eq!(summary(taken), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn the_role_recorded_counts_only_once_the_secret_was_written() {
+        assert_eq!(recorded_role(&ready("init")), Some(Role::Init));
+        let not_written = BootplateConfigStatus {
+            role: Some("init".into()),
+            ..Default::default()
+        };
+        assert_eq!(recorded_role(&not_written), None);
+        assert_eq!(recorded_role(&ready("nonsense")), None);
+    }
+
+    #[test]
+    fn a_cluster_without_endpoint_waits() {
+        let mut with = cluster(true, true);
+        with.spec.control_plane_endpoint =
+            serde_json::from_value(serde_json::json!({"host": "10.0.0.1", "port": 6443})).unwrap();
+        assert_eq!(endpoint(&with).unwrap().address(), "10.0.0.1:6443");
+        let without = endpoint(&cluster(true, true)).unwrap_err();
+        assert_eq!(without.reason, reason::WAITING_FOR_INFRASTRUCTURE);
+    }
+}
