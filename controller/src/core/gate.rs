@@ -9,18 +9,35 @@ use render::Endpoint;
 use super::blocked::Blocked;
 
 /// The owner Machine's name, from the ownerReference CAPI's Machine controller adds.
-pub(crate) fn owner_machine(config: &BootplateConfig) -> Result<String, Blocked> {
+pub(crate) fn owner_machine(config: &BootplateConfig) -> Option<String> {
     config
         .owner_references()
         .iter()
         .find(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
         .map(|r| r.name.clone())
-        .ok_or_else(|| {
-            Blocked::waiting(
-                reason::WAITING_FOR_MACHINE,
-                "waiting for a Machine to own this config (CAPI's Machine controller adds the ownerReference)",
-            )
-        })
+}
+
+/// Why a config no Machine owns yet waits. CAPI adopts configs only while their Cluster is not
+/// paused, so a paused Cluster's configs say "paused", not "waiting for a Machine". `cluster`
+/// is the name of the Cluster of the Machine whose configRef names the config, and whether it
+/// is paused, when that Machine and Cluster are cached.
+pub(crate) fn unadopted(config: &BootplateConfig, cluster: Option<(&str, bool)>) -> Blocked {
+    if cluster.is_some_and(|(_, paused)| paused) || has_paused_annotation(&config.metadata) {
+        return paused(cluster.map_or("of this config", |(name, _)| name));
+    }
+    Blocked::waiting(
+        reason::WAITING_FOR_MACHINE,
+        "waiting for a Machine to own this config (CAPI's Machine controller adds the ownerReference)",
+    )
+}
+
+fn paused(cluster: &str) -> Blocked {
+    Blocked::waiting(
+        reason::PAUSED,
+        format!(
+            "reconciliation is paused (Cluster {cluster} spec.paused or the cluster.x-k8s.io/paused annotation)"
+        ),
+    )
 }
 
 /// The owner Machine `name` of a config in `namespace`, when the cache holds it.
@@ -79,13 +96,7 @@ pub(crate) fn path(
     cluster: &Cluster,
 ) -> Result<Path, Blocked> {
     if cluster.is_paused() || has_paused_annotation(&config.metadata) {
-        return Err(Blocked::waiting(
-            reason::PAUSED,
-            format!(
-                "reconciliation is paused (Cluster {} spec.paused or the cluster.x-k8s.io/paused annotation)",
-                cluster.name_any()
-            ),
-        ));
+        return Err(paused(&cluster.name_any()));
     }
     if previous.ready && machine.has_node() {
         return Ok(Path::Frozen {
@@ -187,9 +198,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_config_waits_for_its_owner_machine_and_cluster() {
-        assert_eq!(owner_machine(&config(true)), Ok("m-0".into()));
-        let unowned = owner_machine(&config(false)).unwrap_err();
-        assert_eq!(unowned.reason, reason::WAITING_FOR_MACHINE);
+        assert_eq!(owner_machine(&config(true)), Some("m-0".into()));
+        assert_eq!(owner_machine(&config(false)), None);
         let missing = machine_found::<Machine>("ns", "m-0", None).unwrap_err();
         assert_eq!(
             (missing.reason, missing.message.as_str(), missing.waiting),
@@ -205,6 +215,38 @@ pub(crate) mod tests {
             no_cluster.message,
             "Cluster ns/c1 (spec.clusterName of Machine m-0) not found"
         );
+    }
+
+    #[test]
+    fn an_unadopted_config_of_a_paused_cluster_says_paused() {
+        let cases = [
+            (None, false, reason::WAITING_FOR_MACHINE, None),
+            (
+                Some(("c1", false)),
+                false,
+                reason::WAITING_FOR_MACHINE,
+                None,
+            ),
+            (
+                Some(("c1", true)),
+                false,
+                reason::PAUSED,
+                Some("Cluster c1 "),
+            ),
+            (None, true, reason::PAUSED, Some("Cluster of this config ")),
+        ];
+        for (cluster, annotated, expected, names) in cases {
+            let mut config = config(false);
+            if annotated {
+                config.metadata.annotations =
+                    Some([("cluster.x-k8s.io/paused".to_owned(), String::new())].into());
+            }
+            let why = unadopted(&config, cluster);
+            assert_eq!(why.reason, expected, "{cluster:?} {annotated}");
+            if let Some(names) = names {
+                assert!(why.message.contains(names), "{}", why.message);
+            }
+        }
     }
 
     #[test]

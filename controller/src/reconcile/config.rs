@@ -92,7 +92,16 @@ async fn next_step(
     previous: &BootplateConfigStatus,
 ) -> Result<Done> {
     let namespace = config.namespace().unwrap_or_default();
-    let machine_name = gate::owner_machine(config)?;
+    let Some(machine_name) = gate::owner_machine(config) else {
+        let machine = ctx
+            .stores
+            .machine_referencing(&namespace, &config.name_any());
+        let cluster = machine.and_then(|m| ctx.stores.cluster(&namespace, &m.spec.cluster_name));
+        let cluster = cluster
+            .as_ref()
+            .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
+        return Err(gate::unadopted(config, cluster).into());
+    };
     let machine = ctx.stores.machine(&namespace, &machine_name);
     let machine = gate::machine_found(&namespace, &machine_name, machine)?;
     let cluster = ctx.stores.cluster(&namespace, &machine.spec.cluster_name);

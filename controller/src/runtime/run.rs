@@ -19,6 +19,7 @@ use crate::k8s::stores::Stores;
 use crate::k8s::templates::{CompiledCache, display_of};
 use crate::labels;
 use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::deleted::{self, DeletedConfig};
 use crate::reconcile::{config as config_controller, template as template_controller};
 use crate::runtime::http::Readiness;
 use crate::runtime::leader::LeaderElection;
@@ -211,6 +212,7 @@ fn watches(
     settings: &Settings,
     metrics: &Arc<Metrics>,
     compiled: &Arc<CompiledCache>,
+    deleted_configs: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,
 ) -> (Stores, Triggers) {
     let ns = settings.namespace.as_deref();
     let filtered = || match &settings.watch_filter {
@@ -247,7 +249,7 @@ fn watches(
     );
     let data_secrets = secret_events
         .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
-    let forget_config = forget_config(metrics.clone());
+    let forget_config = forget_config(metrics.clone(), deleted_configs);
     let (configs, config_events) = watch(
         api(client, ns),
         filtered(),
@@ -318,7 +320,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let compiled = Arc::new(CompiledCache::default());
-    let (stores, triggers) = watches(&client, &settings, &metrics, &compiled);
+    let (deleted_tx, deleted_rx) = deleted::channel();
+    let (stores, triggers) = watches(&client, &settings, &metrics, &compiled, deleted_tx);
     let configs = stores.configs.clone();
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -327,6 +330,7 @@ pub async fn run(
         metrics,
         compiled,
     ));
+    tokio::spawn(deleted::delete_tokens(ctx.clone(), deleted_rx));
     let synced = ctx.clone();
     tokio::spawn(async move {
         synced.watch_stores().await;
@@ -497,10 +501,20 @@ where
     }
 }
 
-/// Drops a deleted config from the per-state gauges and the oldest-waiting age: configs carry
-/// no finalizer either, and one deleted while waiting would otherwise age (and alert) forever.
-fn forget_config(metrics: Arc<Metrics>) -> impl Fn(&BootplateConfig) + Send + 'static {
-    move |config| metrics.config_deleted(&crate::reconcile::context::config_key(config))
+/// Drops a deleted config from the per-state gauges and the oldest-waiting age (configs carry
+/// no finalizer either, and one deleted while waiting would otherwise age and alert forever),
+/// and hands it to the task that deletes its tokens.
+fn forget_config(
+    metrics: Arc<Metrics>,
+    deleted: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,
+) -> impl Fn(&BootplateConfig) + Send + 'static {
+    move |config| {
+        metrics.config_deleted(&crate::reconcile::context::config_key(config));
+        if let Some(config) = DeletedConfig::of(config) {
+            // The receiver lives as long as the controllers; a send fails only at shutdown.
+            let _ = deleted.send(config);
+        }
+    }
 }
 
 /// The configs referencing a template.
