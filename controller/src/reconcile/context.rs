@@ -48,6 +48,17 @@ impl Default for Settings {
     }
 }
 
+/// The caches the watches prune when the objects they hold are deleted.
+#[derive(Clone, Default)]
+pub(crate) struct Caches {
+    /// Compiled templates, one per template.
+    pub compiled: Arc<CompiledCache>,
+    /// Clients of workload clusters, one per Cluster.
+    pub workloads: Arc<WorkloadClients>,
+    /// CA certificate hashes, one per Cluster.
+    pub ca_hashes: Arc<CaHashes>,
+}
+
 /// How metrics and logs name a config: `<namespace>/<name>`.
 pub(crate) fn config_key(config: &BootplateConfig) -> String {
     format!(
@@ -68,9 +79,9 @@ pub struct Context {
     /// Compiled templates, one per template revision.
     pub compiled: Arc<CompiledCache>,
     /// Clients of workload clusters, one per kubeconfig Secret version.
-    pub workloads: WorkloadClients,
+    pub workloads: Arc<WorkloadClients>,
     /// CA certificate hashes, one per `<cluster>-ca` Secret version.
-    pub ca_hashes: CaHashes,
+    pub ca_hashes: Arc<CaHashes>,
     /// What the last render of each config (by UID) did, to skip the work when nothing
     /// changed since (see `core::skip`).
     pub rendered: Mutex<ByConfig<Record>>,
@@ -97,7 +108,7 @@ impl Context {
         settings: Settings,
         stores: Stores,
         metrics: Arc<Metrics>,
-        compiled: Arc<CompiledCache>,
+        caches: Caches,
     ) -> Self {
         let recorder = Publisher::new(
             client.clone(),
@@ -110,9 +121,9 @@ impl Context {
             client,
             settings,
             stores,
-            compiled,
-            workloads: WorkloadClients::default(),
-            ca_hashes: CaHashes::default(),
+            compiled: caches.compiled,
+            workloads: caches.workloads,
+            ca_hashes: caches.ca_hashes,
             rendered: Default::default(),
             tokens_deleted: Default::default(),
             locks_released: Default::default(),

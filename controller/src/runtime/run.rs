@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 use crate::k8s::stores::Stores;
 use crate::k8s::templates::{CompiledCache, display_of};
 use crate::labels;
-use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::context::{Caches, Context, Settings};
 use crate::reconcile::deleted::{self, DeletedConfig};
 use crate::reconcile::{config as config_controller, template as template_controller};
 use crate::runtime::http::Readiness;
@@ -211,9 +211,10 @@ fn watches(
     client: &Client,
     settings: &Settings,
     metrics: &Arc<Metrics>,
-    compiled: &Arc<CompiledCache>,
+    caches: &Caches,
     deleted_configs: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,
 ) -> (Stores, Triggers) {
+    let compiled = &caches.compiled;
     let ns = settings.namespace.as_deref();
     let filtered = || match &settings.watch_filter {
         Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
@@ -222,8 +223,13 @@ fn watches(
     let all = watcher::Config::default;
     let (machines, machine_events) =
         watch(api(client, ns), filtered(), strip, Deletions::Skip, |_| {});
-    let (clusters, cluster_events) =
-        watch(api(client, ns), filtered(), strip, Deletions::Skip, |_| {});
+    let (clusters, cluster_events) = watch(
+        api(client, ns),
+        filtered(),
+        strip,
+        Deletions::Skip,
+        forget_cluster(caches),
+    );
     let (templates, template_events) = watch(
         api(client, ns),
         all(),
@@ -319,16 +325,16 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let compiled = Arc::new(CompiledCache::default());
+    let caches = Caches::default();
     let (deleted_tx, deleted_rx) = deleted::channel();
-    let (stores, triggers) = watches(&client, &settings, &metrics, &compiled, deleted_tx);
+    let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx);
     let configs = stores.configs.clone();
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings.clone(),
         stores,
         metrics,
-        compiled,
+        caches,
     ));
     tokio::spawn(deleted::delete_tokens(ctx.clone(), deleted_rx));
     let synced = ctx.clone();
@@ -483,6 +489,16 @@ fn configs_of_cluster(
         })
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
+}
+
+/// Drops the workload client and CA hash of a deleted Cluster.
+fn forget_cluster(caches: &Caches) -> impl Fn(&Cluster) + Send + 'static {
+    let caches = caches.clone();
+    move |cluster| {
+        let (namespace, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+        caches.workloads.forget(&namespace, &name);
+        caches.ca_hashes.forget(&namespace, &name);
+    }
 }
 
 /// Drops a deleted template from the validity gauge and its compiled form from the cache:
