@@ -83,8 +83,11 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
             "c1-{suffix} generated"
         );
     }
-    // Still one init after a while: no second control plane slipped through.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Still one init once the controller has looked at every joiner again: no second
+    // control plane slipped through.
+    for name in &joiners {
+        env.settled(&controller, name).await;
+    }
     for name in &joiners {
         assert!(
             !env.config(name).await.status.unwrap().ready,
@@ -193,10 +196,12 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     })
     .await;
 
-    // A steady state writes nothing.
-    let before = resource_versions(&env, &workers).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = resource_versions(&env, &workers).await;
+    // A steady state writes nothing, however often a config is reconciled.
+    let before = written(&env, &workers).await;
+    for name in workers {
+        env.settled(&controller, name).await;
+    }
+    let after = written(&env, &workers).await;
     assert_eq!(before, after, "no data secret or status rewritten");
 
     // A token past half its lifetime is extended (by the requeue every third of the TTL: the
@@ -329,7 +334,7 @@ async fn pause_missing_and_broken_templates() {
     env.set_cluster_status("live", true, true).await;
     env.cluster_ca("paused").await;
     env.cluster_ca("live").await;
-    let _controller = env.controller(&[]);
+    let controller = env.controller(&[]);
 
     // Paused cluster: nothing is written until it is unpaused.
     env.machine("paused", "p-0", false, cluster_template("good"))
@@ -345,7 +350,7 @@ async fn pause_missing_and_broken_templates() {
             .iter()
             .any(|c| c.type_ == "Paused" && c.status == "True")
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.settled(&controller, "p-0").await;
     assert!(
         env.secret("p-0").await.is_none(),
         "no data secret while paused"
@@ -589,10 +594,13 @@ async fn pause_missing_and_broken_templates() {
 }
 
 /// The resourceVersions of each named config's data Secret and of the config itself.
-async fn resource_versions(env: &testenv::capi_env::Env, names: &[&str]) -> Vec<(String, String)> {
+/// What the controller wrote for each config: its data Secret's resourceVersion and its
+/// status. (Not the config's resourceVersion: `Env::settled` changes that.)
+async fn written(env: &testenv::capi_env::Env, names: &[&str]) -> Vec<(String, String)> {
     futures::future::join_all(names.iter().map(|n| async {
         let secret = env.secret(n).await.unwrap().resource_version().unwrap();
-        (secret, env.config(n).await.resource_version().unwrap())
+        let status = serde_json::to_string(&env.config(n).await.status).unwrap();
+        (secret, status)
     }))
     .await
 }
@@ -614,7 +622,7 @@ async fn namespace_and_watch_filter_scope_the_controller() {
     use crd_types::capi::Cluster;
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    let _controller = env.controller(&["--namespace", NS, "--watch-filter", "blue"]);
+    let controller = env.controller(&["--namespace", NS, "--watch-filter", "blue"]);
     let clusters = Api::<Cluster>::namespaced(env.client.clone(), NS);
     let machines = Api::<Machine>::namespaced(env.client.clone(), NS);
     let configs = Api::<BootplateConfig>::namespaced(env.client.clone(), NS);
@@ -666,7 +674,9 @@ async fn namespace_and_watch_filter_scope_the_controller() {
     env.wait_ready("b-0").await;
     let message = env.wait_reason("b-1", "WaitingForMachine").await;
     assert!(message.contains("b-1"), "{message}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The config watch delivers in order: once the controller reconciled a config changed
+    // after r-0 and the team-b config were created, it would have seen those too.
+    env.settled(&controller, "b-1").await;
     assert!(
         env.config("r-0").await.status.is_none(),
         "a config without the watch-filter label is not touched"
@@ -741,7 +751,7 @@ impl Untouched {
     async fn take(env: &testenv::capi_env::Env, names: &[&str]) -> Untouched {
         Untouched {
             names: names.iter().map(|n| n.to_string()).collect(),
-            versions: resource_versions(env, names).await,
+            versions: written(env, names).await,
             events: event_count(env).await,
         }
     }
@@ -755,9 +765,11 @@ impl Untouched {
             || async { (restarted.config_reconciles() >= names.len() as u64).then_some(()) },
         )
         .await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        for name in &names {
+            env.settled(restarted, name).await;
+        }
         assert_eq!(
-            resource_versions(env, &names).await,
+            written(env, &names).await,
             self.versions,
             "no status or data Secret written after the restart"
         );

@@ -49,6 +49,10 @@ pub(crate) async fn reconcile(config: Arc<BootplateConfig>, ctx: Arc<Context>) -
         Err(_) => "error",
     };
     ctx.metrics.reconciled("config", label, started.elapsed());
+    // One line per reconcile, naming the object version it saw: tests wait for it before
+    // checking that nothing happened, and operators can follow one config through the log.
+    let version = config.resource_version().unwrap_or_default();
+    debug!(config = %key, resource_version = %version, result = label, "config reconciled");
     result.map(|(action, _)| action)
 }
 
