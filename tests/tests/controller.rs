@@ -856,3 +856,73 @@ async fn a_workload_apiserver_restart_fails_no_render() {
         controller.log()
     );
 }
+
+#[tokio::test]
+async fn init_lock_released_when_machine_has_node_ref_before_control_plane_initialized() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("n1", false).await;
+    env.set_cluster_status("n1", true, false).await;
+    let _controller = env.controller(&[]);
+    env.machine("n1", "n-cp", true, cluster_template("probe"))
+        .await;
+    env.wait_ready("n-cp").await;
+    let locks = Api::<ConfigMap>::namespaced(env.client.clone(), NS);
+    assert!(
+        locks.get_opt("n1-lock").await.unwrap().is_some(),
+        "the lock is held while the control plane initializes"
+    );
+    // CAPI's Machine controller can set nodeRef before the Cluster reports its control plane
+    // initialized: the lock has served then.
+    env.set_node_ref("n-cp").await;
+    eventually("init lock released", WAIT, || async {
+        locks
+            .get_opt("n1-lock")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let cluster = Api::<Cluster>::namespaced(env.client.clone(), NS)
+        .get("n1")
+        .await
+        .unwrap();
+    assert!(
+        !cluster.control_plane_initialized(),
+        "released before the Cluster says so"
+    );
+}
+
+#[tokio::test]
+async fn edited_data_secret_value_is_restored_after_a_restart() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.initialized_cluster("e1").await;
+    let mut controller = env.controller(&[]);
+    env.machine("e1", "e-0", false, cluster_template("probe"))
+        .await;
+    env.wait_ready("e-0").await;
+    let rendered = env.user_data("e-0").await;
+    controller.terminate().unwrap();
+
+    // Someone edits the user-data while no controller runs, keeping every annotation (the
+    // restart hints among them).
+    let tampered = "#cloud-config\nruncmd: [echo tampered]\n";
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .patch(
+            "e-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"value": tampered}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.user_data("e-0").await, tampered);
+
+    let _restarted = env.controller_logging_to("restarted.log", &[]);
+    eventually("the user-data rendered again", WAIT, || async {
+        (env.user_data("e-0").await != tampered).then_some(())
+    })
+    .await;
+    assert_eq!(env.user_data("e-0").await, rendered);
+}
