@@ -170,14 +170,27 @@ async fn lead(
 /// would let it skip them. When the executable cannot be read, a value of this process alone
 /// has every config rendered after each start: slower, never wrong.
 fn build_id() -> String {
-    use sha2::Digest;
-    let digest = std::env::current_exe()
-        .and_then(std::fs::read)
-        .map(|bytes| hex::encode(sha2::Sha256::digest(bytes)));
+    let digest = std::env::current_exe().and_then(|path| file_digest(&path));
     digest.unwrap_or_else(|e| {
         warn!(error = %e, "cannot read the executable; every config is rendered again");
         format!("unread-{}", rand::random::<u64>())
     })
+}
+
+/// The SHA-256 of a file, read in small pieces: an executable with debug information can be
+/// a hundred megabytes, which must not become the process's peak memory.
+fn file_digest(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        match file.read(&mut buffer)? {
+            0 => return Ok(hex::encode(hasher.finalize())),
+            read => hasher.update(&buffer[..read]),
+        }
+    }
 }
 
 fn hostname() -> String {
@@ -547,4 +560,22 @@ fn configs_of_template(
         .filter(|c| namespace.is_none() || c.namespace() == namespace)
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_digest_is_the_sha256_of_its_bytes() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("exe");
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(
+            file_digest(&path).unwrap(),
+            hex::encode(sha2::Sha256::digest(&bytes))
+        );
+    }
 }
