@@ -109,13 +109,18 @@ pub(crate) fn unchanged(
     stored_version.is_some() && stored_version == last.secret_version.as_deref()
 }
 
+/// How far past one lifetime from now a token expiry this controller set can be: expiries are
+/// rounded to the second, and another replica's clock may run a little ahead.
+const CLOCK_SLACK: SignedDuration = SignedDuration::from_mins(1);
+
 /// Whether a token known to expire at `expires` needs no look: more than half its lifetime is
-/// left, and no more than a whole one (a later expiry is not one this controller set).
+/// left, and no more than a whole one (give or take [`CLOCK_SLACK`]; a later expiry is not one
+/// this controller set).
 fn token_is_young(expires: Option<Timestamp>, now: Now) -> bool {
     let Some(expires) = expires else {
         return false;
     };
-    let forward_dated = expires.duration_since(now.time) > now.ttl;
+    let forward_dated = expires.duration_since(now.time) > now.ttl + CLOCK_SLACK;
     !forward_dated && !past_half_life(expires, now.time, now.ttl)
 }
 
@@ -215,14 +220,14 @@ mod tests {
             NOW
         ));
         let at_most_one_ttl = last(false, Some(at(15)));
-        assert!(unchanged(
-            &at_most_one_ttl,
-            true,
-            "d1",
-            Role::Worker,
-            Some("7"),
-            NOW
-        ));
+        let skip = |now| unchanged(&at_most_one_ttl, true, "d1", Role::Worker, Some("7"), now);
+        assert!(skip(NOW));
+        // A token just created has its expiry rounded to the second, possibly up.
+        let rounded_up = Now {
+            time: NOW.time - SignedDuration::from_millis(400),
+            ..NOW
+        };
+        assert!(skip(rounded_up));
     }
 
     #[test]
