@@ -58,13 +58,12 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
         crate::webhook::serve(addr, &args.webhook_cert_dir, client.clone()).await?;
     }
     let stopped = stop_signal();
-    let settings = Settings {
-        build: build_id(),
-        ..args.settings()
-    };
+    // Hashing the executable takes a moment: a standby is ready meanwhile.
+    let build = tokio::task::spawn_blocking(build_id);
     let running = Running {
         client,
-        settings,
+        settings: args.settings(),
+        build,
         metrics,
         readiness,
     };
@@ -73,9 +72,11 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
         let Running {
             client,
             settings,
+            build,
             metrics,
             readiness,
         } = running;
+        let settings = with_build(settings, build).await;
         return run(client, settings, metrics, readiness, stopped()).await;
     }
     lead(&args, running, stopped).await
@@ -85,6 +86,8 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
 struct Running {
     client: Client,
     settings: Settings,
+    /// The build digest, being computed (see [`build_id`]).
+    build: tokio::task::JoinHandle<String>,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
 }
@@ -146,9 +149,11 @@ async fn lead(
     let Running {
         client,
         settings,
+        build,
         metrics,
         readiness,
     } = running;
+    let settings = with_build(settings, build).await;
     readiness.set(false);
     metrics.set_leader(true);
     let controllers = run(client, settings, metrics.clone(), readiness, stopped());
@@ -163,6 +168,14 @@ async fn lead(
     metrics.set_leader(false);
     election.release().await;
     result
+}
+
+/// `settings` with the build digest once it is computed.
+async fn with_build(settings: Settings, build: tokio::task::JoinHandle<String>) -> Settings {
+    let build = build
+        .await
+        .unwrap_or_else(|_| format!("unread-{}", rand::random::<u64>()));
+    Settings { build, ..settings }
 }
 
 /// A digest of this executable. It is part of every render's inputs: a rebuilt image (say,
