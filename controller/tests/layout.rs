@@ -236,8 +236,14 @@ fn references(
     while let Some(at) = rest.find("use ") {
         let statement = &rest[at + 4..];
         let end = statement.find(';').unwrap_or(statement.len());
-        let spaced: String = statement[..end].split_whitespace().collect();
-        tokens.extend(expand_use(&spaced));
+        // Only the keyword, not the end of a word such as `because`.
+        let keyword = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || "{};".contains(c));
+        if keyword {
+            tokens.extend(expand_use(&compact(&statement[..end])));
+        }
         rest = &statement[end..];
     }
     tokens.extend(
@@ -277,15 +283,35 @@ fn references(
     found
 }
 
+/// `tree` with single spaces, none around `::`, braces and commas (`as` keeps its spaces).
+fn compact(tree: &str) -> String {
+    let single = tree.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = String::new();
+    for (i, c) in single.char_indices() {
+        let neighbours = [
+            single[..i].chars().next_back(),
+            single[i + 1..].chars().next(),
+        ];
+        let next_to_punctuation = neighbours.iter().flatten().any(|n| "{},:".contains(*n));
+        if !(c == ' ' && next_to_punctuation) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The paths a `use` tree (without spaces) names: `a::{b,c::{d,e as f}}` gives `a::b`,
 /// `a::c::d` and `a::c::e`.
 fn expand_use(tree: &str) -> Vec<String> {
-    let Some(open) = tree.find('{') else {
-        let path = tree.split(" as ").next().unwrap_or(tree);
-        return vec![path.split("as").next().unwrap_or(path).to_owned()];
+    let close = tree.rfind('}');
+    let Some(open) = tree
+        .find('{')
+        .filter(|open| close.is_some_and(|close| close > *open))
+    else {
+        return vec![tree.split(" as ").next().unwrap_or(tree).to_owned()];
     };
     let prefix = &tree[..open];
-    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let inner = &tree[open + 1..close.unwrap_or(tree.len())];
     let mut items = Vec::new();
     let (mut depth, mut start) = (0, 0);
     for (i, c) in inner.char_indices() {
@@ -314,7 +340,9 @@ fn expand_use(tree: &str) -> Vec<String> {
 #[test]
 fn use_trees_expand_to_the_paths_they_name() {
     assert_eq!(
-        expand_use("crate::core::{self,gate::{self,Path},token}"),
+        expand_use(&compact(
+            "crate::core::{self, gate::{self, Path as P},\n token}"
+        )),
         vec![
             "crate::core",
             "crate::core::gate",
