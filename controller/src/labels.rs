@@ -21,7 +21,7 @@ pub const INPUTS: &str = "bootstrap.bootplate.dev/inputs";
 /// last write. A hint like [`INPUTS`]: a refreshed token makes it stale (earlier than the
 /// truth), which only costs a restarted controller a look at the token.
 pub const TOKEN_EXPIRES: &str = "bootstrap.bootplate.dev/token-expires";
-/// The annotations [`crate::data_secret::is_current`] does not compare.
+/// The annotations [`crate::k8s::data_secret::is_current`] does not compare.
 pub const HINTS: [&str; 2] = [INPUTS, TOKEN_EXPIRES];
 /// On bootstrap token Secrets in the workload cluster: the UID of the config the token is for.
 /// The controller finds a config's token by this label, never by memory, so restarts reuse it.

@@ -1,31 +1,16 @@
 //! The bootplate controller library: everything `main.rs` wires up.
 //!
-//! Rendering lives in the `render` crate (no Kubernetes client); this crate talks to the
-//! apiserver: it reads Machines, Clusters and templates, and writes data Secrets, bootstrap
-//! tokens and status.
+//! Rendering lives in the `render` crate (no Kubernetes client). Here, in layers (see
+//! docs/architecture.md): `core` decides what a reconcile does from plain facts, without a
+//! client; `k8s` holds the thin adapters that read and write objects; `reconcile` gathers the
+//! facts, asks the core and acts; `runtime` wires watches, leader election, HTTP endpoints,
+//! metrics and logging; `webhook` serves admission.
 
-pub mod certs;
-pub mod config_controller;
-pub mod context;
-pub mod data_secret;
-pub mod deleted_configs;
-pub mod error;
-pub mod events;
-pub mod flags;
-pub mod http;
+pub mod core;
+pub(crate) mod error;
+pub mod k8s;
 pub mod labels;
-pub mod leader;
-pub mod logging;
-pub mod memory;
-pub mod metrics;
 pub mod pki;
-pub mod retry;
-pub mod role;
-pub mod run;
-pub mod status;
-pub mod template_controller;
-pub mod templates;
-pub mod token;
-pub mod triggers;
+pub(crate) mod reconcile;
+pub mod runtime;
 pub mod webhook;
-pub mod workload;

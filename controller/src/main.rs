@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller: watch BootplateConfigs and render their data Secrets.
-    Run(Box<bootplate::flags::RunArgs>),
+    Run(Box<bootplate::runtime::flags::RunArgs>),
     /// Render a template offline: template + Machine + Cluster (+ config) files to user-data.
     Render(cli::render::RenderArgs),
     /// Check template files offline; prints FILE:LINE:COL: problem lines.
@@ -44,9 +44,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: bootplate::flags::RunArgs) -> ExitCode {
+fn run(args: bootplate::runtime::flags::RunArgs) -> ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    match runtime.block_on(bootplate::run::main(args)) {
+    match runtime.block_on(bootplate::runtime::run::main(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bootplate run: {e:#}");

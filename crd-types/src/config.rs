@@ -147,6 +147,10 @@ pub struct BootplateConfigStatus {
     /// Name of the data Secret (the config's own name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_secret_name: Option<String>,
+    /// The resourceVersion of the data Secret as bootplate last wrote or checked it. A Secret
+    /// with another one was changed by someone else, and is compared again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_secret_version: Option<String>,
     /// Initialization state (CAPI contract v1beta2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<ConfigInitialization>,

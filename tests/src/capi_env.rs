@@ -63,6 +63,11 @@ pub async fn env() -> Env {
 }
 
 impl Env {
+    /// The kubeconfig `bootplate run` uses: the ServiceAccount of deploy/rbac.
+    pub fn controller_kubeconfig(&self) -> &std::path::Path {
+        &self.controller_kubeconfig
+    }
+
     /// Starts `bootplate run` as the ServiceAccount of deploy/rbac.
     pub fn controller(&self, extra: &[&str]) -> ControllerProcess {
         self.controller_logging_to("controller.log", extra)
@@ -213,6 +218,26 @@ impl Env {
                 .then_some(config)
         })
         .await
+    }
+
+    /// Returns once `controller` has reconciled config `name` as it is now (a no-op annotation
+    /// update triggers that reconcile): what it would do about the state so far, it has done.
+    /// Checks that something did not happen come after this, never after a fixed sleep.
+    pub async fn settled(&self, controller: &ControllerProcess, name: &str) {
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            "test.bootplate.dev/nudge": format!("{:?}", std::time::Instant::now()),
+        }}});
+        let nudged = Api::<BootplateConfig>::namespaced(self.client.clone(), NS)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let version: u64 = nudged.metadata.resource_version.unwrap().parse().unwrap();
+        eventually(
+            &format!("config {name} reconciled at {version}"),
+            WAIT,
+            || async { controller.reconciled(NS, name, version).then_some(()) },
+        )
+        .await;
     }
 
     pub async fn wait_reason(&self, name: &str, reason: &str) -> String {

@@ -56,10 +56,49 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body.to_owned()))
 }
 
+/// `text` without ANSI colour codes (the text log format colours field names).
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ parameters final-letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl ControllerProcess {
     /// Starts `bootplate run --kubeconfig <kubeconfig> <extra>` with its metrics and health
     /// endpoints on free loopback ports, logging to `log`, and waits until `/healthz` answers.
+    /// A port is free when picked and bound by the process a moment later; another test may
+    /// take it in between, so a process that cannot listen is started again on other ports.
     pub fn start(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        for _ in 0..5 {
+            let logged_before = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+            match Self::start_once(kubeconfig, log, extra)? {
+                Some(process) => return Ok(process),
+                None => {
+                    let text = std::fs::read_to_string(log).unwrap_or_default();
+                    let tail = text.get(logged_before as usize..).unwrap_or_default();
+                    if !tail.contains("cannot listen on") {
+                        bail!("bootplate run did not come up; its log:\n{text}");
+                    }
+                }
+            }
+        }
+        bail!("bootplate run found no free port in five tries")
+    }
+
+    /// One start; `None` when the process exited before `/healthz` answered.
+    fn start_once(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Option<Self>> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -91,12 +130,16 @@ impl ControllerProcess {
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while http_get(health_port, "/healthz").is_none() {
-            if !process.is_running() || std::time::Instant::now() > deadline {
+            if !process.is_running() {
+                process.child = None;
+                return Ok(None);
+            }
+            if std::time::Instant::now() > deadline {
                 bail!("bootplate run did not come up; its log:\n{}", process.log());
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        Ok(process)
+        Ok(Some(process))
     }
 
     /// `GET` on the metrics port.
@@ -127,6 +170,20 @@ impl ControllerProcess {
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
+    }
+
+    /// Whether the process logged a reconcile of config `namespace/name` that saw the config at
+    /// resourceVersion `version` or later (etcd's resourceVersions are increasing integers).
+    pub fn reconciled(&self, namespace: &str, name: &str, version: u64) -> bool {
+        let config = format!("config={namespace}/{name} ");
+        plain(&self.log()).lines().any(|line| {
+            line.contains("config reconciled")
+                && line.contains(&config)
+                && line
+                    .split_once("resource_version=")
+                    .and_then(|(_, rest)| rest.split_whitespace().next()?.parse::<u64>().ok())
+                    .is_some_and(|seen| seen >= version)
+        })
     }
 
     /// The status code of `/readyz`.

@@ -83,8 +83,11 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
             "c1-{suffix} generated"
         );
     }
-    // Still one init after a while: no second control plane slipped through.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Still one init once the controller has looked at every joiner again: no second
+    // control plane slipped through.
+    for name in &joiners {
+        env.settled(&controller, name).await;
+    }
     for name in &joiners {
         assert!(
             !env.config(name).await.status.unwrap().ready,
@@ -193,10 +196,12 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     })
     .await;
 
-    // A steady state writes nothing.
-    let before = resource_versions(&env, &workers).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = resource_versions(&env, &workers).await;
+    // A steady state writes nothing, however often a config is reconciled.
+    let before = written(&env, &workers).await;
+    for name in workers {
+        env.settled(&controller, name).await;
+    }
+    let after = written(&env, &workers).await;
     assert_eq!(before, after, "no data secret or status rewritten");
 
     // A token past half its lifetime is extended (by the requeue every third of the TTL: the
@@ -329,7 +334,7 @@ async fn pause_missing_and_broken_templates() {
     env.set_cluster_status("live", true, true).await;
     env.cluster_ca("paused").await;
     env.cluster_ca("live").await;
-    let _controller = env.controller(&[]);
+    let controller = env.controller(&[]);
 
     // Paused cluster: nothing is written until it is unpaused.
     env.machine("paused", "p-0", false, cluster_template("good"))
@@ -345,7 +350,7 @@ async fn pause_missing_and_broken_templates() {
             .iter()
             .any(|c| c.type_ == "Paused" && c.status == "True")
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.settled(&controller, "p-0").await;
     assert!(
         env.secret("p-0").await.is_none(),
         "no data secret while paused"
@@ -589,10 +594,13 @@ async fn pause_missing_and_broken_templates() {
 }
 
 /// The resourceVersions of each named config's data Secret and of the config itself.
-async fn resource_versions(env: &testenv::capi_env::Env, names: &[&str]) -> Vec<(String, String)> {
+/// What the controller wrote for each config: its data Secret's resourceVersion and its
+/// status. (Not the config's resourceVersion: `Env::settled` changes that.)
+async fn written(env: &testenv::capi_env::Env, names: &[&str]) -> Vec<(String, String)> {
     futures::future::join_all(names.iter().map(|n| async {
         let secret = env.secret(n).await.unwrap().resource_version().unwrap();
-        (secret, env.config(n).await.resource_version().unwrap())
+        let status = serde_json::to_string(&env.config(n).await.status).unwrap();
+        (secret, status)
     }))
     .await
 }
@@ -614,7 +622,7 @@ async fn namespace_and_watch_filter_scope_the_controller() {
     use crd_types::capi::Cluster;
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    let _controller = env.controller(&["--namespace", NS, "--watch-filter", "blue"]);
+    let controller = env.controller(&["--namespace", NS, "--watch-filter", "blue"]);
     let clusters = Api::<Cluster>::namespaced(env.client.clone(), NS);
     let machines = Api::<Machine>::namespaced(env.client.clone(), NS);
     let configs = Api::<BootplateConfig>::namespaced(env.client.clone(), NS);
@@ -666,7 +674,9 @@ async fn namespace_and_watch_filter_scope_the_controller() {
     env.wait_ready("b-0").await;
     let message = env.wait_reason("b-1", "WaitingForMachine").await;
     assert!(message.contains("b-1"), "{message}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The config watch delivers in order: once the controller reconciled a config changed
+    // after r-0 and the team-b config were created, it would have seen those too.
+    env.settled(&controller, "b-1").await;
     assert!(
         env.config("r-0").await.status.is_none(),
         "a config without the watch-filter label is not touched"
@@ -741,7 +751,7 @@ impl Untouched {
     async fn take(env: &testenv::capi_env::Env, names: &[&str]) -> Untouched {
         Untouched {
             names: names.iter().map(|n| n.to_string()).collect(),
-            versions: resource_versions(env, names).await,
+            versions: written(env, names).await,
             events: event_count(env).await,
         }
     }
@@ -755,9 +765,11 @@ impl Untouched {
             || async { (restarted.config_reconciles() >= names.len() as u64).then_some(()) },
         )
         .await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        for name in &names {
+            env.settled(restarted, name).await;
+        }
         assert_eq!(
-            resource_versions(env, &names).await,
+            written(env, &names).await,
             self.versions,
             "no status or data Secret written after the restart"
         );
@@ -843,4 +855,74 @@ async fn a_workload_apiserver_restart_fails_no_render() {
         "no token operation failed: {}",
         controller.log()
     );
+}
+
+#[tokio::test]
+async fn init_lock_released_when_machine_has_node_ref_before_control_plane_initialized() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("n1", false).await;
+    env.set_cluster_status("n1", true, false).await;
+    let _controller = env.controller(&[]);
+    env.machine("n1", "n-cp", true, cluster_template("probe"))
+        .await;
+    env.wait_ready("n-cp").await;
+    let locks = Api::<ConfigMap>::namespaced(env.client.clone(), NS);
+    assert!(
+        locks.get_opt("n1-lock").await.unwrap().is_some(),
+        "the lock is held while the control plane initializes"
+    );
+    // CAPI's Machine controller can set nodeRef before the Cluster reports its control plane
+    // initialized: the lock has served then.
+    env.set_node_ref("n-cp").await;
+    eventually("init lock released", WAIT, || async {
+        locks
+            .get_opt("n1-lock")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let cluster = Api::<Cluster>::namespaced(env.client.clone(), NS)
+        .get("n1")
+        .await
+        .unwrap();
+    assert!(
+        !cluster.control_plane_initialized(),
+        "released before the Cluster says so"
+    );
+}
+
+#[tokio::test]
+async fn edited_data_secret_value_is_restored_after_a_restart() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.initialized_cluster("e1").await;
+    let mut controller = env.controller(&[]);
+    env.machine("e1", "e-0", false, cluster_template("probe"))
+        .await;
+    env.wait_ready("e-0").await;
+    let rendered = env.user_data("e-0").await;
+    controller.terminate().unwrap();
+
+    // Someone edits the user-data while no controller runs, keeping every annotation (the
+    // restart hints among them).
+    let tampered = "#cloud-config\nruncmd: [echo tampered]\n";
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .patch(
+            "e-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"value": tampered}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.user_data("e-0").await, tampered);
+
+    let _restarted = env.controller_logging_to("restarted.log", &[]);
+    eventually("the user-data rendered again", WAIT, || async {
+        (env.user_data("e-0").await != tampered).then_some(())
+    })
+    .await;
+    assert_eq!(env.user_data("e-0").await, rendered);
 }

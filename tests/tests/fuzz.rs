@@ -431,6 +431,7 @@ fn config_status() -> impl Strategy<Value = Option<BootplateConfigStatus>> {
                     BootplateConfigStatus {
                         ready,
                         data_secret_name,
+                        data_secret_version: None,
                         initialization: created.map(|data_secret_created| ConfigInitialization {
                             data_secret_created,
                         }),

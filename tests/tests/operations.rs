@@ -90,7 +90,10 @@ async fn one_leader_reconciles_and_a_standby_takes_over() {
     // SIGKILL: a third instance stands by; the dead leader's Lease expires and it finishes the
     // configs created meanwhile.
     let mut c = env.controller_logging_to("c.log", &flags);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually("the third instance stands by", WAIT, || async {
+        (c.readyz() == Some(200)).then_some(())
+    })
+    .await;
     standby.kill();
     env.machine("c1", "w-2", false, cluster_template("probe"))
         .await;
@@ -103,6 +106,130 @@ async fn one_leader_reconciles_and_a_standby_takes_over() {
     assert!(third.ends_with(&format!("-{}", c.pid())));
     env.wait_ready("w-2").await;
     assert!(c.is_running());
+}
+
+/// A TCP proxy to a local port that can be made to stall: it then still accepts connections
+/// and reads what it is sent, but forwards nothing either way, as a hung apiserver or a broken
+/// network path looks to a client.
+struct StallingProxy {
+    port: u16,
+    stalled: tokio::sync::watch::Sender<bool>,
+}
+
+impl StallingProxy {
+    async fn start(target: u16) -> StallingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stalled, watched) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                else {
+                    continue;
+                };
+                let (from_client, to_client) = inbound.into_split();
+                let (from_server, to_server) = outbound.into_split();
+                tokio::spawn(forward(from_client, to_server, watched.clone()));
+                tokio::spawn(forward(from_server, to_client, watched.clone()));
+            }
+        });
+        StallingProxy { port, stalled }
+    }
+
+    /// From now on nothing gets through, in either direction.
+    fn stall(&self) {
+        self.stalled.send_replace(true);
+    }
+}
+
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut stalled: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0; 16 * 1024];
+    loop {
+        let read = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        if stalled.wait_for(|stalled| !*stalled).await.is_err()
+            || to.write_all(&buffer[..read]).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// A copy of `kubeconfig` whose server is `127.0.0.1:port` instead of the apiserver's.
+fn through_port(
+    env: &testenv::capi_env::Env,
+    kubeconfig: &std::path::Path,
+    port: u16,
+) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let direct = format!("https://127.0.0.1:{}", env.management.port());
+    assert!(text.contains(&direct), "the kubeconfig names {direct}");
+    let proxied = text.replace(&direct, &format!("https://127.0.0.1:{port}"));
+    let path = env.management.dir().join("proxied-kubeconfig");
+    std::fs::write(&path, proxied).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn leader_cut_off_by_a_stalling_proxy_stops_before_a_standby_takes_over() {
+    let env = env().await;
+    let flags = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        LEASE_NS,
+        "--leader-elect-lease-duration",
+        "15s",
+        "--leader-elect-renew-deadline",
+        "10s",
+        "--leader-elect-retry-period",
+        "1s",
+    ];
+    let proxy = StallingProxy::start(env.management.port()).await;
+    let kubeconfig = through_port(&env, env.controller_kubeconfig(), proxy.port);
+    let log = env.management.dir().join("cut-off.log");
+    let mut old = ControllerProcess::start(&kubeconfig, &log, &flags).unwrap();
+    let pid = format!("-{}", old.pid());
+    eventually("the proxied replica leads", WAIT, || async {
+        holder(&env).await.filter(|h| h.ends_with(&pid))
+    })
+    .await;
+    let new = env.controller_logging_to("standby.log", &flags);
+    eventually("the standby stands by", WAIT, || async {
+        (new.readyz() == Some(200)).then_some(())
+    })
+    .await;
+
+    // Cut the leader off: its renewals hang instead of failing.
+    proxy.stall();
+    let (mut stopped, mut taken_over) = (None, None);
+    let deadline = Instant::now() + WAIT;
+    while (stopped.is_none() || taken_over.is_none()) && Instant::now() < deadline {
+        if stopped.is_none() && !old.is_running() {
+            stopped = Some(Instant::now());
+        }
+        if taken_over.is_none() && holder(&env).await.is_some_and(|h| !h.ends_with(&pid)) {
+            taken_over = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let taken_over = taken_over.expect("the standby takes over");
+    let stopped = stopped.expect("the cut-off leader stops (its renewals time out)");
+    assert!(
+        stopped < taken_over,
+        "the old leader stopped {:?} after the new one took over",
+        stopped.duration_since(taken_over)
+    );
+    assert!(
+        old.log().contains("lost the leader lease"),
+        "the old leader says why it stopped"
+    );
 }
 
 #[tokio::test]
@@ -292,9 +419,13 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
     use kube::runtime::events::EventType;
 
     let env = env().await;
-    let metrics = std::sync::Arc::new(bootplate::metrics::Metrics::new());
-    let publisher =
-        bootplate::events::Publisher::new(env.client.clone(), "bootplate", None, metrics.clone());
+    let metrics = std::sync::Arc::new(bootplate::runtime::metrics::Metrics::new());
+    let publisher = bootplate::k8s::events::Publisher::new(
+        env.client.clone(),
+        "bootplate",
+        None,
+        metrics.clone(),
+    );
     let regarding = ConfigMap {
         metadata: kube::api::ObjectMeta {
             name: Some("flush-probe".into()),
@@ -306,7 +437,7 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
     // More Events than the apiserver takes in the time it takes to queue them.
     const QUEUED: usize = 300;
     for i in 0..QUEUED {
-        bootplate::events::publish(
+        bootplate::k8s::events::publish(
             &publisher,
             &regarding,
             EventType::Normal,

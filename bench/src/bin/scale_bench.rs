@@ -639,7 +639,7 @@ async fn floor_one(
 ) -> anyhow::Result<()> {
     let name = config.name_any();
     let uid = config.uid().unwrap_or_default();
-    let token = bootplate::token::Token::generate();
+    let token = bootplate::core::token::Token::generate();
     let exposed = token.expose();
     let token_secret = exposed.split_once('.').map_or("", |(_, s)| s);
     let token_data: BTreeMap<String, ByteString> = [
@@ -648,7 +648,7 @@ async fn floor_one(
         ("expiration", "2099-01-01T00:00:00Z"),
         ("usage-bootstrap-signing", "true"),
         ("usage-bootstrap-authentication", "true"),
-        ("auth-extra-groups", bootplate::token::GROUP),
+        ("auth-extra-groups", bootplate::core::token::GROUP),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
@@ -665,7 +665,7 @@ async fn floor_one(
                     )])),
                     ..Default::default()
                 },
-                type_: Some(bootplate::token::SECRET_TYPE.into()),
+                type_: Some(bootplate::core::token::SECRET_TYPE.into()),
                 data: Some(token_data),
                 ..Default::default()
             },

@@ -144,21 +144,7 @@ fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
         }
         None => random_token(),
     };
-    let ca = match (&args.ca_cert, &args.ca_key) {
-        (Some(cert), Some(key)) => {
-            let read = |p: &PathBuf| {
-                std::fs::read_to_string(p)
-                    .map_err(|e| input(format!("{}: cannot read: {e}", p.display())))
-            };
-            let pair = KeyPair {
-                cert: read(cert)?,
-                key: read(key)?,
-            };
-            pki::check_key_pair(&pair).map_err(|e| input(format!("--ca-cert/--ca-key: {e}")))?;
-            pair
-        }
-        _ => throw_away_ca("bootplate render throw-away cluster CA")?,
-    };
+    let ca = cluster_ca(args)?;
     let join = JoinInfo {
         token,
         api_server_endpoint: ClusterInfo::from_cluster(&cluster)
@@ -186,6 +172,22 @@ fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
         .render(&config, &ctx)
         .map_err(|e| Failure::Render(e.to_string()))?;
     Ok(rendered.data)
+}
+
+/// The cluster CA of `--ca-cert` and `--ca-key`, or a throw-away one.
+fn cluster_ca(args: &RenderArgs) -> Result<KeyPair, Failure> {
+    let (Some(cert), Some(key)) = (&args.ca_cert, &args.ca_key) else {
+        return throw_away_ca("bootplate render throw-away cluster CA");
+    };
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).map_err(|e| input(format!("{}: cannot read: {e}", p.display())))
+    };
+    let pair = KeyPair {
+        cert: read(cert)?,
+        key: read(key)?,
+    };
+    pki::check_key_pair(&pair).map_err(|e| input(format!("--ca-cert/--ca-key: {e}")))?;
+    Ok(pair)
 }
 
 fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
@@ -229,7 +231,7 @@ fn valid_token(t: &str) -> bool {
 
 /// A random bootstrap token in kubeadm's format (the one the controller creates).
 fn random_token() -> String {
-    bootplate::token::Token::generate().expose()
+    bootplate::core::token::Token::generate().expose()
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use crate::templates::display_name;
+use crate::k8s::templates::display_name;
 
 /// The path the ValidatingWebhookConfiguration calls.
 pub const PATH: &str = "/validate";
@@ -133,23 +133,23 @@ async fn check(
                 Some(&namespace),
                 &request.name,
             );
-            Ok(validate::template(&display, &template.spec))
+            off_runtime(move || validate::template(&display, &template.spec)).await
         }
         "ClusterBootstrapTemplate" => {
             let template: ClusterBootstrapTemplate = decode(object, "ClusterBootstrapTemplate")?;
             let display = display_name(TemplateKind::ClusterBootstrapTemplate, None, &request.name);
-            Ok(validate::template(&display, &template.spec.0))
+            off_runtime(move || validate::template(&display, &template.spec.0)).await
         }
         "BootplateConfig" => {
             let config: BootplateConfig = decode(object, "BootplateConfig")?;
             let template =
                 referenced_template(client, &namespace, &config.spec.template_ref).await?;
-            let mut problems = validate::config(
-                "spec",
-                &namespace,
-                &config.spec,
-                template.as_ref().map(|(d, s)| (d.as_str(), s)),
-            );
+            let spec = config.spec.clone();
+            let mut problems = off_runtime(move || {
+                let template = template.as_ref().map(|(d, s)| (d.as_str(), s));
+                validate::config("spec", &namespace, &spec, template)
+            })
+            .await?;
             if let Some(old) = &request.old_object {
                 let old: BootplateConfig = decode(old, "BootplateConfig")?;
                 problems.extend(validate::config_update(&old, &config));
@@ -159,17 +159,27 @@ async fn check(
         "BootplateConfigTemplate" => {
             let config_template: BootplateConfigTemplate =
                 decode(object, "BootplateConfigTemplate")?;
-            let spec = &config_template.spec.template.spec;
+            let spec = config_template.spec.template.spec;
             let template = referenced_template(client, &namespace, &spec.template_ref).await?;
-            Ok(validate::config(
-                "spec.template.spec",
-                &namespace,
-                spec,
-                template.as_ref().map(|(d, s)| (d.as_str(), s)),
-            ))
+            off_runtime(move || {
+                let template = template.as_ref().map(|(d, s)| (d.as_str(), s));
+                validate::config("spec.template.spec", &namespace, &spec, template)
+            })
+            .await
         }
         _ => Ok(Vec::new()),
     }
+}
+
+/// Runs `work` (compiling, linting and sample-rendering templates: CPU-bound, unbounded by
+/// the request) on a blocking thread, off the async runtime that also renews the leader
+/// Lease and serves the health endpoints.
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("the check did not finish: {e}"))
 }
 
 /// The referenced template when it exists (a missing one is not an error at admission: the
@@ -213,5 +223,17 @@ async fn referenced_template(
             "cannot read {} {}: {e}",
             template_ref.kind, template_ref.name
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn webhook_lints_templates_off_the_async_runtime() {
+        let runtime_thread = std::thread::current().id();
+        let checked_on = off_runtime(|| std::thread::current().id()).await.unwrap();
+        assert_ne!(checked_on, runtime_thread);
     }
 }

@@ -4,7 +4,7 @@
 use crd_types::{BootplateConfig, BootplateConfigSpec, TemplateSpec};
 use render::{Origin, Severity};
 
-use crate::templates::{
+use crate::k8s::templates::{
     check_one_content_source, check_secret_namespace, check_template_namespace,
 };
 

@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use render::CompiledTemplate;
 
-use crate::context::Stores;
 use crate::error::{Error, Result};
+use crate::k8s::stores::Stores;
 
 /// `<Kind>/<name>`: how the data Secret's annotation and the render metrics name the template a
 /// config references.
@@ -29,11 +29,25 @@ pub struct ResolvedTemplate {
 }
 
 /// How messages name a template object.
-pub fn display_name(kind: TemplateKind, namespace: Option<&str>, name: &str) -> String {
+pub(crate) fn display_name(
+    kind: impl std::fmt::Display,
+    namespace: Option<&str>,
+    name: &str,
+) -> String {
     match namespace {
         Some(ns) => format!("{kind} {ns}/{name}"),
         None => format!("{kind} {name}"),
     }
+}
+
+/// How messages (and the compiled cache) name `template`.
+pub(crate) fn display_of<K: kube::Resource<DynamicType = ()>>(template: &K) -> String {
+    let meta = template.meta();
+    display_name(
+        K::kind(&()),
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// Compiled templates keyed by object, replaced when the revision changes.

@@ -13,8 +13,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use render::{Certificates, KeyPair};
 
-use crate::context::Stores;
 use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::k8s::stores::Stores;
 use crate::pki;
 
 /// The four certificate Secrets, by suffix.
@@ -64,7 +64,7 @@ impl Purpose {
 
 /// The certificate Secrets a render for `role` reads: all four for the control-plane roles,
 /// `<cluster>-ca` alone (for its hash) for workers.
-pub fn secret_names(cluster: &str, role: crd_types::Role) -> Vec<String> {
+pub(crate) fn secret_names(cluster: &str, role: crd_types::Role) -> Vec<String> {
     if role.is_control_plane() {
         Purpose::ALL
             .iter()
@@ -135,24 +135,46 @@ pub struct CaHashes {
     hashes: Mutex<HashMap<(String, String), (String, String)>>,
 }
 
+impl CaHashes {
+    /// The hash computed for resourceVersion `version` of Cluster `cluster`'s CA Secret.
+    pub(crate) fn cached(&self, namespace: &str, cluster: &str, version: &str) -> Option<String> {
+        let key = (namespace.to_owned(), secret_name(cluster, Purpose::Ca));
+        let hashes = self.hashes.lock().expect("lock");
+        let (cached_version, hash) = hashes.get(&key)?;
+        (cached_version == version).then(|| hash.clone())
+    }
+
+    /// Remembers the hash of resourceVersion `version` of Cluster `cluster`'s CA Secret.
+    pub(crate) fn remember(&self, namespace: &str, cluster: &str, version: &str, hash: &str) {
+        let key = (namespace.to_owned(), secret_name(cluster, Purpose::Ca));
+        let value = (version.to_owned(), hash.to_owned());
+        self.hashes.lock().expect("lock").insert(key, value);
+    }
+
+    /// Forgets the hash of a deleted Cluster.
+    pub(crate) fn forget(&self, namespace: &str, cluster: &str) {
+        let key = (namespace.to_owned(), secret_name(cluster, Purpose::Ca));
+        self.hashes.lock().expect("lock").remove(&key);
+    }
+}
+
 /// The CA hash for join data: `sha256:<hex of the CA's SubjectPublicKeyInfo hash>`.
 /// Reads only `tls.crt` of `<cluster>-ca`: a worker never touches a private key. When the
 /// Secret is in the metadata store (`stores`, CAPI labels it with the cluster's name), the hash
 /// computed for its current resourceVersion is reused without reading it.
-pub async fn ca_hash(
+pub(crate) async fn ca_hash(
     client: &Client,
     stores: &Stores,
     cache: &CaHashes,
     cluster: &Cluster,
 ) -> Result<String> {
     let namespace = cluster.namespace().unwrap_or_default();
-    let name = secret_name(&cluster.name_any(), Purpose::Ca);
-    let key = (namespace.clone(), name.clone());
+    let cluster_name = cluster.name_any();
+    let name = secret_name(&cluster_name, Purpose::Ca);
     if let Some(version) = stores.secret_version(&namespace, &name)
-        && let Some((cached_version, hash)) = cache.hashes.lock().expect("lock").get(&key)
-        && *cached_version == version
+        && let Some(hash) = cache.cached(&namespace, &cluster_name, &version)
     {
-        return Ok(hash.clone());
+        return Ok(hash);
     }
     let secret = get(client, &namespace, &name).await?.ok_or_else(|| {
         Error::waiting(
@@ -168,18 +190,14 @@ pub async fn ca_hash(
         )
     })?;
     if let Some(version) = secret.resource_version() {
-        cache
-            .hashes
-            .lock()
-            .expect("lock")
-            .insert(key, (version, hash.clone()));
+        cache.remember(&namespace, &cluster_name, &version, &hash);
     }
     Ok(hash)
 }
 
 /// All four key pairs for a control-plane machine. With `generate` (the `init` machine of a
 /// Cluster without a control-plane provider), missing ones are created, owned by the Cluster.
-pub async fn control_plane(
+pub(crate) async fn control_plane(
     client: &Client,
     cluster: &Cluster,
     generate: bool,

@@ -3,7 +3,7 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::flags::LogFormat;
+use crate::runtime::flags::LogFormat;
 
 /// Library log targets capped whatever the filter says, because their verbose levels print
 /// data bootplate must keep secret: handlebars logs the render context (tokens, keys) at debug.

@@ -26,7 +26,7 @@ pub struct Publisher {
     queue: tokio::sync::mpsc::Sender<Event>,
     controller: String,
     instance: String,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
 }
 
 impl Publisher {
@@ -36,7 +36,7 @@ impl Publisher {
         client: Client,
         controller: &str,
         instance: Option<String>,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
     ) -> Self {
         let (queue, pending) = tokio::sync::mpsc::channel(QUEUE);
         tokio::spawn(deliver(client, pending, metrics.clone()));
@@ -120,7 +120,7 @@ impl Publisher {
 async fn deliver(
     client: Client,
     mut pending: tokio::sync::mpsc::Receiver<Event>,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
 ) {
     while let Some(event) = pending.recv().await {
         let namespace = event.metadata.namespace.clone().unwrap_or_default();

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::context::Settings;
+use crate::core::token::LONGEST_TTL;
+use crate::reconcile::context::Settings;
 
 /// Flags of `bootplate run`.
 #[derive(Args, Debug, Clone)]
@@ -27,7 +28,7 @@ pub struct RunArgs {
     pub concurrency: u16,
     /// Lifetime of bootstrap tokens (for example 15m, 1h). Tokens are extended while their
     /// Machine has not joined, and deleted once it has.
-    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    #[arg(long, default_value = "15m", value_parser = parse_token_ttl)]
     pub bootstrap_token_ttl: Duration,
     /// Timeout of each request to a workload cluster.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -101,6 +102,19 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// A bootstrap token lifetime: a duration of at most [`LONGEST_TTL`] (a year), so token
+/// expiries stay far from the end of time.
+fn parse_token_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    if ttl > LONGEST_TTL {
+        return Err(format!(
+            "{text} is longer than a bootstrap token may live ({})",
+            humantime::format_duration(LONGEST_TTL)
+        ));
+    }
+    Ok(ttl)
+}
+
 impl RunArgs {
     /// Checks relations between flags that clap cannot express.
     pub fn validate(&self) -> Result<(), String> {
@@ -114,8 +128,8 @@ impl RunArgs {
     }
 
     /// The leader-election timing these flags describe.
-    pub fn leader_timing(&self) -> crate::leader::Timing {
-        crate::leader::Timing {
+    pub fn leader_timing(&self) -> crate::runtime::leader::Timing {
+        crate::runtime::leader::Timing {
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
             retry_period: self.leader_elect_retry_period,
@@ -130,6 +144,38 @@ impl RunArgs {
             bootstrap_token_ttl: self.bootstrap_token_ttl,
             workload_timeout: self.workload_timeout,
             concurrency: self.concurrency,
+            build: String::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+
+    fn ttl(flag: &str) -> Result<Duration, String> {
+        Run::try_parse_from(["run", &format!("--bootstrap-token-ttl={flag}")])
+            .map(|run| run.args.bootstrap_token_ttl)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn bootstrap_token_ttl_20000y_is_refused_with_a_clear_error() {
+        let error = ttl("20000y").unwrap_err();
+        assert!(error.contains("--bootstrap-token-ttl"), "{error}");
+        assert!(
+            error.contains("20000y is longer than a bootstrap token may live"),
+            "{error}"
+        );
+        assert!(ttl("0s").unwrap_err().contains("must be more than zero"));
+        assert_eq!(ttl("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(ttl("366days"), Ok(LONGEST_TTL));
     }
 }

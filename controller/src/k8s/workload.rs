@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 
-use crate::context::Stores;
 use crate::error::{Error, Result, is_not_found};
+use crate::k8s::stores::Stores;
 
 /// Cached clients, keyed by the kubeconfig Secret and its resourceVersion: a rotated
 /// kubeconfig gets a new client, an unchanged one reuses its connections.
@@ -20,6 +20,18 @@ pub struct WorkloadClients {
 }
 
 impl WorkloadClients {
+    /// Forgets the client of a deleted Cluster.
+    pub(crate) fn forget(&self, namespace: &str, cluster: &str) {
+        let key = (namespace.to_owned(), cluster.to_owned());
+        self.clients.lock().expect("lock").remove(&key);
+    }
+
+    #[cfg(test)]
+    fn holds(&self, namespace: &str, cluster: &str) -> bool {
+        let key = (namespace.to_owned(), cluster.to_owned());
+        self.clients.lock().expect("lock").contains_key(&key)
+    }
+
     /// A client of the workload cluster `cluster` in `namespace`. When the kubeconfig Secret
     /// is in the metadata store (CAPI labels it with the cluster's name) and its
     /// resourceVersion is the cached client's, the client is reused without reading it.
@@ -91,8 +103,52 @@ async fn build_client(
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(format!("key `value` is not a usable kubeconfig: {e}")))?;
+    with_timeouts(&mut config, timeout);
+    Client::try_from(config).map_err(|e| bad(format!("cannot build a client: {e}")))
+}
+
+/// Bounds every request to a workload cluster by `timeout`. The read timeout counts from when a
+/// request is written, not from when its pooled connection went idle: without the reset, a
+/// connection idle for longer than the timeout failed the next request at once.
+fn with_timeouts(config: &mut Config, timeout: Duration) {
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
-    Client::try_from(config).map_err(|e| bad(format!("cannot build a client: {e}")))
+    config.reset_reader_on_write = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_clients_reset_the_read_timeout_on_write() {
+        let mut config = Config::new("https://127.0.0.1:6443".parse().unwrap());
+        with_timeouts(&mut config, Duration::from_secs(10));
+        assert_eq!(config.read_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(config.connect_timeout, Some(Duration::from_secs(10)));
+        assert!(config.reset_reader_on_write);
+    }
+
+    #[tokio::test]
+    async fn caches_forget_deleted_clusters() {
+        let clients = WorkloadClients::default();
+        let client =
+            Client::try_from(Config::new("https://127.0.0.1:6443".parse().unwrap())).unwrap();
+        for cluster in ["c1", "c2"] {
+            let key = ("ns".to_owned(), cluster.to_owned());
+            clients
+                .clients
+                .lock()
+                .unwrap()
+                .insert(key, ("1".into(), client.clone()));
+        }
+        clients.forget("ns", "c1");
+        assert!(!clients.holds("ns", "c1"));
+        assert!(clients.holds("ns", "c2"));
+        let hashes = crate::k8s::certs::CaHashes::default();
+        hashes.remember("ns", "c1", "1", "sha256:ab");
+        hashes.forget("ns", "c1");
+        assert_eq!(hashes.cached("ns", "c1", "1"), None);
+    }
 }

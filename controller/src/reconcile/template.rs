@@ -6,18 +6,17 @@ use std::time::Duration;
 
 use crd_types::conditions::{self, reason};
 use crd_types::{
-    BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate, TemplateKind,
-    TemplateSpec,
+    BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate, TemplateSpec,
 };
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tracing::warn;
 
-use crate::context::Context;
+use crate::core::status::{self, Desired};
 use crate::error::{Error, Result};
-use crate::status::{self, Desired};
-use crate::templates::display_name;
+use crate::k8s::templates::display_of;
+use crate::reconcile::context::Context;
 
 /// Reconciles a namespaced template.
 pub async fn reconcile_namespaced(
@@ -25,11 +24,7 @@ pub async fn reconcile_namespaced(
     ctx: Arc<Context>,
 ) -> Result<Action> {
     let namespace = template.namespace().unwrap_or_default();
-    let display = display_name(
-        TemplateKind::BootstrapTemplate,
-        Some(&namespace),
-        &template.name_any(),
-    );
+    let display = display_of(template.as_ref());
     let api: Api<BootstrapTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
     let desired = check(
         &ctx,
@@ -53,11 +48,7 @@ pub async fn reconcile_cluster(
     template: Arc<ClusterBootstrapTemplate>,
     ctx: Arc<Context>,
 ) -> Result<Action> {
-    let display = display_name(
-        TemplateKind::ClusterBootstrapTemplate,
-        None,
-        &template.name_any(),
-    );
+    let display = display_of(template.as_ref());
     let api: Api<ClusterBootstrapTemplate> = Api::all(ctx.client.clone());
     let desired = check(
         &ctx,
@@ -125,6 +116,7 @@ fn check(
                 message,
             }],
             generation,
+            k8s_openapi::jiff::Timestamp::now(),
         ),
     }
 }
@@ -146,7 +138,7 @@ where
         .find(|c| c.type_ == conditions::VALID && c.status == "False");
     ctx.metrics
         .template_validity(&metrics_key(template), Some(invalid.is_none()));
-    let written = match status::apply(api, template, previous, &desired).await {
+    let written = match crate::k8s::status::apply(api, template, previous, &desired).await {
         Ok(written) => written,
         Err(e) => {
             ctx.metrics
@@ -159,7 +151,7 @@ where
         .reconciled("template", result, started.elapsed());
     if written && let Some(condition) = invalid {
         let note = condition.message.clone();
-        crate::events::publish(
+        crate::k8s::events::publish(
             &ctx.recorder,
             template,
             EventType::Warning,

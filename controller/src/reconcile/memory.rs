@@ -40,13 +40,9 @@ impl<V> ByConfig<V> {
     }
 
     /// How many entries are held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     /// Sets the entry of config `uid`; when the memory is due for pruning, keeps only the

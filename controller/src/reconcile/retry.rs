@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::memory::ByConfig;
+use crate::reconcile::memory::ByConfig;
 
 /// The delay after a first failure.
 pub const FIRST: Duration = Duration::from_secs(5);

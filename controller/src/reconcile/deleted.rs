@@ -16,12 +16,12 @@ use kube::ResourceExt;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tracing::{info, warn};
 
-use crate::context::Context;
-use crate::token;
+use super::context::{Context, config_key};
+use crate::k8s::tokens;
 
 /// What is left to know of a deleted config: where its tokens are and which are its.
 #[derive(Debug)]
-pub struct DeletedConfig {
+pub(crate) struct DeletedConfig {
     namespace: String,
     cluster: String,
     uid: String,
@@ -31,18 +31,18 @@ pub struct DeletedConfig {
 impl DeletedConfig {
     /// The deleted config's token location, when it names its Cluster (CAPI labels every
     /// config it adopts with the cluster's name; an unadopted config never had a token).
-    pub fn of(config: &BootplateConfig) -> Option<DeletedConfig> {
+    pub(crate) fn of(config: &BootplateConfig) -> Option<DeletedConfig> {
         Some(DeletedConfig {
             namespace: config.namespace()?,
             cluster: config.labels().get(CLUSTER_NAME_LABEL)?.clone(),
             uid: config.uid()?,
-            key: crate::config_controller::key(config),
+            key: config_key(config),
         })
     }
 }
 
 /// The channel deletions are reported on.
-pub fn channel() -> (
+pub(crate) fn channel() -> (
     UnboundedSender<DeletedConfig>,
     UnboundedReceiver<DeletedConfig>,
 ) {
@@ -51,20 +51,16 @@ pub fn channel() -> (
 
 /// Deletes the tokens of each reported config, until the channel closes. A workload cluster
 /// that cannot be reached is logged and left to the token's expiry.
-pub async fn delete_tokens(ctx: Arc<Context>, mut deleted: UnboundedReceiver<DeletedConfig>) {
+pub(crate) async fn delete_tokens(
+    ctx: Arc<Context>,
+    mut deleted: UnboundedReceiver<DeletedConfig>,
+) {
     while let Some(config) = deleted.recv().await {
         let workload = ctx
-            .workloads
-            .client(
-                &ctx.client,
-                &ctx.stores,
-                &config.namespace,
-                &config.cluster,
-                ctx.settings.workload_timeout,
-            )
+            .workload_client(&config.namespace, &config.cluster)
             .await;
         let result = match workload {
-            Ok(workload) => token::delete(&workload, &config.uid).await,
+            Ok(workload) => tokens::delete(&workload, &config.uid).await,
             Err(e) => Err(e),
         };
         match result {

@@ -11,26 +11,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-/// The state of a config, for `bootplate_configs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ConfigState {
-    /// The data Secret is written.
-    Ready,
-    /// Waiting for something that clears by itself.
-    Waiting,
-    /// A problem someone has to fix.
-    Failed,
-}
-
-impl ConfigState {
-    fn as_str(self) -> &'static str {
-        match self {
-            ConfigState::Ready => "ready",
-            ConfigState::Waiting => "waiting",
-            ConfigState::Failed => "failed",
-        }
-    }
-}
+pub use crate::core::outcome::ConfigState;
 
 /// Every metric bootplate exports.
 pub struct Metrics {
@@ -62,122 +43,33 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Creates and registers every metric.
+    /// Creates and registers every metric.
+    #[rustfmt::skip]
     pub fn new() -> Self {
-        let registry = Registry::new();
-        let reconciles = IntCounterVec::new(
-            Opts::new("bootplate_reconciles_total", "Reconciles by controller (config, template) and result (ready, waiting, failed, error)."),
-            &["controller", "result"],
-        )
-        .expect("valid metric");
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "bootplate_reconcile_duration_seconds",
-                "Time one reconcile took, by controller.",
-            )
-            .buckets(vec![
-                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["controller"],
-        )
-        .expect("valid metric");
-        let render_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "bootplate_render_duration_seconds",
-                "Time to render one config's user-data, by template.",
-            )
-            .buckets(vec![
-                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
-            ]),
-            &["template"],
-        )
-        .expect("valid metric");
-        let render_failures = IntCounterVec::new(
-            Opts::new(
-                "bootplate_render_failures_total",
-                "Failed renders by template and condition reason.",
-            ),
-            &["template", "reason"],
-        )
-        .expect("valid metric");
-        let secrets_written = IntCounter::new(
-            "bootplate_data_secrets_written_total",
-            "Data Secrets created or updated.",
-        )
-        .expect("valid metric");
-        let events = IntCounterVec::new(
-            Opts::new(
-                "bootplate_events_total",
-                "Kubernetes Events by outcome: published, failed (refused by the apiserver), dropped (the delivery queue was full).",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        let events_queued =
-            IntGauge::new("bootplate_events_queued", "Events waiting for delivery.")
-                .expect("valid metric");
-        let tokens = IntCounterVec::new(
-            Opts::new("bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, deleted) and errors managing them (error)."),
-            &["action"],
-        )
-        .expect("valid metric");
-        let configs = IntGaugeVec::new(
-            Opts::new(
-                "bootplate_configs",
-                "Configs by state (ready, waiting, failed).",
-            ),
-            &["state"],
-        )
-        .expect("valid metric");
-        let templates = IntGaugeVec::new(
-            Opts::new(
-                "bootplate_templates",
-                "Templates by validity (valid, invalid).",
-            ),
-            &["validity"],
-        )
-        .expect("valid metric");
-        let time_to_ready = Histogram::with_opts(
-            HistogramOpts::new(
-                "bootplate_config_time_to_ready_seconds",
-                "Time from a config's creation until its data Secret was first written.",
-            )
-            .buckets(vec![
-                1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
-            ]),
-        )
-        .expect("valid metric");
-        let oldest_waiting = IntGauge::new(
-            "bootplate_oldest_waiting_config_age_seconds",
-            "Age of the oldest config that is not ready (waiting or failed); 0 when none.",
-        )
-        .expect("valid metric");
-        let leader = IntGauge::new(
-            "bootplate_leader",
-            "1 while this instance holds the leader Lease (or runs without leader election).",
-        )
-        .expect("valid metric");
+        let r = Registry::new();
+        let reconciles = counter_vec(&r, "bootplate_reconciles_total", "Reconciles by controller (config, template) and result (ready, waiting, failed, error).", &["controller", "result"]);
+        let reconcile_duration = histogram_vec(&r, "bootplate_reconcile_duration_seconds", "Time one reconcile took, by controller.", vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0], &["controller"]);
+        let render_duration = histogram_vec(&r, "bootplate_render_duration_seconds", "Time to render one config's user-data, by template.", vec![0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0], &["template"]);
+        let render_failures = counter_vec(&r, "bootplate_render_failures_total", "Failed renders by template and condition reason.", &["template", "reason"]);
+        let secrets_written = IntCounter::new("bootplate_data_secrets_written_total", "Data Secrets created or updated.").expect("valid metric");
+        let events = counter_vec(&r, "bootplate_events_total", "Kubernetes Events by outcome: published, failed (refused by the apiserver), dropped (the delivery queue was full).", &["result"]);
+        let events_queued = IntGauge::new("bootplate_events_queued", "Events waiting for delivery.").expect("valid metric");
+        let tokens = counter_vec(&r, "bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, deleted) and errors managing them (error).", &["action"]);
+        let configs = gauge_vec(&r, "bootplate_configs", "Configs by state (ready, waiting, failed).", &["state"]);
+        let templates = gauge_vec(&r, "bootplate_templates", "Templates by validity (valid, invalid).", &["validity"]);
+        let time_to_ready = Histogram::with_opts(HistogramOpts::new("bootplate_config_time_to_ready_seconds", "Time from a config's creation until its data Secret was first written.").buckets(vec![1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0])).expect("valid metric");
+        let oldest_waiting = IntGauge::new("bootplate_oldest_waiting_config_age_seconds", "Age of the oldest config that is not ready (waiting or failed); 0 when none.").expect("valid metric");
+        let leader = IntGauge::new("bootplate_leader", "1 while this instance holds the leader Lease (or runs without leader election).").expect("valid metric");
         for collector in [
-            Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(reconcile_duration.clone()),
-            Box::new(render_duration.clone()),
-            Box::new(render_failures.clone()),
-            Box::new(secrets_written.clone()),
-            Box::new(events.clone()),
+            Box::new(secrets_written.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(events_queued.clone()),
-            Box::new(tokens.clone()),
-            Box::new(configs.clone()),
-            Box::new(templates.clone()),
             Box::new(time_to_ready.clone()),
             Box::new(oldest_waiting.clone()),
             Box::new(leader.clone()),
         ] {
-            registry.register(collector).expect("unique metric names");
+            r.register(collector).expect("unique metric names");
         }
-        for state in [
-            ConfigState::Ready,
-            ConfigState::Waiting,
-            ConfigState::Failed,
-        ] {
+        for state in [ConfigState::Ready, ConfigState::Waiting, ConfigState::Failed] {
             configs.with_label_values(&[state.as_str()]).set(0);
         }
         for validity in ["valid", "invalid"] {
@@ -187,20 +79,9 @@ impl Metrics {
             events.with_label_values(&[result]).reset();
         }
         Metrics {
-            registry,
-            reconciles,
-            reconcile_duration,
-            render_duration,
-            render_failures,
-            secrets_written,
-            events,
-            events_queued,
-            tokens,
-            configs,
-            templates,
-            time_to_ready,
-            oldest_waiting,
-            leader,
+            registry: r, reconciles, reconcile_duration, render_duration, render_failures,
+            secrets_written, events, events_queued, tokens, configs, templates, time_to_ready,
+            oldest_waiting, leader,
             config_states: Mutex::default(),
             template_validity: Mutex::default(),
         }
@@ -345,6 +226,40 @@ impl Metrics {
             .expect("text encoding");
         String::from_utf8(out).expect("prometheus text is UTF-8")
     }
+}
+
+/// A counter family registered in `registry`.
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric names");
+    metric
+}
+
+/// A gauge family registered in `registry`.
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let metric = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric names");
+    metric
+}
+
+/// A histogram family with `buckets` registered in `registry`.
+fn histogram_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    buckets: Vec<f64>,
+    labels: &[&str],
+) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(buckets);
+    let metric = HistogramVec::new(opts, labels).expect("valid metric");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric names");
+    metric
 }
 
 #[cfg(test)]

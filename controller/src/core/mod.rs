@@ -1,0 +1,11 @@
+//! What a reconcile decides, free of the Kubernetes client: the facts it gathered go in as
+//! plain values, the decision comes out. Every rule here is unit-tested without an apiserver.
+
+pub(crate) mod blocked;
+pub(crate) mod gate;
+pub(crate) mod outcome;
+pub(crate) mod role;
+pub(crate) mod skip;
+pub(crate) mod status;
+pub mod token;
+pub(crate) mod write;

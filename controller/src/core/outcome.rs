@@ -1,0 +1,226 @@
+//! What a reconcile's result means for the config: its state in the metrics, when to look at
+//! it again, and which Event tells people.
+
+use std::time::Duration;
+
+use crd_types::Role;
+use crd_types::conditions::reason;
+
+use super::blocked::Blocked;
+
+/// How long to wait before looking again at a config that waits for something no watch
+/// reports (for example, a Secret in a workload cluster).
+pub(crate) const WAIT_REQUEUE: Duration = Duration::from_secs(30);
+/// How long before retrying a config with a problem someone has to fix; watches on the
+/// config and its template usually trigger earlier.
+pub(crate) const FAILED_REQUEUE: Duration = Duration::from_secs(300);
+
+/// The state of a config, for `bootplate_configs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConfigState {
+    /// The data Secret is written.
+    Ready,
+    /// Waiting for something that clears by itself.
+    Waiting,
+    /// A problem someone has to fix.
+    Failed,
+}
+
+impl ConfigState {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigState::Ready => "ready",
+            ConfigState::Waiting => "waiting",
+            ConfigState::Failed => "failed",
+        }
+    }
+}
+
+/// When to look again at a ready config; `None`: only when something changes.
+pub(crate) fn ready_requeue(token_in_use: bool, ttl: Duration) -> Option<Duration> {
+    // Check the token again well before it expires.
+    token_in_use.then_some(ttl / 3)
+}
+
+/// When to look again at a joined config whose clean-up failed.
+pub(crate) const CLEANUP_RETRY: Duration = WAIT_REQUEUE;
+
+/// The state and next look of a config whose Machine joined. A failed clean-up (a workload
+/// cluster that does not answer, a token deletion refused) leaves it ready, since its data
+/// Secret is written and its Machine booted, and counted as ready, not waiting (the
+/// oldest-waiting alert is for machines that cannot boot); it is looked at again soon, so a
+/// token does not outlive its use for longer than it must.
+pub(crate) fn joined(cleanup_failed: bool) -> (ConfigState, Option<Duration>) {
+    (ConfigState::Ready, cleanup_failed.then_some(CLEANUP_RETRY))
+}
+
+/// The state and the next look for a blocked config.
+pub(crate) fn blocked(why: &Blocked) -> (ConfigState, Duration) {
+    if why.waiting {
+        return (ConfigState::Waiting, WAIT_REQUEUE);
+    }
+    // contentFrom Secrets are not watched (they carry no label to select them by), and the
+    // usual fix, creating the Secret, is often just late: look again soon.
+    let retry = if why.reason == reason::FILE_SOURCE_ERROR {
+        WAIT_REQUEUE
+    } else {
+        FAILED_REQUEUE
+    };
+    (ConfigState::Failed, retry)
+}
+
+/// An Event to publish about a config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Note {
+    /// Warning (else Normal).
+    pub warning: bool,
+    /// The Event's reason.
+    pub reason: &'static str,
+    /// The Event's action.
+    pub action: &'static str,
+    /// The text, for people.
+    pub text: String,
+}
+
+/// The Event of a blocked config: only when its status was written and its `Ready` condition
+/// says something new.
+pub(crate) fn blocked_note(
+    why: &Blocked,
+    status_written: bool,
+    condition_changed: bool,
+) -> Option<Note> {
+    (status_written && condition_changed).then(|| Note {
+        warning: !why.waiting,
+        reason: why.reason,
+        action: "Reconcile",
+        text: why.message.clone(),
+    })
+}
+
+/// What a full render did, for its Event.
+pub(crate) struct RenderFacts<'a> {
+    /// The data Secret was written.
+    pub written: bool,
+    /// How messages name the template.
+    pub template: &'a str,
+    /// The template revision.
+    pub revision: &'a str,
+    /// The role rendered.
+    pub role: Role,
+    /// The data Secret's name.
+    pub secret: &'a str,
+    /// The ID of a token this render created.
+    pub created_token: Option<&'a str>,
+}
+
+/// One Event per render, which also tells of a token the render created: a rollout of thousands
+/// of machines records one Event each, not two. None when nothing was written or created.
+pub(crate) fn render_note(facts: &RenderFacts<'_>) -> Option<Note> {
+    let token = facts
+        .created_token
+        .map(|id| format!("bootstrap token {id} created in the workload cluster"));
+    if facts.written {
+        let rendered = format!(
+            "rendered {} (revision {}) for role {} into Secret {}",
+            facts.template, facts.revision, facts.role, facts.secret
+        );
+        return Some(Note {
+            warning: false,
+            reason: "Rendered",
+            action: "Render",
+            text: match token {
+                Some(token) => format!("{rendered}; {token}"),
+                None => rendered,
+            },
+        });
+    }
+    token.map(|text| Note {
+        warning: false,
+        reason: "TokenCreated",
+        action: "CreateToken",
+        text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocked_configs_wait_or_fail_and_are_looked_at_again() {
+        let cases = [
+            (
+                Blocked::waiting(reason::WAITING_FOR_MACHINE, "m"),
+                ConfigState::Waiting,
+                WAIT_REQUEUE,
+            ),
+            (
+                Blocked::failed(reason::TEMPLATE_INVALID, "m"),
+                ConfigState::Failed,
+                FAILED_REQUEUE,
+            ),
+            (
+                Blocked::failed(reason::FILE_SOURCE_ERROR, "m"),
+                ConfigState::Failed,
+                WAIT_REQUEUE,
+            ),
+        ];
+        for (why, state, requeue) in cases {
+            assert_eq!(blocked(&why), (state, requeue), "{why:?}");
+        }
+    }
+
+    #[test]
+    fn failed_token_deletion_keeps_a_bootstrapped_config_ready() {
+        assert_eq!(joined(true), (ConfigState::Ready, Some(CLEANUP_RETRY)));
+        assert_eq!(joined(false), (ConfigState::Ready, None));
+    }
+
+    #[test]
+    fn a_ready_config_with_a_token_is_looked_at_within_a_third_of_its_lifetime() {
+        let ttl = Duration::from_secs(900);
+        assert_eq!(ready_requeue(true, ttl), Some(Duration::from_secs(300)));
+        assert_eq!(ready_requeue(false, ttl), None);
+    }
+
+    #[test]
+    fn a_blocked_config_gets_an_event_only_for_news() {
+        let waiting = Blocked::waiting(reason::WAITING_FOR_MACHINE, "no machine");
+        let failed = Blocked::failed(reason::TEMPLATE_INVALID, "bad");
+        assert_eq!(blocked_note(&waiting, true, false), None);
+        assert_eq!(blocked_note(&waiting, false, true), None);
+        let note = blocked_note(&waiting, true, true).unwrap();
+        assert_eq!(
+            (note.warning, note.reason, note.text.as_str()),
+            (false, reason::WAITING_FOR_MACHINE, "no machine")
+        );
+        assert!(blocked_note(&failed, true, true).unwrap().warning);
+    }
+
+    #[test]
+    fn a_render_tells_in_one_event_what_it_wrote_and_created() {
+        let facts = |written, created_token| RenderFacts {
+            written,
+            template: "ClusterBootstrapTemplate ubuntu",
+            revision: "r1",
+            role: Role::Worker,
+            secret: "w-0",
+            created_token,
+        };
+        let both = render_note(&facts(true, Some("abc123"))).unwrap();
+        assert_eq!(both.reason, "Rendered");
+        assert_eq!(
+            both.text,
+            "rendered ClusterBootstrapTemplate ubuntu (revision r1) for role worker into Secret w-0; bootstrap token abc123 created in the workload cluster"
+        );
+        let written = render_note(&facts(true, None)).unwrap();
+        assert!(!written.text.contains("token"));
+        let token = render_note(&facts(false, Some("abc123"))).unwrap();
+        assert_eq!(
+            (token.reason, token.action),
+            ("TokenCreated", "CreateToken")
+        );
+        assert_eq!(render_note(&facts(false, None)), None);
+    }
+}

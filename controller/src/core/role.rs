@@ -1,0 +1,170 @@
+//! Which role a machine renders with, and the init lock.
+//!
+//! The first control-plane machine of a Cluster renders `init`; the lock (ConfigMap
+//! `<cluster>-lock`) makes sure exactly one does, even when all are created at once. It is
+//! released as soon as it has served: when the Cluster reports its control plane initialized,
+//! or when the init Machine's Node joined, whichever Cluster API shows first (its Machine
+//! controller can set `nodeRef` before the Cluster's `ControlPlaneInitialized` condition). A
+//! lock whose holder Machine is gone is taken over.
+
+use crd_types::Role;
+use crd_types::conditions::reason;
+
+use super::blocked::Blocked;
+
+/// What the role decision needs to know.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RoleFacts<'a> {
+    /// The role a previous render used (see `gate::recorded_role`): a machine keeps it.
+    pub recorded: Option<Role>,
+    /// The Machine carries the control-plane label.
+    pub control_plane: bool,
+    /// The Cluster reports its control plane initialized.
+    pub initialized: bool,
+    /// The Cluster's name, for messages.
+    pub cluster: &'a str,
+}
+
+/// The role, or that it is `init` if this machine gets the init lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RoleDecision {
+    /// The role is known.
+    Decided(Role),
+    /// `init`, once the init lock is this machine's.
+    InitIfLocked,
+}
+
+/// The role a machine renders with, or why it waits.
+pub(crate) fn decide(facts: RoleFacts<'_>) -> Result<RoleDecision, Blocked> {
+    if let Some(role) = facts.recorded {
+        return Ok(RoleDecision::Decided(role));
+    }
+    match (facts.control_plane, facts.initialized) {
+        (false, true) => Ok(RoleDecision::Decided(Role::Worker)),
+        (false, false) => Err(Blocked::waiting(
+            reason::WAITING_FOR_CONTROL_PLANE,
+            format!(
+                "waiting for the control plane of Cluster {} to be initialized",
+                facts.cluster
+            ),
+        )),
+        (true, true) => Ok(RoleDecision::Decided(Role::ControlPlaneJoin)),
+        (true, false) => Ok(RoleDecision::InitIfLocked),
+    }
+}
+
+/// What to do about an init lock another attempt created first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LockVerdict {
+    /// It names this machine: the lock is ours.
+    Ours,
+    /// Its holder is gone: remove that exact lock and try again.
+    TakeOver,
+    /// Another machine initializes the control plane: wait.
+    Wait(Blocked),
+}
+
+/// The verdict on an existing lock held by `holder`, for machine `me`; `holder_exists` says
+/// whether the cache holds the holder Machine.
+pub(crate) fn judge_lock(
+    holder: &str,
+    me: &str,
+    holder_exists: bool,
+    cluster: &str,
+) -> LockVerdict {
+    if holder == me {
+        LockVerdict::Ours
+    } else if holder_exists {
+        LockVerdict::Wait(Blocked::waiting(
+            reason::WAITING_FOR_INIT_LOCK,
+            format!("Machine {holder} is initializing the control plane of Cluster {cluster}"),
+        ))
+    } else {
+        LockVerdict::TakeOver
+    }
+}
+
+/// Why a machine waits when the lock changed hands under it twice.
+pub(crate) fn lock_contended(cluster: &str) -> Blocked {
+    Blocked::waiting(
+        reason::WAITING_FOR_INIT_LOCK,
+        format!("the init lock of Cluster {cluster} is contended"),
+    )
+}
+
+/// Whether the init lock is to be released: it has served once the machine rendering `init`
+/// sees the control plane initialized or its own Node joined.
+pub(crate) fn release_init_lock(role: Role, initialized: bool, machine_joined: bool) -> bool {
+    role == Role::Init && (initialized || machine_joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(recorded: Option<Role>, control_plane: bool, initialized: bool) -> RoleFacts<'static> {
+        RoleFacts {
+            recorded,
+            control_plane,
+            initialized,
+            cluster: "c1",
+        }
+    }
+
+    #[test]
+    fn each_machine_gets_its_role() {
+        use RoleDecision::*;
+        let waits = Err(reason::WAITING_FOR_CONTROL_PLANE);
+        let cases = [
+            (facts(None, false, false), waits),
+            (facts(None, false, true), Ok(Decided(Role::Worker))),
+            (facts(None, true, false), Ok(InitIfLocked)),
+            (facts(None, true, true), Ok(Decided(Role::ControlPlaneJoin))),
+            (facts(Some(Role::Init), true, true), Ok(Decided(Role::Init))),
+            (
+                facts(Some(Role::Worker), false, false),
+                Ok(Decided(Role::Worker)),
+            ),
+        ];
+        for (facts, expected) in cases {
+            assert_eq!(decide(facts).map_err(|b| b.reason), expected, "{facts:?}");
+        }
+    }
+
+    #[test]
+    fn an_existing_lock_is_ours_taken_over_or_waited_for() {
+        assert_eq!(judge_lock("m-0", "m-0", true, "c1"), LockVerdict::Ours);
+        assert_eq!(judge_lock("m-1", "m-0", false, "c1"), LockVerdict::TakeOver);
+        assert_eq!(judge_lock("", "m-0", false, "c1"), LockVerdict::TakeOver);
+        let LockVerdict::Wait(blocked) = judge_lock("m-1", "m-0", true, "c1") else {
+            panic!("waits for m-1");
+        };
+        assert_eq!(blocked.reason, reason::WAITING_FOR_INIT_LOCK);
+        assert_eq!(
+            blocked.message,
+            "Machine m-1 is initializing the control plane of Cluster c1"
+        );
+        assert_eq!(lock_contended("c1").reason, reason::WAITING_FOR_INIT_LOCK);
+    }
+
+    #[test]
+    fn init_lock_released_when_machine_has_node_ref_before_control_plane_initialized() {
+        // Cluster API's Machine controller may set nodeRef before the Cluster reports
+        // ControlPlaneInitialized: the lock has served either way.
+        let cases = [
+            (Role::Init, false, false, false),
+            (Role::Init, true, false, true),
+            (Role::Init, false, true, true),
+            (Role::Init, true, true, true),
+            (Role::ControlPlaneJoin, true, true, false),
+            (Role::Worker, true, true, false),
+        ];
+        for (role, initialized, joined, release) in cases {
+            assert_eq!(
+                release_init_lock(role, initialized, joined),
+                release,
+                "{role} initialized={initialized} joined={joined}"
+            );
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Bootstrap tokens: their shape, and what to do with the one a config has.
+//!
+//! A token Secret's `expiration` decides, as the apiserver's bootstrap authenticator reads it:
+//! missing means the token never expires, unparseable means it is expired.
+
+use std::time::Duration;
+
+use crd_types::Role;
+use k8s_openapi::jiff::{SignedDuration, Timestamp, Unit};
+use rand::Rng;
+
+/// The namespace bootstrap tokens live in.
+pub const NAMESPACE: &str = "kube-system";
+/// The Secret type of bootstrap tokens.
+pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+/// The group kubeadm's join RBAC is bound to.
+pub const GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// The longest `--bootstrap-token-ttl`: a token is a credential, and expiries past it are
+/// still far from overflowing a timestamp.
+pub const LONGEST_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
+
+const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// A bootstrap token, `<id>.<secret>`. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    /// The public part.
+    pub id: String,
+    secret: String,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Token({}.<redacted>)", self.id)
+    }
+}
+
+impl Token {
+    /// A fresh random token: 6 + 16 characters of `[a-z0-9]`, as kubeadm requires.
+    pub fn generate() -> Token {
+        let mut rng = rand::rng();
+        let mut pick = |n: usize| -> String {
+            (0..n)
+                .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+                .collect()
+        };
+        Token {
+            id: pick(6),
+            secret: pick(16),
+        }
+    }
+
+    /// A fresh token whose ID is derived from the config's UID (see [`derived_id`]).
+    pub(crate) fn derived(config_uid: &str) -> Token {
+        Token {
+            id: derived_id(config_uid),
+            ..Token::generate()
+        }
+    }
+
+    /// The token stored as `id` and `secret`.
+    pub(crate) fn from_parts(id: String, secret: String) -> Token {
+        Token { id, secret }
+    }
+
+    /// A stand-in of the same shape, for a trial render before a real token is made.
+    pub(crate) fn placeholder() -> Token {
+        Token {
+            id: "000000".into(),
+            secret: "0000000000000000".into(),
+        }
+    }
+
+    /// The secret half, for the token Secret.
+    pub(crate) fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// `<id>.<secret>`, what `kubeadm join --token` takes.
+    pub fn expose(&self) -> String {
+        format!("{}.{}", self.id, self.secret)
+    }
+}
+
+/// A token ID (6 characters of `[a-z0-9]`) derived from the config's UID. Token IDs are the
+/// public half of a token (they name its Secret); the secret half stays random.
+pub(crate) fn derived_id(config_uid: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(config_uid.as_bytes())
+        .iter()
+        .take(6)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// What happened to a config's token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TokenAction {
+    /// A new token was created.
+    Created,
+    /// The existing token's expiry was extended.
+    Refreshed,
+    /// The existing token is still good.
+    Reused,
+}
+
+/// What to do with a token Secret found for a config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Use it as it is: it expires then, more than half its lifetime away.
+    Keep(Timestamp),
+    /// Use it, after setting its expiry to [`expiry`]: less than half its lifetime is left,
+    /// or it has no expiry at all (it would never expire).
+    Refresh,
+    /// Leave it to the token cleaner and use another: expired, or unreadable.
+    Unusable,
+}
+
+/// The verdict on a token whose Secret's `expiration` is `expiration`, at `now`.
+pub(crate) fn assess(expiration: Option<&str>, now: Timestamp, ttl: SignedDuration) -> Verdict {
+    let Some(text) = expiration else {
+        return Verdict::Refresh;
+    };
+    match text.parse::<Timestamp>() {
+        Ok(expires) if expires <= now => Verdict::Unusable,
+        Ok(expires) if past_half_life(expires, now, ttl) => Verdict::Refresh,
+        Ok(expires) => Verdict::Keep(expires),
+        Err(_) => Verdict::Unusable,
+    }
+}
+
+/// Whether a token expiring at `expires` has less than half of its lifetime `ttl` left at
+/// `now`: then it is extended (and a render that relied on it looks at it again).
+pub(crate) fn past_half_life(expires: Timestamp, now: Timestamp, ttl: SignedDuration) -> bool {
+    expires.duration_since(now) * 2 < ttl
+}
+
+/// When a token created or refreshed at `now` expires: `ttl` later, to the second. Saturates
+/// at the largest timestamp instead of overflowing.
+pub(crate) fn expiry(now: Timestamp, ttl: SignedDuration) -> Timestamp {
+    let expires = now.checked_add(ttl).unwrap_or(Timestamp::MAX);
+    expires.round(Unit::Second).unwrap_or(expires)
+}
+
+/// `ttl` as a signed duration (flags cap it at [`LONGEST_TTL`]).
+pub(crate) fn signed_ttl(ttl: Duration) -> SignedDuration {
+    SignedDuration::try_from(ttl.min(LONGEST_TTL)).unwrap_or(SignedDuration::from_secs(900))
+}
+
+/// What is known, after its Machine joined, of a config's token.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AfterJoin {
+    /// The role the config rendered: `init` user-data holds no token.
+    pub role: Role,
+    /// This process already deleted the config's tokens.
+    pub deleted: bool,
+    /// When the token expires, as the last render knew it (memory, or the data Secret's hint).
+    pub known_expiry: Option<Timestamp>,
+}
+
+/// Whether a joined Machine's config may still have a live bootstrap token to delete. A hint can
+/// be stale by one refresh, so a token refreshed just before a restart may be left to expire by
+/// itself, within one TTL, as the token cleaner does for every token.
+pub(crate) fn may_be_live(after: AfterJoin, now: Timestamp) -> bool {
+    if after.role == Role::Init || after.deleted {
+        return false;
+    }
+    after.known_expiry.is_none_or(|expires| expires > now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn in_mins(m: i64) -> Timestamp {
+        now() + SignedDuration::from_mins(m)
+    }
+
+    const TTL: SignedDuration = SignedDuration::from_mins(15);
+
+    #[test]
+    fn generated_tokens_have_the_kubeadm_shape() {
+        let token = Token::generate();
+        let exposed = token.expose();
+        let (id, secret) = exposed.split_once('.').unwrap();
+        assert_eq!(id.len(), 6);
+        assert_eq!(secret.len(), 16);
+        assert!(
+            exposed
+                .chars()
+                .all(|c| c == '.' || c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
+        assert_ne!(Token::generate(), token, "tokens are random");
+        assert!(
+            !format!("{token:?}").contains(secret),
+            "Debug never shows the secret part"
+        );
+        assert_eq!(Token::placeholder().expose().len(), exposed.len());
+    }
+
+    #[test]
+    fn derived_ids_have_the_kubeadm_shape_and_depend_on_the_uid() {
+        let id = derived_id("0f8fad5b-d9cb-469f-a165-70867728950e");
+        assert_eq!(id.len(), 6);
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
+        assert_eq!(id, derived_id("0f8fad5b-d9cb-469f-a165-70867728950e"));
+        assert_ne!(id, derived_id("7c9e6679-7425-40de-944b-e07fc1f90ae7"));
+        assert_eq!(
+            Token::derived("0f8fad5b-d9cb-469f-a165-70867728950e").id,
+            id
+        );
+    }
+
+    #[test]
+    fn a_token_is_past_half_life_with_less_than_half_its_ttl_left() {
+        let cases = [(15, false), (8, false), (7, true), (-1, true)];
+        for (minutes_left, past) in cases {
+            assert_eq!(
+                past_half_life(in_mins(minutes_left), now(), TTL),
+                past,
+                "{minutes_left} minutes left"
+            );
+        }
+    }
+
+    #[test]
+    fn each_token_expiration_gets_its_verdict() {
+        let cases: [(Option<String>, Verdict); 6] = [
+            (Some(in_mins(14).to_string()), Verdict::Keep(in_mins(14))),
+            (Some(in_mins(7).to_string()), Verdict::Refresh),
+            (Some(in_mins(0).to_string()), Verdict::Unusable),
+            (Some(in_mins(-5).to_string()), Verdict::Unusable),
+            (Some("next tuesday".into()), Verdict::Unusable),
+            (None, Verdict::Refresh),
+        ];
+        for (expiration, verdict) in cases {
+            assert_eq!(
+                assess(expiration.as_deref(), now(), TTL),
+                verdict,
+                "{expiration:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn token_without_expiration_is_refreshed_not_replaced() {
+        // A token without `expiration` never expires: creating a second one would leave the
+        // first valid forever. Setting an expiry on it bounds its life.
+        assert_eq!(assess(None, now(), TTL), Verdict::Refresh);
+    }
+
+    #[test]
+    fn expiry_is_whole_seconds_and_never_overflows() {
+        let now = now() + SignedDuration::from_millis(400);
+        assert_eq!(expiry(now, TTL), in_mins(15));
+        let huge = SignedDuration::from_hours(20_000 * 24 * 366);
+        assert_eq!(
+            expiry(now, huge),
+            Timestamp::MAX.round(Unit::Second).unwrap_or(Timestamp::MAX)
+        );
+        assert_eq!(
+            signed_ttl(Duration::from_secs(u64::MAX)),
+            SignedDuration::try_from(LONGEST_TTL).unwrap()
+        );
+    }
+
+    #[test]
+    fn only_a_token_that_may_still_work_is_deleted_after_join() {
+        let after = |role, deleted, known_expiry| AfterJoin {
+            role,
+            deleted,
+            known_expiry,
+        };
+        let cases = [
+            (after(Role::Worker, false, None), true),
+            (after(Role::Worker, false, Some(in_mins(3))), true),
+            (after(Role::ControlPlaneJoin, false, Some(in_mins(3))), true),
+            (after(Role::Worker, false, Some(in_mins(-3))), false),
+            (after(Role::Worker, true, Some(in_mins(3))), false),
+            (after(Role::Init, false, None), false),
+        ];
+        for (after, live) in cases {
+            assert_eq!(may_be_live(after, now()), live, "{after:?}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Thin adapters over the Kubernetes client: each reads or writes one kind of object and
+//! decides nothing the core could decide.
+
+pub(crate) mod certs;
+pub(crate) mod data_secret;
+pub mod events;
+pub(crate) mod files;
+pub(crate) mod init_lock;
+pub(crate) mod status;
+pub(crate) mod stores;
+pub(crate) mod templates;
+pub(crate) mod tokens;
+pub(crate) mod workload;

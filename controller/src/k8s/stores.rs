@@ -1,0 +1,81 @@
+//! The watch caches a reconcile reads instead of the apiserver.
+
+use std::sync::Arc;
+
+use crd_types::capi::{Cluster, Machine};
+use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate};
+use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+/// Read-only caches kept up to date by watches.
+#[derive(Clone)]
+pub struct Stores {
+    /// Configs.
+    pub configs: Store<BootplateConfig>,
+    /// Machines.
+    pub machines: Store<Machine>,
+    /// Clusters.
+    pub clusters: Store<Cluster>,
+    /// Namespaced templates.
+    pub templates: Store<BootstrapTemplate>,
+    /// Cluster-scoped templates.
+    pub cluster_templates: Store<ClusterBootstrapTemplate>,
+    /// Metadata only (no data, no managedFields) of the Secrets labelled
+    /// `cluster.x-k8s.io/cluster-name`: CAPI's `<cluster>-ca` and `<cluster>-kubeconfig` and
+    /// the data Secrets. Their resourceVersions tell when a cached CA hash, workload client or
+    /// data Secret comparison is still good, without reading the Secret.
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+}
+
+impl Stores {
+    /// Waits until the stores of related objects hold their initial listing. Only one task may
+    /// wait here: a store's readiness wakes a single waiter, so reconciles wait on
+    /// [`Context::synced`] instead, which this feeds. The configs store is left out: the
+    /// controller itself holds every reconcile until it is ready, and is its one waiter.
+    pub async fn wait_until_ready(&self) {
+        // A dropped writer means the controller is shutting down; nothing to wait for then.
+        let _ = self.machines.wait_until_ready().await;
+        let _ = self.clusters.wait_until_ready().await;
+        let _ = self.templates.wait_until_ready().await;
+        let _ = self.cluster_templates.wait_until_ready().await;
+        let _ = self.secrets.wait_until_ready().await;
+    }
+
+    /// The resourceVersion of Secret `name` in `namespace`, when it is labelled with its
+    /// cluster's name (so watched); `None` otherwise, and then callers read it.
+    pub fn secret_version(&self, namespace: &str, name: &str) -> Option<String> {
+        self.secrets
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|s| s.metadata.resource_version.clone())
+    }
+
+    /// The cached metadata of Secret `name` in `namespace` (labelled ones only).
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<Arc<PartialObjectMeta<Secret>>> {
+        self.secrets.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Machine `name` in `namespace`.
+    pub fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>> {
+        self.machines.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Machine in `namespace` whose bootstrap configRef names the BootplateConfig `config`:
+    /// CAPI adopts a config (ownerReference, cluster-name label) only while the Cluster is not
+    /// paused, so this is how an unadopted config finds its Cluster.
+    pub fn machine_referencing(&self, namespace: &str, config: &str) -> Option<Arc<Machine>> {
+        self.machines.state().into_iter().find(|m| {
+            m.metadata.namespace.as_deref() == Some(namespace)
+                && m.spec.bootstrap.config_ref.as_ref().is_some_and(|r| {
+                    r.kind == "BootplateConfig"
+                        && r.api_group == crd_types::GROUP
+                        && r.name == config
+                })
+        })
+    }
+
+    /// The Cluster `name` in `namespace`.
+    pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
+        self.clusters.get(&ObjectRef::new(name).within(namespace))
+    }
+}

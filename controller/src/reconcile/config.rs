@@ -1,0 +1,212 @@
+//! Reconciles `BootplateConfig`s: renders the referenced template for the owner Machine into
+//! the data Secret, following the Cluster API bootstrap provider contract.
+//!
+//! A reconcile gathers the facts (caches first, the apiserver when it must), asks the core
+//! what they mean, and acts: the render path is in `render`, the clean-up once the Machine
+//! joined in `joined`; this module reports the result in the status, an Event and the metrics.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crd_types::{BootplateConfig, BootplateConfigStatus, Role};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{debug, warn};
+
+use super::context::{Context, config_key};
+use super::joined::{self, Joined};
+use super::render::{self, Rendered};
+use crate::core::blocked::Blocked;
+use crate::core::gate::{self, Path};
+use crate::core::outcome::{self, ConfigState};
+use crate::core::status::{self, ConfigId, ReadyFacts};
+use crate::error::{Error, Result};
+
+/// Reconciles one config.
+pub(crate) async fn reconcile(config: Arc<BootplateConfig>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.synced().await;
+    let started = Instant::now();
+    let key = config_key(&config);
+    if config.meta().deletion_timestamp.is_some() {
+        // The data Secret goes with its owner; the token expires by its TTL.
+        ctx.metrics.config_deleted(&key);
+        if let Some(uid) = config.uid() {
+            ctx.forget_config(&uid);
+        }
+        return Ok(Action::await_change());
+    }
+    let created = config.meta().creation_timestamp.as_ref().map(|t| t.0);
+    let result = reconcile_config(&config, &ctx).await;
+    if let (Ok(_), Some(uid)) = (&result, config.uid()) {
+        ctx.failures.succeeded(&uid);
+    }
+    let label = match &result {
+        Ok((_, state)) => {
+            ctx.metrics.config_state(&key, *state, created);
+            state.as_str()
+        }
+        Err(_) => "error",
+    };
+    ctx.metrics.reconciled("config", label, started.elapsed());
+    // One line per reconcile, naming the object version it saw: tests wait for it before
+    // checking that nothing happened, and operators can follow one config through the log.
+    let version = config.resource_version().unwrap_or_default();
+    debug!(config = %key, resource_version = %version, result = label, "config reconciled");
+    result.map(|(action, _)| action)
+}
+
+/// Transient errors: retry with a delay that doubles per consecutive failure.
+pub(crate) fn error_policy(
+    config: Arc<BootplateConfig>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let retry_in = match config.uid() {
+        Some(uid) => ctx.failures.failed(&uid, || ctx.live_configs()),
+        None => super::retry::FIRST,
+    };
+    warn!(config = %config_key(&config), %error, ?retry_in, "reconcile failed; retrying");
+    Action::requeue(retry_in)
+}
+
+/// Where a config's reconcile ended.
+enum Done {
+    Rendered(Rendered),
+    Joined(Joined),
+}
+
+async fn reconcile_config(
+    config: &BootplateConfig,
+    ctx: &Context,
+) -> Result<(Action, ConfigState)> {
+    let previous = config.status.clone().unwrap_or_default();
+    match next_step(config, ctx, &previous).await {
+        Ok(Done::Rendered(done)) => report_rendered(ctx, config, &previous, done).await,
+        Ok(Done::Joined(joined)) => report_joined(ctx, config, &previous, joined).await,
+        Err(Error::Blocked(why)) => report_blocked(ctx, config, &previous, why).await,
+        Err(e) => Err(e),
+    }
+}
+
+/// Finds the config's Machine and Cluster in the caches and goes the way the core says.
+async fn next_step(
+    config: &BootplateConfig,
+    ctx: &Context,
+    previous: &BootplateConfigStatus,
+) -> Result<Done> {
+    let namespace = config.namespace().unwrap_or_default();
+    let Some(machine_name) = gate::owner_machine(config) else {
+        let machine = ctx
+            .stores
+            .machine_referencing(&namespace, &config.name_any());
+        let cluster = machine.and_then(|m| ctx.stores.cluster(&namespace, &m.spec.cluster_name));
+        let cluster = cluster
+            .as_ref()
+            .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
+        return Err(gate::unadopted(config, cluster).into());
+    };
+    let machine = ctx.stores.machine(&namespace, &machine_name);
+    let machine = gate::machine_found(&namespace, &machine_name, machine)?;
+    let cluster = ctx.stores.cluster(&namespace, &machine.spec.cluster_name);
+    let cluster = gate::cluster_found(&namespace, &machine, cluster)?;
+    let secret = ctx.stores.secret(&namespace, &config.name_any());
+    let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
+    match gate::path(config, previous, &machine, &cluster, adopt)? {
+        Path::Frozen { role, revision } => {
+            let joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
+            Ok(Done::Joined(joined))
+        }
+        Path::Render => render::render(ctx, config, previous, &machine, &cluster)
+            .await
+            .map(Done::Rendered),
+    }
+}
+
+async fn report_rendered(
+    ctx: &Context,
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    done: Rendered,
+) -> Result<(Action, ConfigState)> {
+    if status::write_ready_status(done.unchanged, previous.ready) {
+        let facts = ReadyFacts {
+            role: done.role,
+            revision: &done.revision,
+            secret_version: done.secret_version.as_deref(),
+        };
+        let desired = status::ready(&config_id(config), previous, &facts, Timestamp::now());
+        apply_status(ctx, config, &desired).await?;
+    }
+    if let (Some(record), Some(uid)) = (done.record, config.uid()) {
+        ctx.remember(uid, record);
+    }
+    let token_in_use = done.role != Role::Init;
+    let action = outcome::ready_requeue(token_in_use, ctx.settings.bootstrap_token_ttl)
+        .map_or_else(Action::await_change, Action::requeue);
+    Ok((action, ConfigState::Ready))
+}
+
+async fn report_joined(
+    ctx: &Context,
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    joined: Joined,
+) -> Result<(Action, ConfigState)> {
+    let facts = ReadyFacts {
+        role: joined.role,
+        revision: &joined.revision,
+        secret_version: previous.data_secret_version.as_deref(),
+    };
+    let desired = status::ready(&config_id(config), previous, &facts, Timestamp::now());
+    apply_status(ctx, config, &desired).await?;
+    let (state, retry) = outcome::joined(joined.failure.is_some());
+    if let Some(error) = &joined.failure {
+        warn!(%error, ?retry, "clean-up after join failed; the config stays ready");
+    }
+    let action = retry.map_or_else(Action::await_change, Action::requeue);
+    Ok((action, state))
+}
+
+async fn report_blocked(
+    ctx: &Context,
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    why: Blocked,
+) -> Result<(Action, ConfigState)> {
+    let desired = status::blocked(&config_id(config), previous, &why, Timestamp::now());
+    let written = apply_status(ctx, config, &desired).await?;
+    let changed = status::ready_condition_changed(previous, &why);
+    if let Some(note) = outcome::blocked_note(&why, written, changed) {
+        ctx.publish(config, note);
+    }
+    if why.reason == crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR {
+        ctx.metrics.token("error");
+    }
+    let (state, retry) = outcome::blocked(&why);
+    match state {
+        ConfigState::Waiting => {
+            debug!(reason = why.reason, message = %why.message, "config waiting")
+        }
+        _ => warn!(reason = why.reason, message = %why.message, "config failed"),
+    }
+    Ok((Action::requeue(retry), state))
+}
+
+fn config_id(config: &BootplateConfig) -> ConfigId<'_> {
+    ConfigId {
+        name: config.meta().name.as_deref().unwrap_or_default(),
+        generation: config.metadata.generation,
+    }
+}
+
+/// Writes `desired` unless the config already has it; returns whether it wrote.
+async fn apply_status(
+    ctx: &Context,
+    config: &BootplateConfig,
+    desired: &BootplateConfigStatus,
+) -> Result<bool> {
+    let api: Api<BootplateConfig> =
+        Api::namespaced(ctx.client.clone(), &config.namespace().unwrap_or_default());
+    crate::k8s::status::apply(&api, config, config.status.as_ref(), desired).await
+}

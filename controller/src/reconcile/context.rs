@@ -1,0 +1,228 @@
+//! What every reconcile shares: the client, the caches, the settings.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crd_types::BootplateConfig;
+use kube::runtime::events::EventType;
+use kube::{Client, ResourceExt};
+
+use crate::core::outcome::Note;
+use crate::core::skip::Record;
+use crate::k8s::certs::CaHashes;
+use crate::k8s::events::Publisher;
+use crate::k8s::stores::Stores;
+use crate::k8s::templates::CompiledCache;
+use crate::k8s::workload::WorkloadClients;
+use crate::reconcile::memory::ByConfig;
+use crate::runtime::metrics::Metrics;
+
+/// Settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Watch only this namespace (all when `None`).
+    pub namespace: Option<String>,
+    /// Reconcile only objects whose `cluster.x-k8s.io/watch-filter` label has this value.
+    pub watch_filter: Option<String>,
+    /// Lifetime of a bootstrap token; refreshed while the Machine has not joined.
+    pub bootstrap_token_ttl: Duration,
+    /// Timeout for requests to workload clusters.
+    pub workload_timeout: Duration,
+    /// How many configs are reconciled at once.
+    pub concurrency: u16,
+    /// This controller's build (a digest of its executable), part of every render's inputs.
+    pub build: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: None,
+            watch_filter: None,
+            bootstrap_token_ttl: Duration::from_secs(15 * 60),
+            workload_timeout: Duration::from_secs(10),
+            concurrency: 16,
+            build: String::new(),
+        }
+    }
+}
+
+/// The caches the watches prune when the objects they hold are deleted.
+#[derive(Clone, Default)]
+pub(crate) struct Caches {
+    /// Compiled templates, one per template.
+    pub compiled: Arc<CompiledCache>,
+    /// Clients of workload clusters, one per Cluster.
+    pub workloads: Arc<WorkloadClients>,
+    /// CA certificate hashes, one per Cluster.
+    pub ca_hashes: Arc<CaHashes>,
+}
+
+/// How metrics and logs name a config: `<namespace>/<name>`.
+pub(crate) fn config_key(config: &BootplateConfig) -> String {
+    format!(
+        "{}/{}",
+        config.namespace().unwrap_or_default(),
+        config.name_any()
+    )
+}
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    /// Client of the management cluster.
+    pub client: Client,
+    /// Settings.
+    pub settings: Settings,
+    /// Watched objects.
+    pub stores: Stores,
+    /// Compiled templates, one per template revision.
+    pub compiled: Arc<CompiledCache>,
+    /// Clients of workload clusters, one per kubeconfig Secret version.
+    pub workloads: Arc<WorkloadClients>,
+    /// CA certificate hashes, one per `<cluster>-ca` Secret version.
+    pub ca_hashes: Arc<CaHashes>,
+    /// What the last render of each config (by UID) did, to skip the work when nothing
+    /// changed since (see `core::skip`).
+    pub rendered: Mutex<ByConfig<Record>>,
+    /// Configs (by UID) of joined Machines whose bootstrap tokens this process deleted, so
+    /// the reconciles that Machine updates trigger do not look for them again.
+    tokens_deleted: Mutex<ByConfig<()>>,
+    /// Configs (by UID) that released their Cluster's init lock, so they do not again.
+    locks_released: Mutex<ByConfig<()>>,
+    /// Consecutive failed reconciles per config (by UID), for the retry delay.
+    pub failures: crate::reconcile::retry::Failures,
+    /// Publishes Kubernetes events.
+    pub recorder: Publisher,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Becomes true once every store holds its initial listing (any number of waiters).
+    synced: tokio::sync::watch::Receiver<bool>,
+    mark_synced: tokio::sync::watch::Sender<bool>,
+}
+
+impl Context {
+    /// A context for `client` with empty caches.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        stores: Stores,
+        metrics: Arc<Metrics>,
+        caches: Caches,
+    ) -> Self {
+        let recorder = Publisher::new(
+            client.clone(),
+            "bootplate",
+            std::env::var("POD_NAME").ok(),
+            metrics.clone(),
+        );
+        let (mark_synced, synced) = tokio::sync::watch::channel(false);
+        Context {
+            client,
+            settings,
+            stores,
+            compiled: caches.compiled,
+            workloads: caches.workloads,
+            ca_hashes: caches.ca_hashes,
+            rendered: Default::default(),
+            tokens_deleted: Default::default(),
+            locks_released: Default::default(),
+            failures: Default::default(),
+            recorder,
+            metrics,
+            synced,
+            mark_synced,
+        }
+    }
+
+    /// Publishes the Event `note` about `config`.
+    pub fn publish(&self, config: &BootplateConfig, note: Note) {
+        let type_ = if note.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let (reason, action) = (note.reason, note.action);
+        crate::k8s::events::publish(&self.recorder, config, type_, reason, action, note.text);
+    }
+
+    /// A client of the workload cluster `cluster` in `namespace`.
+    pub async fn workload_client(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> crate::error::Result<Client> {
+        let timeout = self.settings.workload_timeout;
+        self.workloads
+            .client(&self.client, &self.stores, namespace, cluster, timeout)
+            .await
+    }
+
+    /// Remembers a config's last render.
+    pub fn remember(&self, uid: String, record: Record) {
+        self.rendered
+            .lock()
+            .expect("lock")
+            .insert(uid, record, || self.live_configs());
+    }
+
+    /// Whether this process deleted the tokens of config `uid` after its Machine joined.
+    pub fn tokens_deleted(&self, uid: &str) -> bool {
+        self.tokens_deleted.lock().expect("lock").contains(uid)
+    }
+
+    /// Notes that the tokens of config `uid` are deleted.
+    pub fn mark_tokens_deleted(&self, uid: String) {
+        self.tokens_deleted
+            .lock()
+            .expect("lock")
+            .insert(uid, (), || self.live_configs());
+    }
+
+    /// Whether config `uid` released its Cluster's init lock.
+    pub fn lock_released(&self, uid: &str) -> bool {
+        self.locks_released.lock().expect("lock").contains(uid)
+    }
+
+    /// Notes that config `uid` released its Cluster's init lock.
+    pub fn mark_lock_released(&self, uid: String) {
+        self.locks_released
+            .lock()
+            .expect("lock")
+            .insert(uid, (), || self.live_configs());
+    }
+
+    /// Forgets everything remembered of config `uid` (it is being deleted).
+    pub fn forget_config(&self, uid: &str) {
+        self.rendered.lock().expect("lock").remove(uid);
+        self.tokens_deleted.lock().expect("lock").remove(uid);
+        self.locks_released.lock().expect("lock").remove(uid);
+        self.failures.succeeded(uid);
+    }
+
+    /// The UIDs of the configs cached now (to prune what is remembered of deleted ones).
+    pub fn live_configs(&self) -> HashSet<String> {
+        use kube::ResourceExt;
+        self.stores
+            .configs
+            .state()
+            .iter()
+            .filter_map(|c| c.uid())
+            .collect()
+    }
+
+    /// Waits until the stores hold their initial listing, so a reconcile never mistakes a
+    /// cache still filling for a missing object.
+    pub async fn synced(&self) {
+        let mut synced = self.synced.clone();
+        // An error means the sender is gone: the process is shutting down.
+        let _ = synced.wait_for(|ready| *ready).await;
+    }
+
+    /// Waits for the stores (the one waiter on them) and then releases every reconcile waiting
+    /// in [`Context::synced`].
+    pub async fn watch_stores(&self) {
+        self.stores.wait_until_ready().await;
+        let _ = self.mark_synced.send(true);
+    }
+}

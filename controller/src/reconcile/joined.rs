@@ -1,0 +1,83 @@
+//! The clean-up once a config's Machine joined: its bootstrap token has served its purpose and
+//! is deleted; the init lock, if this machine held it, is released. The data Secret stays as it
+//! is. A failure here is logged, counted and retried, and never makes the config unready.
+
+use crd_types::BootplateConfig;
+use crd_types::Role;
+use crd_types::capi::Cluster;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use tracing::info;
+
+use super::context::Context;
+use crate::core::role;
+use crate::core::token::{self, AfterJoin};
+use crate::error::{Error, Result};
+use crate::k8s::{init_lock, tokens};
+
+/// What the clean-up found and did.
+pub(crate) struct Joined {
+    /// The role the config rendered.
+    pub role: Role,
+    /// The template revision rendered.
+    pub revision: String,
+    /// The last failure, when some clean-up is left for later.
+    pub failure: Option<Error>,
+}
+
+/// Cleans up after config `config` of a joined Machine of `cluster`.
+pub(crate) async fn clean_up(
+    ctx: &Context,
+    config: &BootplateConfig,
+    cluster: &Cluster,
+    role: Role,
+    revision: String,
+) -> Joined {
+    let uid = config.uid().unwrap_or_default();
+    let mut failure = None;
+    if role::release_init_lock(role, cluster.control_plane_initialized(), true)
+        && !ctx.lock_released(&uid)
+    {
+        match init_lock::release(&ctx.client, cluster).await {
+            Ok(()) => ctx.mark_lock_released(uid.clone()),
+            Err(e) => failure = Some(e),
+        }
+    }
+    let after = AfterJoin {
+        role,
+        deleted: ctx.tokens_deleted(&uid),
+        known_expiry: super::render::last_render(ctx, config).and_then(|l| l.token_expires),
+    };
+    if token::may_be_live(after, Timestamp::now())
+        && let Err(e) = delete_tokens(ctx, config, cluster, &uid).await
+    {
+        ctx.metrics.token("error");
+        failure = Some(e);
+    }
+    Joined {
+        role,
+        revision,
+        failure,
+    }
+}
+
+/// Deletes the config's tokens in the workload cluster.
+async fn delete_tokens(
+    ctx: &Context,
+    config: &BootplateConfig,
+    cluster: &Cluster,
+    uid: &str,
+) -> Result<()> {
+    let namespace = config.namespace().unwrap_or_default();
+    let cluster_name = cluster.name_any();
+    let workload = ctx.workload_client(&namespace, &cluster_name).await?;
+    let deleted = tokens::delete(&workload, uid)
+        .await
+        .map_err(|e| super::render::naming_workload(e, &namespace, &cluster_name))?;
+    for _ in 0..deleted {
+        ctx.metrics.token("deleted");
+        info!("bootstrap token deleted: the Machine has joined");
+    }
+    ctx.mark_tokens_deleted(uid.to_owned());
+    Ok(())
+}

@@ -1,0 +1,404 @@
+//! The render path of a config: template, role, the skip decision, certificates and files, a
+//! trial render and the token, the data Secret and its Event.
+
+use std::time::Instant;
+
+use crd_types::capi::{Cluster, Machine};
+use crd_types::conditions::reason;
+use crd_types::{BootplateConfig, BootplateConfigStatus, Role};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use render::{Endpoint, JoinInfo, RenderContext};
+use tracing::{debug, info};
+
+use super::context::{Context, config_key};
+use crate::core::gate;
+use crate::core::outcome::{self, RenderFacts};
+use crate::core::role::{self, RoleDecision, RoleFacts};
+use crate::core::skip::{self, Inputs, LastRender, Record};
+use crate::core::token::{self, Token, TokenAction};
+use crate::core::write::{self, Plan, Written};
+use crate::error::{Error, Result};
+use crate::k8s::data_secret::{self, Provenance};
+use crate::k8s::templates::{self, ResolvedTemplate};
+use crate::k8s::{certs, files, init_lock, tokens};
+
+/// What a render did.
+pub(crate) struct Rendered {
+    pub role: Role,
+    pub revision: String,
+    /// What to remember once the status is written (a full render whose inputs have a
+    /// digest); `None` otherwise.
+    pub record: Option<Record>,
+    /// The config was found unchanged since the last render and nothing was done.
+    pub unchanged: bool,
+    /// The data Secret's resourceVersion as written or checked.
+    pub secret_version: Option<String>,
+}
+
+/// What a render works from, once gathered.
+struct Scene<'a> {
+    config: &'a BootplateConfig,
+    machine: &'a Machine,
+    cluster: &'a Cluster,
+    role: Role,
+    template: ResolvedTemplate,
+    endpoint: Endpoint,
+}
+
+/// Renders `config` for `machine` of `cluster`, unless nothing changed since the last render.
+pub(crate) async fn render(
+    ctx: &Context,
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    machine: &Machine,
+    cluster: &Cluster,
+) -> Result<Rendered> {
+    let template = templates::resolve(&ctx.stores, &ctx.compiled, config).inspect_err(|e| {
+        if e.reason() == reason::TEMPLATE_INVALID {
+            let reference = templates::reference(&config.spec.template_ref);
+            ctx.metrics.render_failed(&reference, e.reason());
+        }
+    })?;
+    let role = decide_role(ctx, config, previous, cluster, machine).await?;
+    debug!(%role, template = %template.display, "role decided");
+    let endpoint = gate::endpoint(cluster)?;
+    let revision = template.compiled.revision().to_owned();
+    let inputs = inputs_digest(ctx, config, machine, cluster, role, &revision);
+    if let Some(done) = unchanged(ctx, config, previous, inputs.as_deref(), role, &revision) {
+        debug!(%role, "unchanged since the last render");
+        return Ok(done);
+    }
+    let scene = Scene {
+        config,
+        machine,
+        cluster,
+        role,
+        template,
+        endpoint,
+    };
+    let made = make_user_data(ctx, &scene).await?;
+    debug!("rendered");
+    write_and_tell(ctx, &scene, made, inputs).await
+}
+
+/// The role (taking the init lock for `init`), releasing the lock once it has served.
+async fn decide_role(
+    ctx: &Context,
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    cluster: &Cluster,
+    machine: &Machine,
+) -> Result<Role> {
+    let initialized = cluster.control_plane_initialized();
+    let facts = RoleFacts {
+        recorded: gate::recorded_role(previous),
+        control_plane: machine.is_control_plane(),
+        initialized,
+        cluster: &cluster.name_any(),
+    };
+    let role = match role::decide(facts)? {
+        RoleDecision::Decided(role) => role,
+        RoleDecision::InitIfLocked => {
+            init_lock::acquire(&ctx.client, &ctx.stores, cluster, machine).await?;
+            Role::Init
+        }
+    };
+    let uid = config.uid().unwrap_or_default();
+    if role::release_init_lock(role, initialized, machine.has_node()) && !ctx.lock_released(&uid) {
+        init_lock::release(&ctx.client, cluster).await?;
+        ctx.mark_lock_released(uid);
+    }
+    Ok(role)
+}
+
+/// The digest of what the render depends on (see [`skip::Inputs`]); `None` when one of the
+/// certificate Secrets is not watched (not labelled with its cluster's name) or the config has
+/// `contentFrom` files, whose Secrets are not watched either: such configs always render.
+fn inputs_digest(
+    ctx: &Context,
+    config: &BootplateConfig,
+    machine: &Machine,
+    cluster: &Cluster,
+    role: Role,
+    revision: &str,
+) -> Option<String> {
+    if config.spec.files.iter().any(|f| f.content_from.is_some()) {
+        return None;
+    }
+    let namespace = config.namespace().unwrap_or_default();
+    let secret_versions = certs::secret_names(&cluster.name_any(), role)
+        .iter()
+        .map(|name| ctx.stores.secret_version(&namespace, name))
+        .collect::<Option<Vec<String>>>()?;
+    let uid = config.uid();
+    Some(skip::inputs_digest(&Inputs {
+        build: &ctx.settings.build,
+        config_uid: uid.as_deref(),
+        generation: config.metadata.generation,
+        revision,
+        role,
+        seen: RenderContext::new(cluster, machine, role, None, None),
+        secret_versions,
+    }))
+}
+
+/// What is known of a config's last render: from memory, or after a restart from the hints on
+/// its data Secret.
+pub(crate) fn last_render(ctx: &Context, config: &BootplateConfig) -> Option<LastRender> {
+    let uid = config.uid()?;
+    if let Some(record) = ctx.rendered.lock().expect("lock").get(&uid) {
+        return Some(LastRender::remembered(record));
+    }
+    let namespace = config.namespace().unwrap_or_default();
+    let secret = ctx.stores.secret(&namespace, &config.name_any())?;
+    let status = config.status.clone().unwrap_or_default();
+    Some(LastRender::from_hints(
+        secret.metadata.annotations.as_ref(),
+        &status,
+    ))
+}
+
+/// The last render's result when nothing it depended on changed (see [`skip::unchanged`]).
+fn unchanged(
+    ctx: &Context,
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    inputs: Option<&str>,
+    role: Role,
+    revision: &str,
+) -> Option<Rendered> {
+    let inputs = inputs?;
+    let last = last_render(ctx, config)?;
+    let namespace = config.namespace().unwrap_or_default();
+    let stored = ctx.stores.secret_version(&namespace, &config.name_any());
+    let now = skip::Now {
+        time: Timestamp::now(),
+        ttl: token::signed_ttl(ctx.settings.bootstrap_token_ttl),
+    };
+    skip::unchanged(&last, previous.ready, inputs, role, stored.as_deref(), now).then(|| Rendered {
+        role,
+        revision: revision.to_owned(),
+        record: None,
+        unchanged: true,
+        secret_version: stored,
+    })
+}
+
+/// The user-data, the expiry of the token in it, and the ID of a token created for it.
+struct Made {
+    user_data: render::Rendered,
+    token_expires: Option<Timestamp>,
+    created_token: Option<String>,
+}
+
+async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
+    let certs = control_plane_certs(ctx, scene.cluster, scene.role).await?;
+    let spec = files::resolve(&ctx.client, scene.config).await?;
+    // `trial`: a render whose output is thrown away; its failure counts, its time does not
+    // (the duration histogram counts one render per user-data produced).
+    let render = |join: Option<JoinInfo>, trial: bool| {
+        let context = RenderContext::new(
+            scene.cluster,
+            scene.machine,
+            scene.role,
+            join,
+            certs.clone(),
+        );
+        let started = Instant::now();
+        let template = &scene.template;
+        let rendered = template.compiled.render(&spec, &context).map_err(|e| {
+            ctx.metrics.render_failed(&template.reference, e.reason());
+            Error::failed(e.reason(), e.to_string())
+        })?;
+        if !trial {
+            ctx.metrics.rendered(&template.reference, started.elapsed());
+        }
+        Ok::<_, Error>(rendered)
+    };
+    if scene.role == Role::Init {
+        let user_data = render(None, false)?;
+        return Ok(Made {
+            user_data,
+            token_expires: None,
+            created_token: None,
+        });
+    }
+    let ca_hash = ca_hash(ctx, scene.cluster, certs.as_ref()).await?;
+    let join = |token: &Token| JoinInfo {
+        token: token.expose(),
+        api_server_endpoint: scene.endpoint.address(),
+        ca_cert_hashes: vec![ca_hash.clone()],
+    };
+    // A trial render with a stand-in of the same length first: a config whose template,
+    // variables or size fail gets an error, and no token in the workload cluster.
+    render(Some(join(&Token::placeholder())), true)?;
+    let (token, action, expires) = bootstrap_token(ctx, scene.config, scene.cluster).await?;
+    Ok(Made {
+        user_data: render(Some(join(&token)), false)?,
+        token_expires: Some(expires),
+        created_token: (action == TokenAction::Created).then(|| token.id.clone()),
+    })
+}
+
+/// Writes the data Secret as needed and publishes the render's Event.
+async fn write_and_tell(
+    ctx: &Context,
+    scene: &Scene<'_>,
+    made: Made,
+    inputs: Option<String>,
+) -> Result<Rendered> {
+    let (config, template) = (scene.config, &scene.template);
+    let revision = template.compiled.revision();
+    let provenance = Provenance {
+        cluster: &scene.cluster.name_any(),
+        template: &template.reference,
+        revision,
+        role: scene.role,
+        inputs: inputs.as_deref(),
+        token_expires: made.token_expires,
+    };
+    let desired = data_secret::build(config, &made.user_data, &provenance);
+    let digest = data_secret::digest(&desired);
+    let (written, secret_version) = write_data_secret(ctx, config, &desired, &digest).await?;
+    if written {
+        ctx.metrics.secret_written();
+        info!(role = %scene.role, template = %template.display, revision, "data secret written");
+    }
+    let facts = RenderFacts {
+        written,
+        template: &template.display,
+        revision,
+        role: scene.role,
+        secret: &config.name_any(),
+        created_token: made.created_token.as_deref(),
+    };
+    if let Some(note) = outcome::render_note(&facts) {
+        ctx.publish(config, note);
+    }
+    Ok(Rendered {
+        role: scene.role,
+        revision: revision.to_owned(),
+        record: inputs.map(|inputs| Record {
+            inputs,
+            token_expires: made.token_expires,
+            secret_digest: digest,
+            secret_version: secret_version.clone(),
+        }),
+        unchanged: false,
+        secret_version,
+    })
+}
+
+/// Writes the data Secret as [`write::plan`] says; returns whether it wrote, and the Secret's
+/// resourceVersion now.
+async fn write_data_secret(
+    ctx: &Context,
+    config: &BootplateConfig,
+    desired: &Secret,
+    digest: &str,
+) -> Result<(bool, Option<String>)> {
+    let namespace = config.namespace().unwrap_or_default();
+    let stored = ctx.stores.secret_version(&namespace, &config.name_any());
+    let plan = config.uid().map_or(Plan::Write, |uid| {
+        let records = ctx.rendered.lock().expect("lock");
+        let last = records.get(&uid).map(|r| Written {
+            digest: &r.secret_digest,
+            version: r.secret_version.as_deref(),
+        });
+        write::plan(digest, stored.as_deref(), last)
+    });
+    match plan {
+        Plan::Keep(version) => return Ok((false, version)),
+        Plan::Compare => {
+            let current = data_secret::get(&ctx.client, config).await?;
+            if let Some(current) = current.filter(|c| data_secret::is_current(c, desired)) {
+                return Ok((false, current.resource_version()));
+            }
+        }
+        Plan::Write => {}
+    }
+    Ok((true, data_secret::write(&ctx.client, desired).await?))
+}
+
+/// The cluster's certificates for the control-plane roles; `None` for workers.
+async fn control_plane_certs(
+    ctx: &Context,
+    cluster: &Cluster,
+    role: Role,
+) -> Result<Option<render::Certificates>> {
+    // The init machine of a Cluster without a control-plane provider generates missing ones.
+    let generate = role == Role::Init && cluster.spec.control_plane_ref.is_none();
+    if !role.is_control_plane() {
+        return Ok(None);
+    }
+    Ok(Some(
+        certs::control_plane(&ctx.client, cluster, generate).await?,
+    ))
+}
+
+/// The `sha256:` hash of the cluster CA a joining machine pins.
+async fn ca_hash(
+    ctx: &Context,
+    cluster: &Cluster,
+    certs: Option<&render::Certificates>,
+) -> Result<String> {
+    match certs {
+        Some(certs) => crate::pki::ca_cert_hash(&certs.ca.cert).map_err(|e| {
+            Error::failed(
+                reason::CERTIFICATES_ERROR,
+                format!("the cluster CA is not a certificate: {e}"),
+            )
+        }),
+        None => certs::ca_hash(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster).await,
+    }
+}
+
+/// The config's bootstrap token in the workload cluster (see [`tokens::ensure`]), counted and
+/// logged here; the Event follows the render.
+async fn bootstrap_token(
+    ctx: &Context,
+    config: &BootplateConfig,
+    cluster: &Cluster,
+) -> Result<tokens::Ensured> {
+    let namespace = config.namespace().unwrap_or_default();
+    let cluster_name = cluster.name_any();
+    let workload = ctx.workload_client(&namespace, &cluster_name).await?;
+    let uid = config.uid().unwrap_or_default();
+    let previous_ready = config.status.as_ref().is_some_and(|s| s.ready);
+    let stored = ctx.stores.secret_version(&namespace, &config.name_any());
+    let first = skip::first_render(previous_ready, stored.as_deref());
+    let ttl = token::signed_ttl(ctx.settings.bootstrap_token_ttl);
+    let ensured = tokens::ensure(&workload, &uid, &config_key(config), ttl, first)
+        .await
+        .map_err(|e| naming_workload(e, &namespace, &cluster_name))?;
+    let (token, action, _) = &ensured;
+    match action {
+        TokenAction::Created => {
+            ctx.metrics.token("created");
+            info!(token_id = %token.id, "bootstrap token created");
+        }
+        TokenAction::Refreshed => {
+            ctx.metrics.token("refreshed");
+            info!(token_id = %token.id, "bootstrap token refreshed");
+        }
+        TokenAction::Reused => {}
+    }
+    Ok(ensured)
+}
+
+/// A token error names the workload cluster and the Secret its kubeconfig came from: the API
+/// error alone ("client error (Connect)", "Unauthorized") does not say which cluster it was.
+pub(crate) fn naming_workload(error: Error, namespace: &str, cluster: &str) -> Error {
+    match error {
+        Error::Blocked(mut blocked) => {
+            blocked.message = format!(
+                "Cluster {namespace}/{cluster} (kubeconfig from Secret {namespace}/{cluster}-kubeconfig): {}",
+                blocked.message
+            );
+            Error::Blocked(blocked)
+        }
+        other => other,
+    }
+}
