@@ -331,7 +331,7 @@ fn lint_reports_syntax_errors_in_partials_and_warnings() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_template(
         dir.path(),
-        "kind: ClusterBootstrapTemplate\nmetadata: {name: a}\nspec:\n  os: {name: x}\n  format: script\n  variables: [{name: unused}]\n  template: \"#!/bin/sh\\n\"\n---\nkind: ClusterBootstrapTemplate\nmetadata: {name: b}\nspec:\n  os: {name: x}\n  format: script\n  partials:\n    p: \"ok {{#if x}}\"\n  template: \"#!/bin/sh\\n{{> p}}\"\n",
+        "kind: ClusterBootstrapTemplate\nmetadata: {name: a}\nspec:\n  os: {name: x}\n  format: script\n  variables: [{name: unused}]\n  template: \"#!/bin/sh\\n\"\napiVersion: bootstrap.bootplate.dev/v1alpha1\n---\nkind: ClusterBootstrapTemplate\nmetadata: {name: b}\nspec:\n  os: {name: x}\n  format: script\n  partials:\n    p: \"ok {{#if x}}\"\n  template: \"#!/bin/sh\\n{{> p}}\"\napiVersion: bootstrap.bootplate.dev/v1alpha1\n",
     );
     let shown = path.to_string_lossy().to_string();
     let out = bootplate(&["lint", &shown]);
@@ -344,7 +344,7 @@ fn lint_reports_syntax_errors_in_partials_and_warnings() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("{shown}:15:"))
+        stdout.contains(&format!("{shown}:16:"))
             && stdout.contains("error: spec.partials.p: syntax error"),
         "{stdout}"
     );
@@ -358,8 +358,165 @@ fn lint_accepts_the_examples_and_rejects_unreadable_files() {
     let out = bootplate(&["lint", "examples/ubuntu-2404.yaml", "does-not-exist.yaml"]);
     assert_exit(&out, 2);
     assert!(text(&out.stderr).contains("does-not-exist.yaml: cannot read"));
-    let out = bootplate(&["lint", "examples/cluster.yaml"]);
+    // Every example lints, the CAPI objects `render` takes included.
+    let out = bootplate(&["lint", "examples/cluster.yaml", "examples/config.yaml"]);
+    assert_exit(&out, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write_template(dir.path(), "# nothing\n");
+    let out = bootplate(&["lint", &empty.to_string_lossy()]);
     assert_exit(&out, 2);
+    assert!(text(&out.stderr).contains("no objects in this file"));
     let help = text(&bootplate(&["lint", "--help"]).stdout);
     assert!(help.contains("FILE:LINE:COL") && help.contains("Exit codes"));
+}
+
+/// The line and column of the first occurrence of `needle` in `text`, from 1.
+fn find(text: &str, needle: &str) -> (usize, usize) {
+    text.lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
+        .unwrap_or_else(|| panic!("{needle:?} not in the text"))
+}
+
+const KEY_FILE: &str = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata:
+  name: keys
+spec:
+  os: {name: ubuntu}
+  format: cloud-config
+  parts:
+    - name: configure
+      files:
+        - path: /etc/kubernetes/pki/sa.key
+          permission: \"0600\"
+          content: \"{{#if certs}}{{certs.serviceAccount.key}}{{/if}}\"
+";
+
+#[test]
+fn an_unknown_field_is_an_error_at_its_key_with_the_field_meant() {
+    // Before: `permission` was dropped and the key rendered world-readable, lint exit 0.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_template(dir.path(), KEY_FILE);
+    let shown = path.to_string_lossy().to_string();
+    let (line, col) = find(KEY_FILE, "permission:");
+    let out = bootplate(&["lint", &shown]);
+    assert_exit(&out, 1);
+    let expected = format!(
+        "{shown}:{line}:{col}: error: spec.parts[0].files[0].permission: unknown field `permission`; did you mean `permissions`?"
+    );
+    assert!(
+        text(&out.stdout).lines().any(|l| l == expected),
+        "{}",
+        text(&out.stdout)
+    );
+    // render refuses the same input, on stderr, as bad input.
+    let out = bootplate(&[
+        "render",
+        "--template",
+        &shown,
+        "--machine",
+        "examples/machine-control-plane.yaml",
+        "--cluster",
+        "examples/cluster.yaml",
+    ]);
+    assert_exit(&out, 2);
+    assert!(out.stdout.is_empty(), "no key written");
+    assert!(
+        text(&out.stderr).contains(&expected),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_wrong_api_version_or_a_misspelled_kind_is_an_error() {
+    // Before: a wrong apiVersion was accepted and a misspelled kind skipped with exit 0.
+    let body = format!(
+        "{}---\napiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootstrapTemplat\nmetadata: {{name: other}}\nspec: {{}}\n",
+        KEY_FILE
+            .replace("permission:", "permissions:")
+            .replace("v1alpha1", "v1beta1")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_template(dir.path(), &body);
+    let shown = path.to_string_lossy().to_string();
+    let out = bootplate(&["lint", &shown]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "{shown}:1:13: error: apiVersion: `bootstrap.bootplate.dev/v1beta1` does not serve ClusterBootstrapTemplate: use `bootstrap.bootplate.dev/v1alpha1`"
+            ),
+            format!(
+                "{shown}:16:7: error: kind: unknown kind `BootstrapTemplat`; did you mean `BootstrapTemplate`?"
+            ),
+        ],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn wrong_types_point_at_the_value_not_the_spec() {
+    let body = KEY_FILE
+        .replace("permission:", "permissions:")
+        .replace("  parts:\n", "  maxOutputBytes: lots\n  parts:\n");
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_template(dir.path(), &body);
+    let shown = path.to_string_lossy().to_string();
+    let out = bootplate(&["lint", &shown]);
+    assert_exit(&out, 1);
+    let (line, col) = find(&body, "lots");
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        format!(
+            "{shown}:{line}:{col}: error: spec.maxOutputBytes: must be an integer, got a string"
+        )
+    );
+}
+
+#[test]
+fn lint_and_render_take_the_same_config_kinds_and_locate_config_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_template = dir.path().join("bpct.yaml");
+    let body = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfigTemplate
+metadata: {name: workers}
+spec:
+  template:
+    spec:
+      templateRef: {kind: ClusterBootstrapTemplate, name: ubuntu-2404}
+      variables:
+        httpProxy: 17
+";
+    std::fs::write(&config_template, body).unwrap();
+    let shown = config_template.to_string_lossy().to_string();
+    let out = bootplate(&["lint", "--config", &shown, "examples/ubuntu-2404.yaml"]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let (line, _) = find(body, "httpProxy");
+    assert!(
+        stdout.starts_with(&format!("{shown}:{line}:")) && stdout.contains("httpProxy"),
+        "{stdout}"
+    );
+    let out = render_example("examples/machine-worker.yaml", &["--config", &shown]);
+    assert_exit(&out, 1);
+    assert!(
+        text(&out.stderr).contains("httpProxy"),
+        "{}",
+        text(&out.stderr)
+    );
+    let good = std::fs::read_to_string(repo("examples/config.yaml")).unwrap();
+    assert!(good.contains("kind: BootplateConfig\n"));
+    let fixed = body.replace("httpProxy: 17", "httpProxy: http://proxy.example.com:3128");
+    std::fs::write(&config_template, fixed).unwrap();
+    let out = bootplate(&["lint", "--config", &shown, "examples/ubuntu-2404.yaml"]);
+    assert_exit(&out, 0);
+    let out = render_example("examples/machine-worker.yaml", &["--config", &shown]);
+    assert_exit(&out, 0);
 }

@@ -205,7 +205,7 @@ impl RenderError {
                 variable, message, ..
             } => vec![
                 Problem::config(
-                    "spec.variables",
+                    format!("spec.variables.{variable}"),
                     format!("variable `{variable}`: {message}"),
                 )
                 .with_reason(reason::INVALID_VARIABLES),

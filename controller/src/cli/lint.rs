@@ -5,17 +5,22 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crd_types::BootplateConfigSpec;
+use crd_types::capi::{Cluster, Machine};
 use render::{Origin, Problem, Severity};
 
-use super::input::{InputError, Positions, TEMPLATE_KINDS, YamlFile, kind, template};
+use super::diagnostic::Diagnostic;
+use super::input::{ConfigInput, InputError, ReadError, YamlFile, kind, template};
 use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 
 /// Arguments of `bootplate lint`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
-Each file may hold several YAML documents; every BootstrapTemplate and ClusterBootstrapTemplate
-in it is checked:
+Each file may hold several YAML documents (FILE `-` reads standard input). Every document must be
+a BootstrapTemplate, ClusterBootstrapTemplate, BootplateConfig, BootplateConfigTemplate (apiVersion
+bootstrap.bootplate.dev/v1alpha1), Machine or Cluster (cluster.x-k8s.io): an unknown kind is an
+error, never skipped. bootplate's objects are read strictly: an unknown field, a value of the
+wrong type or outside its allowed values is an error naming the field (and the field probably
+meant). Every template is then checked:
   - every template text and partial parses; partial references exist and do not recurse;
     nesting and size stay within the engine's limits;
   - variable declarations are valid (names, patterns, defaults fit their schema), every
@@ -32,105 +37,130 @@ pub struct LintArgs {
     /// Template files (YAML) to check.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// A BootplateConfig whose variables (and files, commands) the sample renders use, for
-    /// required variables lint cannot make a sample value for.
+    /// A BootplateConfig or BootplateConfigTemplate whose variables (and files, commands) the
+    /// sample renders use; its problems are reported at its own lines.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
 
+/// The kinds lint reads: bootplate's four, and the CAPI objects `bootplate render` takes.
+const LINT_KINDS: [&str; 6] = [
+    "BootstrapTemplate",
+    "ClusterBootstrapTemplate",
+    "BootplateConfig",
+    "BootplateConfigTemplate",
+    "Machine",
+    "Cluster",
+];
+
 /// Runs `bootplate lint`.
 pub fn run(args: &LintArgs) -> ExitCode {
+    let mut code = EXIT_OK;
+    let mut diagnostics = Vec::new();
     let config = match &args.config {
-        Some(path) => match read_config(path) {
+        Some(path) => match ConfigInput::read(path) {
             Ok(c) => Some(c),
-            Err(e) => {
+            Err(ReadError::Unreadable(e)) => {
                 eprintln!("bootplate lint: {e}");
                 return exit(EXIT_INPUT);
+            }
+            Err(ReadError::Problems(found)) => {
+                diagnostics.extend(found);
+                None
             }
         },
         None => None,
     };
-    let mut code = EXIT_OK;
-    for path in &args.files {
-        match lint_file(path, config.as_ref()) {
-            Ok(lines) => {
-                for (severity, line) in lines {
-                    println!("{line}");
-                    if severity == Severity::Error {
-                        code = code.max(EXIT_FAILED);
-                    }
+    if args.config.is_none() || config.is_some() {
+        for path in &args.files {
+            match lint_file(path, config.as_ref()) {
+                Ok(found) => diagnostics.extend(found),
+                Err(e) => {
+                    eprintln!("bootplate lint: {e}");
+                    code = EXIT_INPUT;
                 }
             }
-            Err(e) => {
-                eprintln!("bootplate lint: {e}");
-                code = EXIT_INPUT;
-            }
+        }
+    }
+    for d in &diagnostics {
+        println!("{d}");
+        if d.severity == Severity::Error {
+            code = code.max(EXIT_FAILED);
         }
     }
     exit(code)
 }
 
-fn read_config(path: &Path) -> Result<BootplateConfigSpec, InputError> {
-    let (_, config) =
-        YamlFile::read(path)?.object::<crd_types::BootplateConfig>(&["BootplateConfig"])?;
-    Ok(config.spec)
-}
-
-/// The problems of every template in `path`, formatted.
-fn lint_file(
-    path: &Path,
-    config: Option<&BootplateConfigSpec>,
-) -> Result<Vec<(Severity, String)>, InputError> {
-    let file = YamlFile::read(path)?;
-    let positions = Positions::new(&file.text);
-    let shown = path.display();
-    let mut out = Vec::new();
-    let mut templates = 0;
-    for (index, document) in file.documents.iter().enumerate() {
-        if !TEMPLATE_KINDS.contains(&kind(document)) {
-            continue;
-        }
-        templates += 1;
-        let (object, spec) = match template(document) {
-            Ok(t) => t,
-            Err(message) => {
-                let (line, col) = positions.locate(index, "spec", None);
-                out.push((
-                    Severity::Error,
-                    format!("{shown}:{line}:{col}: error: {message}"),
-                ));
-                continue;
-            }
-        };
-        for problem in render::lint(&object, &spec, config) {
-            out.push((
-                problem.severity,
-                format_problem(&shown.to_string(), &positions, index, &problem),
-            ));
-        }
-    }
-    if templates == 0 {
+/// The problems of every object in `path`.
+fn lint_file(path: &Path, config: Option<&ConfigInput>) -> Result<Vec<Diagnostic>, InputError> {
+    let file = match YamlFile::read(path) {
+        Ok(file) => file,
+        Err(ReadError::Unreadable(e)) => return Err(e),
+        Err(ReadError::Problems(found)) => return Ok(found),
+    };
+    if file.documents.is_empty() {
         return Err(InputError(format!(
-            "{shown}: no BootstrapTemplate or ClusterBootstrapTemplate in this file"
+            "{}: no objects in this file",
+            file.shown
         )));
     }
+    let mut out = file.check_kinds(&LINT_KINDS);
+    for (index, document) in file.documents.iter().enumerate() {
+        // A document of a wrong kind or apiVersion was reported by check_kinds.
+        let json = serde_json::to_value(document).unwrap_or_default();
+        if crd_types::strict::KINDS.contains(&kind(document))
+            && crd_types::strict::kind_of(&json).is_err()
+        {
+            continue;
+        }
+        let decoded = match kind(document) {
+            "BootstrapTemplate" | "ClusterBootstrapTemplate" => match template(&file, index) {
+                Ok((object, spec)) => {
+                    let problems = render::lint(&object, &spec, config.map(|c| &c.spec));
+                    out.extend(problems.iter().map(|p| locate(&file, index, config, p)));
+                    Ok(())
+                }
+                Err(found) => Err(found),
+            },
+            "BootplateConfig" => file.decode::<crd_types::BootplateConfig>(index).map(drop),
+            "BootplateConfigTemplate" => file
+                .decode::<crd_types::BootplateConfigTemplate>(index)
+                .map(drop),
+            "Machine" => file.decode::<Machine>(index).map(drop),
+            "Cluster" => file.decode::<Cluster>(index).map(drop),
+            _ => Ok(()),
+        };
+        if let Err(found) = decoded {
+            out.extend(found);
+        }
+    }
+    out.sort_by_key(|d| (d.line, d.column));
     Ok(out)
 }
 
-fn format_problem(file: &str, positions: &Positions, document: usize, p: &Problem) -> String {
+/// A problem of a template's lint as a diagnostic: template problems in the template's file,
+/// config problems in the `--config` file.
+fn locate(file: &YamlFile, index: usize, config: Option<&ConfigInput>, p: &Problem) -> Diagnostic {
     let role = p.role.map(|r| format!(" (role {r})")).unwrap_or_default();
-    match p.origin {
-        Origin::Template => {
-            let (line, col) = positions.locate(document, &p.field, p.position);
-            format!(
-                "{file}:{line}:{col}: {}: {}: {}{role}",
-                p.severity, p.field, p.message
-            )
+    let message = format!("{}{role}", p.message);
+    let code = code(p);
+    match (p.origin, config) {
+        (Origin::Config, Some(config)) => config.locate(&p.field, p.severity, code, message),
+        _ => {
+            let location = file.positions.locate(index, &p.field, p.position);
+            Diagnostic::new(&file.shown, location, p.severity, code, &p.field, message)
         }
-        // A problem of the config given with --config: name the field, not a template line.
-        Origin::Config => format!(
-            "{file}:1:1: {}: the config's {}: {}{role}",
-            p.severity, p.field, p.message
-        ),
+    }
+}
+
+/// The diagnostic code of a render problem: its condition reason, in kebab case.
+fn code(p: &Problem) -> &'static str {
+    use crd_types::conditions::reason;
+    match p.reason {
+        reason::TEMPLATE_INVALID => "template-invalid",
+        reason::RENDER_FAILED => "render-failed",
+        reason::INVALID_VARIABLES => "invalid-variables",
+        reason::OUTPUT_TOO_LARGE => "output-too-large",
+        _ => "problem",
     }
 }

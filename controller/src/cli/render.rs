@@ -10,7 +10,8 @@ use crd_types::capi::{Cluster, Machine};
 use crd_types::{BootplateConfigSpec, Role};
 use render::{Certificates, ClusterInfo, CompiledTemplate, JoinInfo, KeyPair, RenderContext};
 
-use super::input::{InputError, TEMPLATE_KINDS, YamlFile, template};
+use super::diagnostic::Diagnostic;
+use super::input::{ConfigInput, InputError, ReadError, TEMPLATE_KINDS, YamlFile, template};
 use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 
 /// Arguments of `bootplate render`.
@@ -84,6 +85,12 @@ pub fn run(args: &RenderArgs) -> ExitCode {
             eprintln!("bootplate render: {e}");
             exit(EXIT_INPUT)
         }
+        Err(Failure::Problems(found)) => {
+            for d in found {
+                eprintln!("{d}");
+            }
+            exit(EXIT_INPUT)
+        }
         Err(Failure::Render(message)) => {
             eprintln!("bootplate render: {message}");
             exit(EXIT_FAILED)
@@ -93,6 +100,8 @@ pub fn run(args: &RenderArgs) -> ExitCode {
 
 enum Failure {
     Input(InputError),
+    /// Located problems of an input file.
+    Problems(Vec<Diagnostic>),
     Render(String),
 }
 
@@ -102,29 +111,45 @@ impl From<InputError> for Failure {
     }
 }
 
+impl From<ReadError> for Failure {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Unreadable(e) => Failure::Input(e),
+            ReadError::Problems(found) => Failure::Problems(found),
+        }
+    }
+}
+
 fn input(message: String) -> Failure {
     Failure::Input(InputError(message))
 }
 
+/// Reads the one object of `kinds` in `path`, strictly (every other document of the file must
+/// be of `kinds` too).
+fn read_object<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    kinds: &[&str],
+) -> Result<(YamlFile, usize, T), Failure> {
+    let file = YamlFile::read(path)?;
+    let index = file.find(kinds)?;
+    let problems = file.check_kinds(kinds);
+    if !problems.is_empty() {
+        return Err(ReadError::Problems(problems).into());
+    }
+    let object = file.decode(index).map_err(ReadError::Problems)?;
+    Ok((file, index, object))
+}
+
 fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
     let template_file = YamlFile::read(&args.template)?;
-    let (object, spec) = match template_file
-        .documents
-        .iter()
-        .filter(|d| TEMPLATE_KINDS.contains(&super::input::kind(d)))
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [one] => template(one).map_err(|e| input(format!("{}: {e}", args.template.display())))?,
-        _ => {
-            return Err(input(format!(
-                "{}: expected exactly one BootstrapTemplate or ClusterBootstrapTemplate",
-                args.template.display()
-            )));
-        }
-    };
-    let (_, machine): (_, Machine) = YamlFile::read(&args.machine)?.object(&["Machine"])?;
-    let (_, cluster): (_, Cluster) = YamlFile::read(&args.cluster)?.object(&["Cluster"])?;
+    let index = template_file.find(&TEMPLATE_KINDS)?;
+    let problems = template_file.check_kinds(&TEMPLATE_KINDS);
+    if !problems.is_empty() {
+        return Err(ReadError::Problems(problems).into());
+    }
+    let (object, spec) = template(&template_file, index).map_err(ReadError::Problems)?;
+    let (_, _, machine): (_, _, Machine) = read_object(&args.machine, &["Machine"])?;
+    let (_, _, cluster): (_, _, Cluster) = read_object(&args.cluster, &["Cluster"])?;
     let config = match &args.config {
         Some(path) => read_config(path)?,
         None => BootplateConfigSpec::default(),
@@ -192,19 +217,10 @@ fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
     pki::generate_ca(name).map_err(|e| Failure::Render(e.to_string()))
 }
 
-/// A BootplateConfig's spec, or a BootplateConfigTemplate's `spec.template.spec`. Files read
-/// from Secrets get a placeholder: nothing is read from a cluster offline.
+/// A BootplateConfig's spec, or a BootplateConfigTemplate's `spec.template.spec`, read
+/// strictly. Files read from Secrets get a placeholder: nothing is read from a cluster offline.
 fn read_config(path: &Path) -> Result<BootplateConfigSpec, Failure> {
-    let file = YamlFile::read(path)?;
-    let mut spec = match file.object::<crd_types::BootplateConfig>(&["BootplateConfig"]) {
-        Ok((_, config)) => config.spec,
-        Err(first) => {
-            match file.object::<crd_types::BootplateConfigTemplate>(&["BootplateConfigTemplate"]) {
-                Ok((_, t)) => t.spec.template.spec,
-                Err(_) => return Err(first.into()),
-            }
-        }
-    };
+    let mut spec = ConfigInput::read(path)?.spec;
     for f in &mut spec.files {
         if let (None, Some(from)) = (&f.content, &f.content_from) {
             f.content = Some(format!(
