@@ -313,7 +313,7 @@ fn lint_points_at_the_file_line_and_column() {
     let stdout = text(&out.stdout);
     // `{{values.typo}}` is on line 19, column 16 of the file.
     let expected = format!(
-        "{shown}:19:16: error: spec.parts[0].commands[1]: `values.typo` is not declared in spec.variables"
+        "{shown}:19:16: error: spec.parts[0].commands[1]: `values.typo` is not declared in spec.variables (known: `required`)"
     );
     assert!(stdout.lines().any(|l| l == expected), "{stdout}");
     assert!(BROKEN.lines().nth(18).unwrap().find("{{values.typo}}") == Some(15));

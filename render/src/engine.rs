@@ -20,7 +20,7 @@ use handlebars::{Context, Handlebars, RenderErrorReason, TemplateError};
 use crate::error::{Position, Problem};
 use crate::helpers;
 use crate::limit::{Budget, LimitedWriter};
-use crate::tree::{Analysis, Use, analyze, charge_steps, dismantle};
+use crate::tree::{Analysis, analyze, charge_steps, dismantle};
 
 /// Deepest allowed nesting of blocks, `else if` branches, subexpressions and partial includes,
 /// all counted together along one path. Real templates nest a handful of levels; a render frame
@@ -271,31 +271,33 @@ impl Engine {
         Ok(depths)
     }
 
-    /// The paths each field's text reads, for lint. Partials only count as read from the root
-    /// context when every inclusion of them is at the root, without a context parameter.
-    pub(crate) fn uses(&self) -> Vec<(String, Vec<Use>)> {
-        let scoped_partials: BTreeSet<&str> = self
-            .analyses
-            .values()
-            .flat_map(|a| a.partials.iter())
-            .filter(|r| r.scoped)
-            .map(|r| r.name.as_str())
-            .collect();
-        self.analyses
+    /// The compiled template registered as `name` (a field path, or a partial's name).
+    pub(crate) fn template(&self, name: &str) -> Option<&Template> {
+        self.registry.get_template(name)
+    }
+
+    /// Every compiled text that is not a partial: registry name and field.
+    pub(crate) fn texts(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.fields
             .iter()
-            .map(|(name, a)| {
-                let scoped = scoped_partials.contains(name.as_str());
-                let uses = a
-                    .uses
-                    .iter()
-                    .map(|u| Use {
-                        scoped: u.scoped || scoped,
-                        ..u.clone()
-                    })
-                    .collect();
-                (self.fields[name].clone(), uses)
-            })
+            .filter(|(name, _)| !self.partial_names.contains(*name))
+            .map(|(name, field)| (name.as_str(), field.as_str()))
+    }
+
+    /// The names of the partials some text includes.
+    pub(crate) fn uses_of_partials(&self) -> Vec<String> {
+        self.analyses
+            .values()
+            .flat_map(|a| a.partials.iter().map(|r| r.name.clone()))
             .collect()
+    }
+
+    /// The names of the partials of `spec.partials` that compiled.
+    pub(crate) fn partial_names(&self) -> impl Iterator<Item = &str> {
+        self.partial_names
+            .iter()
+            .filter(|n| self.analyses.contains_key(*n))
+            .map(String::as_str)
     }
 
     /// Renders `text` against `ctx`, taking the bytes from `budget`.

@@ -9,6 +9,7 @@
 //!
 //! `docs/templates.md` is the template author's reference for everything here.
 
+mod analysis;
 mod body;
 pub mod context;
 mod engine;
