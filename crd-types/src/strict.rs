@@ -220,7 +220,8 @@ fn truncate(s: &str) -> String {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// `a string`, `a list`, … for messages about a value of the wrong type.
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

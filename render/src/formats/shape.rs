@@ -5,6 +5,7 @@
 //! module), and systemd unit files (a line that is neither a section, a setting nor a comment
 //! is ignored by systemd, so what it meant to set is silently missing).
 
+use crd_types::strict::type_name;
 use serde_json::Value;
 
 /// The shape a value must have.
@@ -265,18 +266,6 @@ pub(super) const CLOUD_CONFIG_MODULES: &[(&str, Shape)] = &[
     ("yum_repos", Dict(&Dict(&Any))),
     ("power_state", Dict(&Any)),
 ];
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
-}
 
 fn expected(shape: &Shape) -> String {
     match shape {
