@@ -308,7 +308,7 @@ fn lint_points_at_the_file_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let template = write_template(dir.path(), BROKEN);
     let shown = template.to_string_lossy().to_string();
-    let out = bootplate(&["lint", &shown]);
+    let out = bootplate(&["lint", "--format", "short", &shown]);
     assert_exit(&out, 1);
     let stdout = text(&out.stdout);
     // `{{values.typo}}` is on line 19, column 16 of the file.
@@ -334,7 +334,7 @@ fn lint_reports_syntax_errors_in_partials_and_warnings() {
         "kind: ClusterBootstrapTemplate\nmetadata: {name: a}\nspec:\n  os: {name: x}\n  format: script\n  variables: [{name: unused}]\n  template: \"#!/bin/sh\\n\"\napiVersion: bootstrap.bootplate.dev/v1alpha1\n---\nkind: ClusterBootstrapTemplate\nmetadata: {name: b}\nspec:\n  os: {name: x}\n  format: script\n  partials:\n    p: \"ok {{#if x}}\"\n  template: \"#!/bin/sh\\n{{> p}}\"\napiVersion: bootstrap.bootplate.dev/v1alpha1\n",
     );
     let shown = path.to_string_lossy().to_string();
-    let out = bootplate(&["lint", &shown]);
+    let out = bootplate(&["lint", "--format", "short", &shown]);
     assert_exit(&out, 1);
     let stdout = text(&out.stdout);
     assert!(
@@ -352,22 +352,45 @@ fn lint_reports_syntax_errors_in_partials_and_warnings() {
 
 #[test]
 fn lint_accepts_the_examples_and_rejects_unreadable_files() {
-    let out = bootplate(&["lint", "examples/ubuntu-2404.yaml"]);
+    let out = bootplate(&["lint", "--format", "short", "examples/ubuntu-2404.yaml"]);
     assert_exit(&out, 0);
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
-    let out = bootplate(&["lint", "examples/ubuntu-2404.yaml", "does-not-exist.yaml"]);
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "examples/ubuntu-2404.yaml",
+        "does-not-exist.yaml",
+    ]);
     assert_exit(&out, 2);
     assert!(text(&out.stderr).contains("does-not-exist.yaml: cannot read"));
     // Every example lints, the CAPI objects `render` takes included.
-    let out = bootplate(&["lint", "examples/cluster.yaml", "examples/config.yaml"]);
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "examples/cluster.yaml",
+        "examples/config.yaml",
+    ]);
     assert_exit(&out, 0);
     let dir = tempfile::tempdir().unwrap();
     let empty = write_template(dir.path(), "# nothing\n");
-    let out = bootplate(&["lint", &empty.to_string_lossy()]);
+    let out = bootplate(&["lint", "--format", "short", &empty.to_string_lossy()]);
     assert_exit(&out, 2);
     assert!(text(&out.stderr).contains("no objects in this file"));
-    let help = text(&bootplate(&["lint", "--help"]).stdout);
+    let help = text(&bootplate(&["lint", "--format", "short", "--help"]).stdout);
     assert!(help.contains("FILE:LINE:COL") && help.contains("Exit codes"));
+}
+
+/// Writes `body` as a template file in `dir` and lints it with `args` (short format): the
+/// file's name as lint shows it, and the run.
+fn lint_body(dir: &Path, body: &str, args: &[&str]) -> (String, Output) {
+    let shown = write_template(dir, body).to_string_lossy().to_string();
+    let mut all = vec!["lint", "--format", "short"];
+    all.extend_from_slice(args);
+    all.push(&shown);
+    let out = bootplate(&all);
+    (shown, out)
 }
 
 /// The line and column of the first occurrence of `needle` in `text`, from 1.
@@ -398,10 +421,8 @@ spec:
 fn an_unknown_field_is_an_error_at_its_key_with_the_field_meant() {
     // Before: `permission` was dropped and the key rendered world-readable, lint exit 0.
     let dir = tempfile::tempdir().unwrap();
-    let path = write_template(dir.path(), KEY_FILE);
-    let shown = path.to_string_lossy().to_string();
+    let (shown, out) = lint_body(dir.path(), KEY_FILE, &[]);
     let (line, col) = find(KEY_FILE, "permission:");
-    let out = bootplate(&["lint", &shown]);
     assert_exit(&out, 1);
     let expected = format!(
         "{shown}:{line}:{col}: error: spec.parts[0].files[0].permission: unknown field `permission`; did you mean `permissions`?"
@@ -440,9 +461,7 @@ fn a_wrong_api_version_or_a_misspelled_kind_is_an_error() {
             .replace("v1alpha1", "v1beta1")
     );
     let dir = tempfile::tempdir().unwrap();
-    let path = write_template(dir.path(), &body);
-    let shown = path.to_string_lossy().to_string();
-    let out = bootplate(&["lint", &shown]);
+    let (shown, out) = lint_body(dir.path(), &body, &[]);
     assert_exit(&out, 1);
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -466,9 +485,7 @@ fn wrong_types_point_at_the_value_not_the_spec() {
         .replace("permission:", "permissions:")
         .replace("  parts:\n", "  maxOutputBytes: lots\n  parts:\n");
     let dir = tempfile::tempdir().unwrap();
-    let path = write_template(dir.path(), &body);
-    let shown = path.to_string_lossy().to_string();
-    let out = bootplate(&["lint", &shown]);
+    let (shown, out) = lint_body(dir.path(), &body, &[]);
     assert_exit(&out, 1);
     let (line, col) = find(&body, "lots");
     assert_eq!(
@@ -496,7 +513,14 @@ spec:
 ";
     std::fs::write(&config_template, body).unwrap();
     let shown = config_template.to_string_lossy().to_string();
-    let out = bootplate(&["lint", "--config", &shown, "examples/ubuntu-2404.yaml"]);
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "--config",
+        &shown,
+        "examples/ubuntu-2404.yaml",
+    ]);
     assert_exit(&out, 1);
     let stdout = text(&out.stdout);
     let (line, _) = find(body, "httpProxy");
@@ -515,8 +539,186 @@ spec:
     assert!(good.contains("kind: BootplateConfig\n"));
     let fixed = body.replace("httpProxy: 17", "httpProxy: http://proxy.example.com:3128");
     std::fs::write(&config_template, fixed).unwrap();
-    let out = bootplate(&["lint", "--config", &shown, "examples/ubuntu-2404.yaml"]);
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "--config",
+        &shown,
+        "examples/ubuntu-2404.yaml",
+    ]);
     assert_exit(&out, 0);
     let out = render_example("examples/machine-worker.yaml", &["--config", &shown]);
     assert_exit(&out, 0);
+}
+
+const INJECTABLE: &str = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata: {name: injectable}
+spec:
+  os: {name: ubuntu}
+  format: cloud-config
+  variables:
+    - {name: greeting, default: hi, schema: {type: string}}
+    - {name: nodeTaint, default: none, schema: {type: string}}
+  parts:
+    - name: configure
+      files:
+        - path: /run/kubeadm/join.yaml
+          content: |
+            kind: JoinConfiguration
+            nodeRegistration:
+              name: {{machine.name}}
+              taints: [{key: {{values.nodeTaint}}}]
+      commands:
+        - echo \"{{values.greeting}}\"
+        - echo {{shell_quote values.greeting}}
+";
+
+#[test]
+fn free_text_written_unquoted_is_a_warning_and_an_error_with_strict() {
+    // Before: `hi\"; touch /tmp/x; echo \"` in the command, or a newline and `controlPlane: {}` in
+    // the worker's JoinConfiguration, linted clean.
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), INJECTABLE, &[]);
+    assert_exit(&out, 0);
+    let stdout = text(&out.stdout);
+    let expect = |needle: &str, what: &str, into: &str| {
+        let (line, col) = find(INJECTABLE, needle);
+        let prefix = format!("{shown}:{line}:{col}: warning: ");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&prefix)
+                && l.contains(&format!(
+                    "`{what}` is free text written unquoted into {into}"
+                ))),
+            "{prefix} {what}\n{stdout}"
+        );
+    };
+    expect("{{machine.name}}", "machine.name", "a YAML document");
+    expect(
+        "{{values.nodeTaint}}",
+        "values.nodeTaint",
+        "a YAML document",
+    );
+    expect("{{values.greeting}}", "values.greeting", "a shell command");
+    assert_eq!(
+        stdout.lines().count(),
+        3,
+        "the quoted use is fine:\n{stdout}"
+    );
+    let out = bootplate(&["lint", "--strict", "--format", "short", &shown]);
+    assert_exit(&out, 1);
+    assert_eq!(text(&out.stdout).matches(": error: ").count(), 3);
+}
+
+#[test]
+fn diagnostics_show_the_source_json_and_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_template(dir.path(), KEY_FILE);
+    let shown = path.to_string_lossy().to_string();
+    let out = bootplate(&["lint", &shown]);
+    assert_exit(&out, 1);
+    let (line, col) = find(KEY_FILE, "permission:");
+    let expected = format!(
+        "error: spec.parts[0].files[0].permission: unknown field `permission`\n  --> {shown}:{line}:{col}\n   |\n{line} |           permission: \"0600\"\n   |           ^^^^^^^^^^^ did you mean `permissions`?\n"
+    );
+    assert!(
+        text(&out.stdout).starts_with(&expected),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = bootplate(&["lint", "--format", "json", &shown]);
+    assert_exit(&out, 1);
+    let problem: serde_json::Value =
+        serde_json::from_str(text(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(
+        problem,
+        serde_json::json!({
+            "file": shown, "line": line, "column": col, "severity": "error",
+            "code": "unknown-field", "field": "spec.parts[0].files[0].permission",
+            "message": "unknown field `permission`", "hint": "did you mean `permissions`?",
+        })
+    );
+
+    // `-` reads standard input; an unreadable file does not stop the others being linted.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bootplate"))
+        .args([
+            "lint",
+            "--format",
+            "short",
+            "-",
+            "does-not-exist.yaml",
+            &shown,
+        ])
+        .current_dir(repo(""))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), KEY_FILE.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 2);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "-:{line}:{col}: error: spec.parts[0].files[0].permission"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{shown}:{line}:{col}: error:")),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).contains("does-not-exist.yaml: cannot read"));
+}
+
+#[test]
+fn an_unclosed_block_is_reported_at_its_opening_tag_in_plain_words() {
+    // Before: at the end of the partial, with the parser's grammar rules listed.
+    let body = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata: {name: s}
+spec:
+  os: {name: ubuntu}
+  format: script
+  partials:
+    p: |
+      echo one
+      {{#if machine.name}}
+      echo two
+      echo three
+  template: \"#!/bin/sh\\n{{> p}}\\n\"
+";
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), body, &[]);
+    assert_exit(&out, 1);
+    let (line, col) = find(body, "{{#if");
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        format!(
+            "{shown}:{line}:{col}: error: spec.partials.p: syntax error: `{{{{#if}}}}` is never closed: add `{{{{/if}}}}` where the block ends"
+        )
+    );
+}
+
+#[test]
+fn every_shipped_template_and_example_lints_clean_with_strict() {
+    let mut files: Vec<String> = ["templates", "examples"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(repo(dir)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "{files:?}");
+    let mut args = vec!["lint", "--strict", "--format", "short"];
+    args.extend(files.iter().map(String::as_str));
+    let out = bootplate(&args);
+    assert_exit(&out, 0);
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }

@@ -117,7 +117,7 @@ impl Engine {
         let template = match Template::compile_with_name(text, name.to_owned()) {
             Ok(t) => t,
             Err(e) => {
-                problems.push(syntax_problem(field, &e));
+                problems.push(syntax_problem(field, text, &e));
                 return;
             }
         };
@@ -376,13 +376,102 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-fn syntax_problem(field: &str, e: &TemplateError) -> Problem {
+/// A syntax error in plain words. Unbalanced blocks are found by pairing the block tags
+/// ourselves, so the error points at the `{{#if}}` that is never closed rather than at the end
+/// of the text, where the parser gives up; other errors keep the parser's position, without
+/// its grammar's list of expected rules.
+fn syntax_problem(field: &str, text: &str, e: &TemplateError) -> Problem {
+    if let Some((position, message)) = unbalanced_block(text) {
+        return Problem::template(field, format!("syntax error: {message}"))
+            .at(Some(position))
+            .with_code("syntax");
+    }
+    let reason = e.reason().to_string();
+    let reason = if reason.contains("expected ") && reason.contains("invalid handlebars syntax") {
+        "this is not a handlebars expression the parser understands (check the braces, quotes and parentheses)".to_owned()
+    } else {
+        truncate(&reason, 200)
+    };
     let position = e.pos().map(|(line, column)| Position { line, column });
-    Problem::template(
-        field,
-        format!("syntax error: {}", truncate(&e.reason().to_string(), 200)),
-    )
-    .at(position)
+    Problem::template(field, format!("syntax error: {reason}"))
+        .at(position)
+        .with_code("syntax")
+}
+
+/// The first block tag that is not closed, or closed by the wrong tag, and what is wrong.
+fn unbalanced_block(text: &str) -> Option<(Position, String)> {
+    let mut open: Vec<(String, Position)> = Vec::new();
+    let mut rest = text;
+    let mut consumed = 0;
+    let at = |offset: usize| {
+        let before = &text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        Position { line, column }
+    };
+    while let Some(start) = rest.find("{{") {
+        let offset = consumed + start;
+        let tag = &rest[start + 2..];
+        let (skip, close) = if tag.starts_with("!--") {
+            (start + 2, "--}}")
+        } else {
+            (start + 2, "}}")
+        };
+        let Some(end) = rest[skip..].find(close) else {
+            return None; // an unclosed mustache: the parser's message says it
+        };
+        let inner = rest[start + 2..skip + end].trim_start_matches(['~', ' ']);
+        let name = |s: &str| {
+            s.trim_start_matches(['~', ' '])
+                .split(|c: char| c.is_whitespace() || c == '}' || c == '~')
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        };
+        if escaped(text, offset) || inner.starts_with('!') {
+        } else if let Some(block) = inner.strip_prefix('#').or_else(|| inner.strip_prefix('^')) {
+            let block = block.trim_start_matches(['>', '*']);
+            if !block.trim().is_empty() {
+                open.push((name(block), at(offset)));
+            }
+        } else if let Some(closing) = inner.strip_prefix('/') {
+            let closing = name(closing);
+            match open.pop() {
+                Some((opened, position)) if opened != closing => {
+                    return Some((
+                        position,
+                        format!(
+                            "`{{{{#{opened}}}}}` is closed by `{{{{/{closing}}}}}` (line {}, column {} of this text); close it with `{{{{/{opened}}}}}`",
+                            at(offset).line,
+                            at(offset).column
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    return Some((
+                        at(offset),
+                        format!("`{{{{/{closing}}}}}` closes a block that was never opened"),
+                    ));
+                }
+            }
+        }
+        consumed += skip + end + close.len();
+        rest = &text[consumed..];
+    }
+    open.pop().map(|(name, position)| {
+        (
+            position,
+            format!(
+                "`{{{{#{name}}}}}` is never closed: add `{{{{/{name}}}}}` where the block ends"
+            ),
+        )
+    })
+}
+
+/// Whether the `{{` at `offset` is escaped with a backslash (printed as it is).
+fn escaped(text: &str, offset: usize) -> bool {
+    text[..offset].ends_with('\\')
 }
 
 fn render_message(reason: &RenderErrorReason) -> String {

@@ -37,6 +37,8 @@ const CAPI_GROUP: &str = "cluster.x-k8s.io/";
 pub struct YamlFile {
     /// The name shown in messages (`-` is standard input).
     pub shown: String,
+    /// The file's text, for source snippets.
+    pub text: String,
     pub documents: Vec<serde_yaml::Value>,
     pub positions: Positions,
 }
@@ -87,6 +89,7 @@ impl YamlFile {
         let positions = Positions::new(&text);
         Ok(YamlFile {
             shown,
+            text,
             documents,
             positions,
         })

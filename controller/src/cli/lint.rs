@@ -2,13 +2,15 @@
 //! controller runs for a template's `Valid` condition plus the static ones, and prints each
 //! problem as `FILE:LINE:COL: severity: field: message`.
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crd_types::capi::{Cluster, Machine};
 use render::{Origin, Problem, Severity};
 
-use super::diagnostic::Diagnostic;
+use super::diagnostic::{Diagnostic, Format};
 use super::input::{ConfigInput, InputError, ReadError, YamlFile, kind, template};
 use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 
@@ -37,6 +39,13 @@ pub struct LintArgs {
     /// Template files (YAML) to check.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    /// How to print problems: `text` (with the lines around each), `short` (one line each) or
+    /// `json` (one object per line).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Treat warnings (unquoted free text, unused variables and partials) as errors.
+    #[arg(long)]
+    pub strict: bool,
     /// A BootplateConfig or BootplateConfigTemplate whose variables (and files, commands) the
     /// sample renders use; its problems are reported at its own lines.
     #[arg(long, value_name = "FILE")]
@@ -57,9 +66,14 @@ const LINT_KINDS: [&str; 6] = [
 pub fn run(args: &LintArgs) -> ExitCode {
     let mut code = EXIT_OK;
     let mut diagnostics = Vec::new();
+    // The text of every file read, for snippets.
+    let mut sources: BTreeMap<String, String> = BTreeMap::new();
     let config = match &args.config {
         Some(path) => match ConfigInput::read(path) {
-            Ok(c) => Some(c),
+            Ok(c) => {
+                sources.insert(c.file.shown.clone(), c.file.text.clone());
+                Some(c)
+            }
             Err(ReadError::Unreadable(e)) => {
                 eprintln!("bootplate lint: {e}");
                 return exit(EXIT_INPUT);
@@ -73,7 +87,7 @@ pub fn run(args: &LintArgs) -> ExitCode {
     };
     if args.config.is_none() || config.is_some() {
         for path in &args.files {
-            match lint_file(path, config.as_ref()) {
+            match lint_file(path, config.as_ref(), &mut sources) {
                 Ok(found) => diagnostics.extend(found),
                 Err(e) => {
                     eprintln!("bootplate lint: {e}");
@@ -82,8 +96,14 @@ pub fn run(args: &LintArgs) -> ExitCode {
             }
         }
     }
-    for d in &diagnostics {
-        println!("{d}");
+    let mut out = std::io::stdout().lock();
+    for d in &mut diagnostics {
+        if args.strict {
+            d.severity = Severity::Error;
+        }
+        let shown = d.render(args.format, sources.get(&d.file).map(String::as_str));
+        // A closed pipe (`| head`) ends the output, not the run.
+        let _ = writeln!(out, "{shown}");
         if d.severity == Severity::Error {
             code = code.max(EXIT_FAILED);
         }
@@ -92,9 +112,16 @@ pub fn run(args: &LintArgs) -> ExitCode {
 }
 
 /// The problems of every object in `path`.
-fn lint_file(path: &Path, config: Option<&ConfigInput>) -> Result<Vec<Diagnostic>, InputError> {
+fn lint_file(
+    path: &Path,
+    config: Option<&ConfigInput>,
+    sources: &mut BTreeMap<String, String>,
+) -> Result<Vec<Diagnostic>, InputError> {
     let file = match YamlFile::read(path) {
-        Ok(file) => file,
+        Ok(file) => {
+            sources.insert(file.shown.clone(), file.text.clone());
+            file
+        }
         Err(ReadError::Unreadable(e)) => return Err(e),
         Err(ReadError::Problems(found)) => return Ok(found),
     };
@@ -143,24 +170,12 @@ fn lint_file(path: &Path, config: Option<&ConfigInput>) -> Result<Vec<Diagnostic
 fn locate(file: &YamlFile, index: usize, config: Option<&ConfigInput>, p: &Problem) -> Diagnostic {
     let role = p.role.map(|r| format!(" (role {r})")).unwrap_or_default();
     let message = format!("{}{role}", p.message);
-    let code = code(p);
+    let code = p.code;
     match (p.origin, config) {
         (Origin::Config, Some(config)) => config.locate(&p.field, p.severity, code, message),
         _ => {
             let location = file.positions.locate(index, &p.field, p.position);
             Diagnostic::new(&file.shown, location, p.severity, code, &p.field, message)
         }
-    }
-}
-
-/// The diagnostic code of a render problem: its condition reason, in kebab case.
-fn code(p: &Problem) -> &'static str {
-    use crd_types::conditions::reason;
-    match p.reason {
-        reason::TEMPLATE_INVALID => "template-invalid",
-        reason::RENDER_FAILED => "render-failed",
-        reason::INVALID_VARIABLES => "invalid-variables",
-        reason::OUTPUT_TOO_LARGE => "output-too-large",
-        _ => "problem",
     }
 }
