@@ -722,3 +722,45 @@ fn every_shipped_template_and_example_lints_clean_with_strict() {
     assert_exit(&out, 0);
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }
+
+#[test]
+fn set_and_role_all_render_one_file_per_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = render_example(
+        "examples/machine-worker.yaml",
+        &[
+            "--set",
+            "httpProxy=http://set.example.com:3128",
+            "--role",
+            "all",
+            "--output",
+            &out_dir.to_string_lossy(),
+        ],
+    );
+    assert_exit(&out, 0);
+    for (role, joins) in [
+        ("init", false),
+        ("control-plane-join", true),
+        ("worker", true),
+    ] {
+        let data = std::fs::read_to_string(out_dir.join(format!("user-data-{role}"))).unwrap();
+        assert!(
+            data.contains("HTTP_PROXY=http://set.example.com:3128"),
+            "{role}"
+        );
+        assert_eq!(data.contains("kubeadm join"), joins, "{role}");
+        assert_eq!(data.contains("PRIVATE KEY"), role != "worker", "{role}");
+    }
+    // A value --set gives is checked like a config's.
+    let out = render_example("examples/machine-worker.yaml", &["--set", "httpProxy=17"]);
+    assert_exit(&out, 1);
+    assert!(
+        text(&out.stderr).contains("httpProxy"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = render_example("examples/machine-worker.yaml", &["--role", "all"]);
+    assert_exit(&out, 2);
+    assert!(text(&out.stderr).contains("--output DIR"));
+}

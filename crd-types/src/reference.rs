@@ -87,7 +87,12 @@ fn fields(schema: &JSONSchemaProps, path: &str, required: bool, out: &mut String
         .map(String::as_str)
         .collect();
     for (name, child) in schema.properties.iter().flatten() {
-        fields(child, &format!("{path}.{name}"), required.contains(&name.as_str()), out);
+        fields(
+            child,
+            &format!("{path}.{name}"),
+            required.contains(&name.as_str()),
+            out,
+        );
     }
     if let Some(JSONSchemaPropsOrArray::Schema(item)) = &schema.items
         && (item.properties.is_some())
@@ -105,9 +110,16 @@ fn fields(schema: &JSONSchemaProps, path: &str, required: bool, out: &mut String
 }
 
 fn type_of(schema: &JSONSchemaProps) -> String {
-    let mut t = match (schema.type_.as_deref(), &schema.items, &schema.additional_properties) {
+    let mut t = match (
+        schema.type_.as_deref(),
+        &schema.items,
+        &schema.additional_properties,
+    ) {
         (Some("array"), Some(JSONSchemaPropsOrArray::Schema(item)), _) => {
-            format!("list of {}", plural(item.type_.as_deref().unwrap_or("value")))
+            format!(
+                "list of {}",
+                plural(item.type_.as_deref().unwrap_or("value"))
+            )
         }
         (Some("object"), _, Some(JSONSchemaPropsOrBool::Schema(value))) => format!(
             "map of {}",
@@ -117,7 +129,10 @@ fn type_of(schema: &JSONSchemaProps) -> String {
         (None, _, _) => "any".to_owned(),
     };
     if let Some(values) = &schema.enum_ {
-        let values: Vec<String> = values.iter().map(|v| format!("`{}`", v.0.as_str().map_or(v.0.to_string(), str::to_owned))).collect();
+        let values: Vec<String> = values
+            .iter()
+            .map(|v| format!("`{}`", v.0.as_str().map_or(v.0.to_string(), str::to_owned)))
+            .collect();
         let _ = write!(t, ": one of {}", values.join(", "));
     }
     if let Some(pattern) = &schema.pattern {

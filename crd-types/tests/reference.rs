@@ -13,7 +13,10 @@ fn docs_reference_matches_the_crds() {
     for kind in crd_types::strict::KINDS {
         assert!(generated.contains(&format!("\n## {kind}\n")), "{kind}");
     }
-    assert!(generated.contains("| `spec.parts[].files[].permissions` | string, matching `^0?[0-7]{3,4}$` |"));
+    assert!(
+        generated
+            .contains("| `spec.parts[].files[].permissions` | string, matching `^0?[0-7]{3,4}$` |")
+    );
     assert!(
         on_disk == generated,
         "docs/reference.md is out of date; regenerate it with:\n  BOOTPLATE_BLESS=1 cargo test -p bootplate-crd-types --test reference"

@@ -22,6 +22,8 @@ Examples:
       --machine examples/machine-control-plane.yaml --cluster examples/cluster.yaml
   bootplate render --template t.yaml --machine m.yaml --cluster c.yaml \\
       --config examples/config.yaml --role worker --output user-data
+  bootplate render --template t.yaml --machine m.yaml --cluster c.yaml \\
+      --set httpProxy=http://proxy:3128 --role all --output out/
 
 Unless given --token, --ca-cert and --ca-key, the join token is random and the certificates
 (cluster CA, etcd CA, front-proxy CA, service-account key) are generated on the spot and thrown
@@ -43,13 +45,20 @@ pub struct RenderArgs {
     /// Files with contentFrom get placeholder content: Secrets are not read offline.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The role: init, control-plane-join or worker. Default: init for a Machine labelled
-    /// cluster.x-k8s.io/control-plane, worker otherwise.
+    /// The role: init, control-plane-join or worker, or `all` for one output per role (with
+    /// --output DIR). Default: init for a Machine labelled cluster.x-k8s.io/control-plane,
+    /// worker otherwise.
     #[arg(long, value_name = "ROLE")]
-    pub role: Option<Role>,
-    /// Write the user-data to FILE instead of standard output.
+    pub role: Option<RoleChoice>,
+    /// Write the user-data to FILE instead of standard output; with `--role all`, a directory
+    /// that gets one file per role (`user-data-init`, …).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Set a template variable, for a quick try without a config file: NAME=VALUE, repeatable,
+    /// over the config's variables. VALUE is read as YAML, so `maxPods=110`, `debug=true` and
+    /// `ntp=[a, b]` have their types; quote it (`name='"010"'`) to keep text.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
     /// The bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`). Default: a random one.
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
@@ -61,16 +70,49 @@ pub struct RenderArgs {
     pub ca_key: Option<PathBuf>,
 }
 
+/// `--role`: one role, or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleChoice {
+    One(Role),
+    All,
+}
+
+impl std::str::FromStr for RoleChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            Ok(RoleChoice::All)
+        } else {
+            s.parse::<Role>()
+                .map(RoleChoice::One)
+                .map_err(|e| format!("{e}, or all"))
+        }
+    }
+}
+
 /// Runs `bootplate render`.
 pub fn run(args: &RenderArgs) -> ExitCode {
+    if args.role == Some(RoleChoice::All) && args.output.is_none() {
+        eprintln!("bootplate render: --role all writes one file per role: give --output DIR");
+        return exit(EXIT_INPUT);
+    }
     match render(args) {
-        Ok(data) => {
-            let written = match &args.output {
-                Some(path) => std::fs::write(path, &data)
+        Ok(outputs) => {
+            let written = match (&args.output, args.role) {
+                (Some(dir), Some(RoleChoice::All)) => std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+                    .and_then(|()| {
+                        outputs.iter().try_for_each(|(role, data)| {
+                            let path = dir.join(format!("user-data-{role}"));
+                            std::fs::write(&path, data)
+                                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+                        })
+                    }),
+                (Some(path), _) => std::fs::write(path, &outputs[0].1)
                     .map_err(|e| format!("cannot write {}: {e}", path.display())),
-                None => std::io::stdout()
+                (None, _) => std::io::stdout()
                     .lock()
-                    .write_all(&data)
+                    .write_all(&outputs[0].1)
                     .map_err(|e| format!("cannot write the output: {e}")),
             };
             match written {
@@ -140,7 +182,8 @@ fn read_object<T: serde::de::DeserializeOwned>(
     Ok((file, index, object))
 }
 
-fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
+/// The user-data of each role asked for.
+fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
     let template_file = YamlFile::read(&args.template)?;
     let index = template_file.find(&TEMPLATE_KINDS)?;
     let problems = template_file.check_kinds(&TEMPLATE_KINDS);
@@ -150,15 +193,24 @@ fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
     let (object, spec) = template(&template_file, index).map_err(ReadError::Problems)?;
     let (_, _, machine): (_, _, Machine) = read_object(&args.machine, &["Machine"])?;
     let (_, _, cluster): (_, _, Cluster) = read_object(&args.cluster, &["Cluster"])?;
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => read_config(path)?,
         None => BootplateConfigSpec::default(),
     };
-    let role = args.role.unwrap_or(if machine.is_control_plane() {
-        Role::Init
-    } else {
-        Role::Worker
-    });
+    for assignment in &args.set {
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| input(format!("--set {assignment:?}: write NAME=VALUE")))?;
+        let value: serde_json::Value = serde_yaml::from_str(value)
+            .map_err(|e| input(format!("--set {name}: the value is not YAML: {e}")))?;
+        config.variables.insert(name.to_owned(), value);
+    }
+    let roles = match args.role {
+        Some(RoleChoice::All) => Role::ALL.to_vec(),
+        Some(RoleChoice::One(role)) => vec![role],
+        None if machine.is_control_plane() => vec![Role::Init],
+        None => vec![Role::Worker],
+    };
     let token = match &args.token {
         Some(t) if valid_token(t) => t.clone(),
         Some(_) => {
@@ -193,7 +245,7 @@ fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
             pki::ca_cert_hash(&ca.cert).map_err(|e| input(format!("--ca-cert: {e}")))?,
         ],
     };
-    let certs = if role.is_control_plane() {
+    let certs = if roles.iter().any(|r| r.is_control_plane()) {
         Some(Certificates {
             ca,
             etcd: throw_away_ca("bootplate render throw-away etcd CA")?,
@@ -204,13 +256,20 @@ fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
     } else {
         None
     };
-    let ctx = RenderContext::new(&cluster, &machine, role, Some(join), certs);
     let compiled =
         CompiledTemplate::compile(&object, &spec).map_err(|e| Failure::Render(e.to_string()))?;
-    let rendered = compiled
-        .render(&config, &ctx)
-        .map_err(|e| Failure::Render(e.to_string()))?;
-    Ok(rendered.data)
+    roles
+        .into_iter()
+        .map(|role| {
+            // RenderContext::new drops the certificates for a worker and the join data for init.
+            let ctx =
+                RenderContext::new(&cluster, &machine, role, Some(join.clone()), certs.clone());
+            let rendered = compiled
+                .render(&config, &ctx)
+                .map_err(|e| Failure::Render(format!("{e} (role {role})")))?;
+            Ok((role, rendered.data))
+        })
+        .collect()
 }
 
 fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
