@@ -564,6 +564,32 @@ mod tests {
     }
 
     #[test]
+    fn docs_templates_md_documents_every_helper() {
+        let docs = include_str!("../../docs/templates.md");
+        let table: Vec<&str> = docs.lines().filter(|l| l.starts_with("| `")).collect();
+        for (name, usage, ..) in HELPERS {
+            assert!(
+                table.iter().any(|l| l.contains(&format!("`{usage}`"))),
+                "docs/templates.md has no row for `{usage}` ({name})"
+            );
+        }
+        for builtin in ["eq", "and", "not", "len", "lookup", "each", "with"] {
+            assert!(
+                table.iter().any(|l| l.contains(&format!("`{builtin}"))),
+                "{builtin}"
+            );
+        }
+        for topic in [
+            "`--strict`",
+            "`--format json`",
+            "**Exit status.**",
+            "`unknown-field`",
+        ] {
+            assert!(docs.contains(topic), "{topic}");
+        }
+    }
+
+    #[test]
     fn log_is_not_available() {
         let err = render("{{log \"x\"}}", json!({})).unwrap_err();
         assert!(err.contains("log"), "{err}");
