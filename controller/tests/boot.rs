@@ -520,6 +520,8 @@ fn every_template_boots_with_real_cloud_init_and_ignition() {
     let out = out_dir("templates");
     let mini = fixture("templates/kubeadm-mini.yaml");
     let mut templates = catalogue();
+    // The README's example is proven like the shipped templates.
+    templates.push(repo().join("examples/ubuntu-2404.yaml"));
     templates.push(mini.clone());
     templates.push(fixture("templates/plain-machine.yaml"));
     templates.extend(format_variants(
