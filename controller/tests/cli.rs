@@ -764,3 +764,42 @@ fn set_and_role_all_render_one_file_per_role() {
     assert_exit(&out, 2);
     assert!(text(&out.stderr).contains("--output DIR"));
 }
+
+#[test]
+fn shell_output_goes_through_bash_n_and_tools_run_on_request() {
+    let body = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata: {name: sh}
+spec:
+  os: {name: ubuntu}
+  format: script
+  template: |
+    #!/bin/bash
+    if [ -n {{shell_quote machine.name}} ]; then
+      echo hi
+";
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), body, &[]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let (line, col) = find(body, "#!/bin/bash");
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&format!(
+            "{shown}:{line}:{col}: error: spec.template: bash -n rejects the output (role worker): "
+        )) && l.contains("syntax error")),
+        "{stdout}"
+    );
+    let fixed = body.replace("      echo hi\n", "      echo hi\n    fi\n");
+    let (_, out) = lint_body(dir.path(), &fixed, &[]);
+    assert_exit(&out, 0);
+    // shellcheck (installed by tests/scripts/install-tools.sh) sees what bash -n does not: a
+    // test of a quoted constant is always true.
+    let (_, out) = lint_body(dir.path(), &fixed, &["--tools"]);
+    assert_exit(&out, 1);
+    assert!(text(&out.stdout).contains("shellcheck rejects the output (role worker)"));
+    assert!(text(&out.stdout).contains("SC2157"));
+    let compared = fixed.replace("-n {{", "\"$(hostname)\" = {{");
+    let (_, out) = lint_body(dir.path(), &compared, &["--tools"]);
+    assert_exit(&out, 0);
+}

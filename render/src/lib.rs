@@ -258,6 +258,27 @@ impl CompiledTemplate {
         lint::lint_compiled(self, None)
     }
 
+    /// The sample renders lint makes, for checks outside the engine (`bootplate lint` runs
+    /// `bash -n` and, with `--tools`, the consumers' own validators on them): the output for
+    /// each role that renders, with `config` or, without one, sample values for the required
+    /// variables.
+    pub fn sample_renders(
+        &self,
+        config: Option<&BootplateConfigSpec>,
+    ) -> Vec<(crd_types::Role, Rendered)> {
+        let Ok(config) = lint::sample_config(self, config) else {
+            return Vec::new();
+        };
+        crd_types::Role::ALL
+            .into_iter()
+            .filter_map(|role| {
+                self.render(&config, &sample_context(role))
+                    .ok()
+                    .map(|r| (role, r))
+            })
+            .collect()
+    }
+
     /// The render context as JSON: the typed context plus `values`, `files`, `preCommands` and
     /// `postCommands`. Built once per render and shared by every field.
     fn context(

@@ -27,26 +27,39 @@ pub fn lint(
     problems
 }
 
+/// The config of lint's sample renders: `config`, or sample values for the required variables
+/// (Err names a variable no value fits).
+pub(crate) fn sample_config(
+    t: &CompiledTemplate,
+    config: Option<&BootplateConfigSpec>,
+) -> Result<BootplateConfigSpec, String> {
+    match config {
+        Some(c) => Ok(c.clone()),
+        None => t
+            .declarations
+            .sample_variables()
+            .map(|variables| BootplateConfigSpec {
+                variables,
+                ..Default::default()
+            }),
+    }
+}
+
 pub(crate) fn lint_compiled(
     t: &CompiledTemplate,
     config: Option<&BootplateConfigSpec>,
 ) -> Vec<Problem> {
     let mut problems = static_checks(t);
-    let config = match config {
-        Some(c) => c.clone(),
-        None => match t.declarations.sample_variables() {
-            Ok(variables) => BootplateConfigSpec {
-                variables,
-                ..Default::default()
-            },
-            Err(name) => {
-                let index = t
-                    .declarations
-                    .list
-                    .iter()
-                    .position(|d| d.decl.name == name)
-                    .unwrap_or(0);
-                problems.push(
+    let config = match sample_config(t, config) {
+        Ok(config) => config,
+        Err(name) => {
+            let index = t
+                .declarations
+                .list
+                .iter()
+                .position(|d| d.decl.name == name)
+                .unwrap_or(0);
+            problems.push(
                     Problem::template(
                         format!("spec.variables[{index}].schema"),
                         format!(
@@ -55,9 +68,8 @@ pub(crate) fn lint_compiled(
                     )
                     .with_code("unsatisfiable-variable"),
                 );
-                return problems;
-            }
-        },
+            return problems;
+        }
     };
     let mut found: Vec<(Problem, Vec<Role>)> = Vec::new();
     for role in Role::ALL {

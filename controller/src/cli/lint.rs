@@ -46,6 +46,10 @@ pub struct LintArgs {
     /// Treat warnings (unquoted free text, unused variables and partials) as errors.
     #[arg(long)]
     pub strict: bool,
+    /// Also check the sample renders with the consumers' validators where installed:
+    /// `cloud-init schema`, `ignition-validate`, `shellcheck -S error`.
+    #[arg(long)]
+    pub tools: bool,
     /// A BootplateConfig or BootplateConfigTemplate whose variables (and files, commands) the
     /// sample renders use; its problems are reported at its own lines.
     #[arg(long, value_name = "FILE")]
@@ -87,7 +91,7 @@ pub fn run(args: &LintArgs) -> ExitCode {
     };
     if args.config.is_none() || config.is_some() {
         for path in &args.files {
-            match lint_file(path, config.as_ref(), &mut sources) {
+            match lint_file(path, config.as_ref(), args.tools, &mut sources) {
                 Ok(found) => diagnostics.extend(found),
                 Err(e) => {
                     eprintln!("bootplate lint: {e}");
@@ -115,6 +119,7 @@ pub fn run(args: &LintArgs) -> ExitCode {
 fn lint_file(
     path: &Path,
     config: Option<&ConfigInput>,
+    tools: bool,
     sources: &mut BTreeMap<String, String>,
 ) -> Result<Vec<Diagnostic>, InputError> {
     let file = match YamlFile::read(path) {
@@ -145,6 +150,9 @@ fn lint_file(
                 Ok((object, spec)) => {
                     let problems = render::lint(&object, &spec, config.map(|c| &c.spec));
                     out.extend(problems.iter().map(|p| locate(&file, index, config, p)));
+                    if !problems.iter().any(|p| p.severity == Severity::Error) {
+                        out.extend(run_tools(&file, index, &object, &spec, config, tools));
+                    }
                     Ok(())
                 }
                 Err(found) => Err(found),
@@ -163,6 +171,47 @@ fn lint_file(
     }
     out.sort_by_key(|d| (d.line, d.column));
     Ok(out)
+}
+
+/// `bash -n`, and with `--tools` the consumers' validators, on the sample renders of a template
+/// that lints clean; their complaints are reported at the template's body.
+fn run_tools(
+    file: &YamlFile,
+    index: usize,
+    object: &str,
+    spec: &crd_types::TemplateSpec,
+    config: Option<&ConfigInput>,
+    external: bool,
+) -> Vec<Diagnostic> {
+    let Ok(compiled) = render::CompiledTemplate::compile(object, spec) else {
+        return Vec::new();
+    };
+    let renders: Vec<_> = compiled
+        .sample_renders(config.map(|c| &c.spec))
+        .into_iter()
+        .map(|(role, r)| (role, r.data))
+        .filter(|(_, data)| !data.starts_with(&[0x1f, 0x8b])) // gzip: not readable as text
+        .collect();
+    let field = if spec.template.is_some() {
+        "spec.template"
+    } else {
+        "spec.parts"
+    };
+    super::tools::check(spec.format, &renders, external)
+        .into_iter()
+        .map(|p| {
+            file.at(
+                index,
+                field,
+                false,
+                "tool",
+                format!(
+                    "{} rejects the output (role {}): {}",
+                    p.tool, p.role, p.message
+                ),
+            )
+        })
+        .collect()
 }
 
 /// A problem of a template's lint as a diagnostic: template problems in the template's file,

@@ -8,6 +8,7 @@ pub mod diagnostic;
 pub mod input;
 pub mod lint;
 pub mod render;
+pub mod tools;
 
 use std::process::ExitCode;
 
