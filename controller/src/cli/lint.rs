@@ -23,18 +23,25 @@ bootstrap.bootplate.dev/v1alpha1), Machine or Cluster (cluster.x-k8s.io): an unk
 error, never skipped. bootplate's objects are read strictly: an unknown field, a value of the
 wrong type or outside its allowed values is an error naming the field (and the field probably
 meant). Every template is then checked:
-  - every template text and partial parses; partial references exist and do not recurse;
-    nesting and size stay within the engine's limits;
-  - variable declarations are valid (names, patterns, defaults fit their schema), every
-    `values.X` a template reads is declared, every declared variable is read (warning);
-  - a render with sample values succeeds for each role (init, control-plane-join, worker) and
-    its output passes the format check (cloud-config header and YAML, Ignition 3.x JSON, `#!`).
+  - every template text and partial parses (an unclosed block is reported at its opening
+    tag); partial references exist and do not recurse; nesting and size stay within limits;
+  - every branch, loop and partial is walked whatever a sample machine would take: helper
+    names and their parameters, paths in the render context (values declared, join not for
+    init, certs only for control-plane roles), with \"did you mean\";
+  - free text written unquoted into shell, YAML or JSON is a warning; declared variables and
+    partials nothing uses are warnings;
+  - a render with sample values (generated from patterns) succeeds for each role and its
+    output reads as its consumer reads it (Ignition 3.x keys and types, cloud-config modules,
+    unit files); its shell passes `bash -n`; with --tools, cloud-init schema,
+    ignition-validate and shellcheck where installed.
 
-Problems are printed to standard output, one per line:
-  FILE:LINE:COL: error: spec.parts[1].commands[0]: undefined variable `values.x` (role worker)
-LINE:COL point into FILE (exactly for one-line strings and `|` blocks).
+Problems are printed to standard output: with the source lines and a caret (--format text),
+one line each (--format short: FILE:LINE:COL: error: FIELD: MESSAGE), or one JSON object each
+(--format json: file, line, column, severity, code, field, message, hint). --strict makes
+warnings errors. docs/templates.md describes every check and code.
 
-Exit codes: 0 no errors (warnings allowed), 1 errors found, 2 bad usage or unreadable input.")]
+Exit codes: 0 no errors (warnings allowed, unless --strict), 1 problems found, 2 lint could not
+run (bad usage, an unreadable file: the other files are still linted).")]
 pub struct LintArgs {
     /// Template files (YAML) to check.
     #[arg(required = true, value_name = "FILE")]
