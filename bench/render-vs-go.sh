@@ -8,14 +8,14 @@
 #   bench/render-vs-go.sh                 # worker, 5 rounds of 20000 renders
 #   ROLES="worker init" ROUNDS=7 ITERATIONS=50000 bench/render-vs-go.sh
 #
-# Needs Go >= 1.19 (Debian's golang-1.19-go: /usr/lib/go-1.19/bin/go). Standard library only.
+# Needs Go (the machine's `go`, 1.26). Standard library only.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${ROUNDS:-5}
 ITERATIONS=${ITERATIONS:-20000}
 ROLES=${ROLES:-worker}
-GO=${GO:-$(command -v go || echo /usr/lib/go-1.19/bin/go)}
+GO=${GO:-go}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 

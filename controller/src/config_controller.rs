@@ -304,12 +304,40 @@ fn owner_machine(config: &BootplateConfig) -> Option<String> {
         .map(|r| r.name.clone())
 }
 
+/// A config that no Machine owns yet may still belong to a paused Cluster: CAPI adopts configs
+/// only while their Cluster is not paused, so without this a paused Cluster's configs would say
+/// "waiting for a Machine" instead of "paused". The Cluster is found through the Machine whose
+/// configRef names this config.
+fn refuse_if_paused(config: &BootplateConfig, ctx: &Context, namespace: &str) -> Result<()> {
+    let cluster_name = ctx
+        .stores
+        .machine_referencing(namespace, &config.name_any())
+        .map(|m| m.spec.cluster_name.clone());
+    let paused_cluster = cluster_name
+        .as_deref()
+        .and_then(|name| ctx.stores.cluster(namespace, name))
+        .is_some_and(|c| c.is_paused());
+    if paused_cluster || has_paused_annotation(config.meta()) {
+        return Err(Error::waiting(
+            reason::PAUSED,
+            format!(
+                "reconciliation is paused (Cluster {} spec.paused or the cluster.x-k8s.io/paused annotation)",
+                cluster_name.as_deref().unwrap_or("of this config")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 async fn render_config(
     config: &BootplateConfig,
     ctx: &Context,
     previous: &BootplateConfigStatus,
 ) -> Result<Rendered> {
     let namespace = config.namespace().unwrap_or_default();
+    if owner_machine(config).is_none() {
+        refuse_if_paused(config, ctx, &namespace)?;
+    }
     let machine_name = owner_machine(config).ok_or_else(|| {
         Error::waiting(
             reason::WAITING_FOR_MACHINE,
@@ -375,6 +403,11 @@ async fn render_config(
             .as_deref()
             .and_then(|r| r.parse().ok())
             .unwrap_or(Role::Worker);
+        // CAPI can set the init Machine's nodeRef before the Cluster reports its control plane
+        // initialized; the Cluster's update brings this config back here, where the lock goes.
+        if recorded == Role::Init && cluster.control_plane_initialized() {
+            role::release_init_lock(&ctx.client, &cluster).await?;
+        }
         return Ok(Rendered {
             role: recorded,
             revision: previous.template_revision.clone().unwrap_or_default(),

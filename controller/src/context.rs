@@ -99,6 +99,24 @@ impl Stores {
         self.machines.get(&ObjectRef::new(name).within(namespace))
     }
 
+    /// The Machine in `namespace` whose bootstrap configRef names the BootplateConfig `config`:
+    /// CAPI adopts a config (ownerReference, cluster-name label) only while the Cluster is not
+    /// paused, so this is how an unadopted config finds its Cluster.
+    pub fn machine_referencing(
+        &self,
+        namespace: &str,
+        config: &str,
+    ) -> Option<std::sync::Arc<Machine>> {
+        self.machines.state().into_iter().find(|m| {
+            m.metadata.namespace.as_deref() == Some(namespace)
+                && m.spec.bootstrap.config_ref.as_ref().is_some_and(|r| {
+                    r.kind == "BootplateConfig"
+                        && r.api_group == "bootstrap.bootplate.dev"
+                        && r.name == config
+                })
+        })
+    }
+
     /// The Cluster `name` in `namespace`.
     pub fn cluster(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Cluster>> {
         self.clusters.get(&ObjectRef::new(name).within(namespace))

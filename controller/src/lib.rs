@@ -8,6 +8,7 @@ pub mod certs;
 pub mod config_controller;
 pub mod context;
 pub mod data_secret;
+pub mod deleted_configs;
 pub mod error;
 pub mod events;
 pub mod flags;

@@ -19,7 +19,7 @@ use crate::http::Readiness;
 use crate::leader::LeaderElection;
 use crate::metrics::Metrics;
 use crate::triggers::{Deletions, NoSharedBackoff, settled};
-use crate::{config_controller, labels, template_controller};
+use crate::{config_controller, deleted_configs, labels, template_controller};
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -191,12 +191,13 @@ pub async fn run(
     let data_secret_events = secret_events
         .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
 
+    let (deleted_tx, deleted_rx) = deleted_configs::channel();
     let (configs, config_events) = watch(
         api::<BootplateConfig>(&client, ns),
         filtered(watcher::Config::default()),
         strip,
         Deletions::Skip,
-        forget_config(metrics.clone()),
+        forget_config(metrics.clone(), deleted_tx),
     );
     let config_controller = Controller::for_stream(config_events, configs.clone());
     let stores = Stores {
@@ -213,6 +214,7 @@ pub async fn run(
         stores,
         metrics,
     ));
+    tokio::spawn(deleted_configs::delete_tokens(ctx.clone(), deleted_rx));
     let synced = ctx.clone();
     tokio::spawn(async move {
         synced.watch_stores().await;
@@ -408,10 +410,20 @@ where
     move |template| metrics.template_validity(&template_controller::metrics_key(template), None)
 }
 
-/// Drops a deleted config from the per-state gauges and the oldest-waiting age: configs carry
-/// no finalizer either, and one deleted while waiting would otherwise age (and alert) forever.
-fn forget_config(metrics: Arc<Metrics>) -> impl Fn(&BootplateConfig) + Send + 'static {
-    move |config| metrics.config_deleted(&config_controller::key(config))
+/// Drops a deleted config from the per-state gauges and the oldest-waiting age (configs carry
+/// no finalizer either, and one deleted while waiting would otherwise age and alert forever),
+/// and hands it to the task that deletes its tokens.
+fn forget_config(
+    metrics: Arc<Metrics>,
+    deleted: tokio::sync::mpsc::UnboundedSender<deleted_configs::DeletedConfig>,
+) -> impl Fn(&BootplateConfig) + Send + 'static {
+    move |config| {
+        metrics.config_deleted(&config_controller::key(config));
+        if let Some(config) = deleted_configs::DeletedConfig::of(config) {
+            // The receiver lives as long as the controllers; a send fails only at shutdown.
+            let _ = deleted.send(config);
+        }
+    }
 }
 
 /// The configs referencing a template.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it on a fresh machine: installs what the tests need
 # (idempotent, cached), checks formatting and lints, then runs every test, including the
-# integration tests against a real kube-apiserver + etcd.
+# integration tests against a real kube-apiserver + etcd and the real Cluster API manager.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -9,8 +9,14 @@ cd "$(dirname "$0")/../.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 tests/scripts/install-tools.sh
-BOOTPLATE_KUBE_APISERVER="$(tests/scripts/build-apiserver.sh)"
-export BOOTPLATE_KUBE_APISERVER
+# kube-apiserver, etcd, Cluster API and clusterctl, built from their Go modules (cached).
+tools=$(tests/scripts/build-tools.sh)
+echo "$tools"
+tool() { sed -n "s/^$1=//p" <<<"$tools"; }
+export BOOTPLATE_KUBE_APISERVER="$(tool kube-apiserver)" BOOTPLATE_ETCD="$(tool etcd)" \
+  BOOTPLATE_KUBE_CONTROLLER_MANAGER="$(tool kube-controller-manager)" \
+  BOOTPLATE_CAPI_MANAGER="$(tool capi-manager)" BOOTPLATE_CLUSTERCTL="$(tool clusterctl)" \
+  BOOTPLATE_CABPK_MANAGER="$(tool cabpk-manager)"
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs (idempotently) the Debian packages the test suite uses: the real consumers of the
-# rendered output (cloud-init, ignition, shellcheck) and the pieces the real kube-apiserver needs.
+# rendered output (cloud-init, ignition, shellcheck), promtool for the alert rules, debootstrap
+# for the boot proof. kube-apiserver, etcd and Cluster API come from Go modules instead
+# (tests/scripts/build-tools.sh).
 set -euo pipefail
 log() { echo "install-tools: $*" >&2; }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
-packages=(cloud-init ignition shellcheck etcd-server golang-1.19-go rsync
-  golang-github-modern-go-reflect2-dev prometheus debootstrap debian-archive-keyring)
+packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -14,10 +15,10 @@ done
 if ((${#need[@]})); then
   log "installing ${need[*]}"
   sudo_if_needed apt-get update -qq >&2 || true
-  # cloud-init's and etcd's maintainer scripts try to start services; there is no init system here.
+  # cloud-init's maintainer scripts try to start services; there is no init system here.
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     "${need[@]}" >&2
 fi
-for tool in cloud-init ignition-validate shellcheck etcd promtool kubectl debootstrap; do
+for tool in cloud-init ignition-validate shellcheck promtool kubectl debootstrap go openssl; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done

@@ -1,14 +1,16 @@
 //! Test environment: a real etcd + kube-apiserver on loopback, one pair per [`ApiServer`].
 //!
-//! The apiserver binary is built from Debian's `kubernetes` source package by
-//! `tests/scripts/build-apiserver.sh` (the README's test command runs it); its path comes from
-//! `BOOTPLATE_KUBE_APISERVER` or the script's cache location. A missing binary fails the test
+//! kube-apiserver and etcd are built from their Go modules by `tests/scripts/build-tools.sh`
+//! (the README's test command runs it); [`tools`] finds them. A missing binary fails the test
 //! with a message saying how to build it: integration tests never skip silently.
 
+pub mod capi;
 pub mod capi_env;
 pub mod controller;
 pub mod fixtures;
+pub mod pki;
 pub mod rbac;
+pub mod tools;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -40,30 +42,13 @@ struct Launch {
     binary: PathBuf,
     etcd_url: String,
     extra: Vec<String>,
+    /// The CA that verifies the serving certificate.
+    ca_path: PathBuf,
 }
 
-/// Path of the cached kube-apiserver binary.
+/// Path of the kube-apiserver binary (see [`tools`]).
 pub fn apiserver_binary() -> anyhow::Result<PathBuf> {
-    let path = match std::env::var_os("BOOTPLATE_KUBE_APISERVER") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("BOOTPLATE_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bootplate"))
-                })
-                .context("neither BOOTPLATE_CACHE nor HOME is set")?;
-            cache.join("kube-apiserver-1.20.2")
-        }
-    };
-    if !path.is_file() {
-        bail!(
-            "kube-apiserver not found at {}; build it with tests/scripts/build-apiserver.sh \
-             (tests/scripts/ci.sh does this)",
-            path.display()
-        );
-    }
-    Ok(path)
+    tools::path("kube-apiserver")
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
@@ -100,17 +85,24 @@ impl ApiServer {
     /// Starts etcd and kube-apiserver on free loopback ports with a fresh data directory and
     /// waits until `/readyz` answers.
     pub async fn start() -> anyhow::Result<ApiServer> {
-        Self::start_with(false).await
+        Self::start_with(false, None).await
+    }
+
+    /// [`ApiServer::start`] for a workload cluster whose CA is `ca`: the serving certificate is
+    /// signed by it and client certificates it signed are accepted (the kubeconfig Cluster API
+    /// generates from the `<cluster>-ca` Secret authenticates so).
+    pub async fn start_with_ca(ca: &pki::TestCa) -> anyhow::Result<ApiServer> {
+        Self::start_with(false, Some(ca)).await
     }
 
     /// [`ApiServer::start`] with an audit log of every request (metadata level, one JSON line
     /// per request when it completes; watches also when they start) at [`ApiServer::audit_log`]:
     /// the benchmarks count the requests of one user from it.
     pub async fn start_audited() -> anyhow::Result<ApiServer> {
-        Self::start_with(true).await
+        Self::start_with(true, None).await
     }
 
-    async fn start_with(audit: bool) -> anyhow::Result<ApiServer> {
+    async fn start_with(audit: bool, ca: Option<&pki::TestCa>) -> anyhow::Result<ApiServer> {
         let binary = apiserver_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("bootplate-apiserver-")
@@ -133,6 +125,28 @@ impl ApiServer {
             format!("{ADMIN_TOKEN},admin,admin,system:masters\n"),
         )?;
         let mut extra = Vec::new();
+        // The CA clients verify the serving certificate with: the given one, or the
+        // self-signed certificate the apiserver writes to its --cert-dir.
+        let ca_path = match ca {
+            Some(ca) => {
+                let certs = d.join("certs");
+                ca.write_serving(&certs)?;
+                extra.push(format!(
+                    "--tls-cert-file={}",
+                    certs.join("tls.crt").display()
+                ));
+                extra.push(format!(
+                    "--tls-private-key-file={}",
+                    certs.join("tls.key").display()
+                ));
+                extra.push(format!(
+                    "--client-ca-file={}",
+                    certs.join("ca.crt").display()
+                ));
+                certs.join("ca.crt")
+            }
+            None => d.join("certs/apiserver.crt"),
+        };
         if audit {
             std::fs::write(
                 d.join("audit-policy.yaml"),
@@ -152,9 +166,9 @@ impl ApiServer {
         // A port can be taken between picking and binding; retry a few times.
         let mut last_error = None;
         for _ in 0..3 {
-            match Self::start_once(&binary, dir.path(), &extra).await {
+            match Self::start_once(&binary, dir.path(), &extra, &ca_path).await {
                 Ok((etcd, apiserver, port, etcd_url)) => {
-                    let kubeconfig_yaml = kubeconfig_yaml(port, &d.join("certs/apiserver.crt"))?;
+                    let kubeconfig_yaml = kubeconfig_yaml(port, &ca_path)?;
                     return Ok(ApiServer {
                         etcd,
                         apiserver,
@@ -162,6 +176,7 @@ impl ApiServer {
                             binary,
                             etcd_url,
                             extra,
+                            ca_path,
                         },
                         dir,
                         port,
@@ -178,12 +193,13 @@ impl ApiServer {
         binary: &Path,
         d: &Path,
         extra: &[String],
+        ca_path: &Path,
     ) -> anyhow::Result<(Child, Child, u16, String)> {
         let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
         let etcd_data = d.join(format!("etcd-{etcd_port}"));
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let mut etcd = spawn_logged(
-            Command::new("etcd")
+            Command::new(tools::path("etcd")?)
                 .arg("--data-dir")
                 .arg(&etcd_data)
                 .args([
@@ -211,6 +227,7 @@ impl ApiServer {
             binary: binary.to_owned(),
             etcd_url,
             extra: extra.to_vec(),
+            ca_path: ca_path.to_owned(),
         };
         let mut apiserver = match launch.spawn(d, port) {
             Ok(child) => child,
@@ -220,7 +237,7 @@ impl ApiServer {
                 return Err(e);
             }
         };
-        if let Err(e) = wait_until_ready(&mut apiserver, d, port).await {
+        if let Err(e) = wait_until_ready(&mut apiserver, d, port, ca_path).await {
             let _ = etcd.kill();
             let _ = etcd.wait();
             return Err(e.context(format!("etcd log:\n{}", log_tail(&d.join("etcd.log")))));
@@ -235,7 +252,13 @@ impl ApiServer {
         let _ = self.apiserver.kill();
         let _ = self.apiserver.wait();
         self.apiserver = self.launch.spawn(self.dir.path(), self.port)?;
-        wait_until_ready(&mut self.apiserver, self.dir.path(), self.port).await
+        wait_until_ready(
+            &mut self.apiserver,
+            self.dir.path(),
+            self.port,
+            &self.launch.ca_path,
+        )
+        .await
     }
 
     /// The apiserver's port on 127.0.0.1.
@@ -304,6 +327,9 @@ impl Launch {
                 .arg("--authorization-mode=RBAC")
                 .arg("--service-cluster-ip-range=10.0.0.0/24")
                 .arg("--advertise-address=127.0.0.1")
+                // A current apiserver refuses a loopback address for the `kubernetes` Service's
+                // endpoints; nothing here routes to Services.
+                .arg("--endpoint-reconciler-type=none")
                 .arg("--v=0")
                 .args(&self.extra),
             &d.join("apiserver.log"),
@@ -312,7 +338,12 @@ impl Launch {
 }
 
 /// Waits until the apiserver on `port` answers `/readyz`; kills it after 90 s without.
-async fn wait_until_ready(apiserver: &mut Child, d: &Path, port: u16) -> anyhow::Result<()> {
+async fn wait_until_ready(
+    apiserver: &mut Child,
+    d: &Path,
+    port: u16,
+    ca_path: &Path,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         if let Some(status) = apiserver.try_wait()? {
@@ -321,7 +352,7 @@ async fn wait_until_ready(apiserver: &mut Child, d: &Path, port: u16) -> anyhow:
                 log_tail(&d.join("apiserver.log"))
             );
         }
-        if is_ready(port, &d.join("certs")).await {
+        if is_ready(port, ca_path).await {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -372,13 +403,13 @@ current-context: test
 }
 
 /// Whether the apiserver on `port` answers `/readyz` with `ok`, through a client that verifies
-/// its certificate (written to `cert_dir` when the apiserver starts).
-async fn is_ready(port: u16, cert_dir: &Path) -> bool {
-    let crt = cert_dir.join("apiserver.crt");
+/// its certificate with the CA at `crt` (the self-signed one is written when the apiserver
+/// starts).
+async fn is_ready(port: u16, crt: &Path) -> bool {
     if !crt.is_file() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         return false;
     }
-    let Ok(yaml) = kubeconfig_yaml(port, &crt) else {
+    let Ok(yaml) = kubeconfig_yaml(port, crt) else {
         return false;
     };
     let Ok(kubeconfig) = Kubeconfig::from_yaml(&yaml) else {
@@ -396,6 +427,29 @@ async fn is_ready(port: u16, cert_dir: &Path) -> bool {
         .body(Vec::new())
         .expect("a valid request");
     matches!(client.request_text(request).await.as_deref(), Ok("ok"))
+}
+
+/// `kubectl --kubeconfig <kubeconfig> apply <args> -f -` with `yaml` on stdin, as a user runs it.
+pub fn kubectl_apply(kubeconfig: &Path, args: &[&str], yaml: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("apply")
+        .args(args)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(yaml.as_bytes())
+        .expect("kubectl reads its input");
+    child.wait_with_output().expect("kubectl finishes")
 }
 
 /// Applies CRDs with server-side apply and waits until each is Established.

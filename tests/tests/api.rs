@@ -224,7 +224,7 @@ async fn schema_validation_rejects_ill_typed_objects() {
         (
             "bad permissions",
             json!({"templateRef": {"kind": "BootstrapTemplate", "name": "x"}, "files": [{"path": "/x", "permissions": "rwx", "content": "x"}]}),
-            "spec.files.permissions",
+            "spec.files[0].permissions",
         ),
     ];
     for (what, spec, field) in cases {
@@ -399,5 +399,39 @@ async fn capi_crds_serve_v1beta2_cluster_and_machine() {
     assert!(got.control_plane_initialized());
     if testenv::real_capi_crds_dir().is_some() {
         eprintln!("checked against the real Cluster API CRDs");
+    }
+}
+
+/// `kubectl apply` with a misspelled field is refused by the apiserver's strict field
+/// validation, naming the field's path: the CRDs are structural and keep no unknown fields, so
+/// a typo (`permission` for `permissions` on a file holding a key) cannot pass silently.
+#[tokio::test]
+async fn kubectl_apply_refuses_a_misspelled_field_with_its_path() {
+    let (server, _client) = setup().await;
+    let kubeconfig = server.kubeconfig_path().unwrap();
+    let cases = [
+        (
+            "a config file's permission",
+            format!(
+                "apiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootplateConfig\nmetadata: {{name: typo, namespace: {NS}}}\nspec:\n  templateRef: {{kind: BootstrapTemplate, name: t}}\n  files:\n  - path: /etc/secret.key\n    permission: \"0600\"\n    content: key\n"
+            ),
+            "spec.files[0].permission",
+        ),
+        (
+            "a template part's file",
+            format!(
+                "apiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootstrapTemplate\nmetadata: {{name: typo, namespace: {NS}}}\nspec:\n  os: {{name: linux}}\n  format: script\n  parts:\n  - name: configure\n    files:\n    - path: /etc/x\n      contnet: x\n"
+            ),
+            "spec.parts[0].files[0].contnet",
+        ),
+    ];
+    for (what, yaml, path) in cases {
+        let out = testenv::kubectl_apply(&kubeconfig, &[], &yaml);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: applied despite the typo");
+        assert!(
+            stderr.contains("unknown field") && stderr.contains(&format!("\"{path}\"")),
+            "{what}: the refusal should name {path}: {stderr}"
+        );
     }
 }

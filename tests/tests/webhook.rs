@@ -45,23 +45,7 @@ fn served_fingerprint(port: u16) -> String {
 }
 
 fn kubectl_apply(kubeconfig: &Path, yaml: &str) -> Output {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    testenv::kubectl_apply(kubeconfig, &[], yaml)
 }
 
 fn denied(out: &Output) -> String {

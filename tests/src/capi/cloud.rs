@@ -1,0 +1,480 @@
+//! The parts of a real installation that are not Cluster API and not bootplate, played by test
+//! code: a cloud (a test-only infrastructure provider with its `DevCluster`/`DevMachine` kinds),
+//! the kubelets (Node objects in the workload apiserver) and, for the usual production shape, a
+//! control-plane provider stand-in (`DevControlPlane`) that reports the control plane initialized
+//! and owns the `<cluster>-ca` and `<cluster>-kubeconfig` Secrets, as KubeadmControlPlane does.
+//!
+//! It only writes its own kinds, Secrets a control-plane provider owns and Nodes: never a Cluster
+//! API object. Cluster API learns everything from these through its contracts.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::pki::TestCa;
+
+/// The API group of the test infrastructure provider's kinds.
+pub const INFRA_GROUP: &str = "infrastructure.test.bootplate.dev";
+/// The API group of the control-plane provider stand-in.
+pub const CONTROL_PLANE_GROUP: &str = "controlplane.test.bootplate.dev";
+/// The version both groups serve.
+pub const VERSION: &str = "v1alpha1";
+/// A Machine (or MachineDeployment template) with this label never gets a Node: its kubelet
+/// "fails to start", for MachineHealthCheck scenarios.
+pub const NO_NODE_LABEL: &str = "test.bootplate.dev/no-node";
+
+/// The kinds this file serves: (group, kind, plural).
+const KINDS: [(&str, &str, &str); 6] = [
+    (INFRA_GROUP, "DevCluster", "devclusters"),
+    (INFRA_GROUP, "DevClusterTemplate", "devclustertemplates"),
+    (INFRA_GROUP, "DevMachine", "devmachines"),
+    (INFRA_GROUP, "DevMachineTemplate", "devmachinetemplates"),
+    (CONTROL_PLANE_GROUP, "DevControlPlane", "devcontrolplanes"),
+    (
+        CONTROL_PLANE_GROUP,
+        "DevControlPlaneTemplate",
+        "devcontrolplanetemplates",
+    ),
+];
+
+/// The CRDs of the test providers, labelled with the Cluster API contract they follow (v1beta2)
+/// so Cluster API reads them as it reads any provider's kinds. Their schemas keep unknown
+/// fields: Cluster API's topology controller writes whatever a template holds.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    KINDS
+        .iter()
+        .map(|(group, kind, plural)| {
+            let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+            serde_json::from_value(json!({
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {
+                    "name": format!("{plural}.{group}"),
+                    "labels": {"cluster.x-k8s.io/v1beta2": VERSION},
+                },
+                "spec": {
+                    "group": group,
+                    "names": {
+                        "kind": kind,
+                        "listKind": format!("{kind}List"),
+                        "plural": plural,
+                        "singular": kind.to_lowercase(),
+                    },
+                    "scope": "Namespaced",
+                    "versions": [{
+                        "name": VERSION,
+                        "served": true,
+                        "storage": true,
+                        "subresources": {"status": {}},
+                        "schema": {"openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": open, "status": open},
+                        }},
+                    }],
+                },
+            }))
+            .expect("a valid CRD")
+        })
+        .collect()
+}
+
+/// The ClusterRole that lets Cluster API's manager work with the test providers' kinds, merged
+/// into its role by the aggregation label every provider uses.
+pub fn capi_aggregated_role() -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {
+            "name": "test-providers-aggregated-to-capi-manager",
+            "labels": {"cluster.x-k8s.io/aggregate-to-manager": "true"},
+        },
+        "rules": [{
+            "apiGroups": [INFRA_GROUP, CONTROL_PLANE_GROUP],
+            "resources": ["*"],
+            "verbs": ["*"],
+        }],
+    })
+}
+
+fn resource(group: &str, kind: &str) -> ApiResource {
+    let plural = KINDS
+        .iter()
+        .find(|(g, k, _)| *g == group && *k == kind)
+        .map(|(_, _, p)| *p)
+        .expect("a kind of the test providers");
+    ApiResource {
+        group: group.to_owned(),
+        version: VERSION.to_owned(),
+        api_version: format!("{group}/{VERSION}"),
+        kind: kind.to_owned(),
+        plural: plural.to_owned(),
+    }
+}
+
+/// The dynamic API of one of the test providers' kinds in `namespace`.
+pub fn api(client: &Client, namespace: &str, group: &str, kind: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &resource(group, kind))
+}
+
+fn api_all(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &resource(group, kind))
+}
+
+/// The Cluster API kinds the cloud reads (never writes): Machines.
+pub fn capi_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// What the cloud needs to know: both apiservers and the workload cluster's CA and endpoint.
+#[derive(Clone)]
+pub struct CloudConfig {
+    pub management: Client,
+    pub workload: Client,
+    pub workload_port: u16,
+    pub cluster_ca: TestCa,
+}
+
+/// The running cloud, kubelets and control-plane stand-in; stopped on drop.
+pub struct Cloud {
+    task: JoinHandle<()>,
+}
+
+impl Cloud {
+    /// Starts the loop that plays the cloud (every 300 ms, over all namespaces).
+    pub fn start(config: CloudConfig) -> Cloud {
+        let task = tokio::spawn(async move {
+            loop {
+                if let Err(e) = one_pass(&config).await {
+                    eprintln!("test cloud: {e:#}");
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        });
+        Cloud { task }
+    }
+}
+
+impl Drop for Cloud {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn one_pass(config: &CloudConfig) -> anyhow::Result<()> {
+    provision_clusters(config).await?;
+    initialize_control_planes(config).await?;
+    provision_machines(config).await?;
+    register_nodes(config).await
+}
+
+fn provisioned(object: &DynamicObject) -> bool {
+    object.data["status"]["initialization"]["provisioned"] == json!(true)
+}
+
+async fn patch_status(api: &Api<DynamicObject>, name: &str, status: Value) -> anyhow::Result<()> {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .with_context(|| format!("patching the status of {name}"))?;
+    Ok(())
+}
+
+/// A DevCluster gets the workload apiserver as its endpoint (the cloud's load balancer) and is
+/// then provisioned.
+async fn provision_clusters(config: &CloudConfig) -> anyhow::Result<()> {
+    let all = api_all(&config.management, INFRA_GROUP, "DevCluster");
+    for cluster in all.list(&ListParams::default()).await? {
+        if provisioned(&cluster) {
+            continue;
+        }
+        let namespace = cluster.namespace().unwrap_or_default();
+        let api = api(&config.management, &namespace, INFRA_GROUP, "DevCluster");
+        let endpoint = json!({"host": "127.0.0.1", "port": config.workload_port});
+        api.patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"controlPlaneEndpoint": endpoint}})),
+        )
+        .await?;
+        patch_status(
+            &api,
+            &cluster.name_any(),
+            json!({"initialization": {"provisioned": true}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn owner<'a>(object: &'a DynamicObject, kind: &str) -> Option<&'a OwnerReference> {
+    object
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
+}
+
+/// A DevControlPlane owned by a Cluster writes the Secrets a control-plane provider owns (the
+/// cluster CA and an admin kubeconfig) and reports itself initialized at its version.
+async fn initialize_control_planes(config: &CloudConfig) -> anyhow::Result<()> {
+    let all = api_all(&config.management, CONTROL_PLANE_GROUP, "DevControlPlane");
+    for plane in all.list(&ListParams::default()).await? {
+        let Some(cluster) = owner(&plane, "Cluster").map(|o| o.name.clone()) else {
+            continue;
+        };
+        let namespace = plane.namespace().unwrap_or_default();
+        let version = plane.data["spec"]["version"].clone();
+        let initialized = plane.data["status"]["initialization"]["controlPlaneInitialized"]
+            == json!(true)
+            && plane.data["status"]["version"] == version;
+        if initialized {
+            continue;
+        }
+        let owned_by_plane = OwnerReference {
+            api_version: format!("{CONTROL_PLANE_GROUP}/{VERSION}"),
+            kind: "DevControlPlane".into(),
+            name: plane.name_any(),
+            uid: plane.uid().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        let secrets: Api<Secret> = Api::namespaced(config.management.clone(), &namespace);
+        let ca = cluster_secret(
+            &cluster,
+            "ca",
+            &owned_by_plane,
+            &[
+                ("tls.crt", config.cluster_ca.cert_pem.clone()),
+                ("tls.key", config.cluster_ca.key_pem.clone()),
+            ],
+        );
+        let kubeconfig = cluster_secret(
+            &cluster,
+            "kubeconfig",
+            &owned_by_plane,
+            &[("value", admin_kubeconfig(config, &cluster))],
+        );
+        for secret in [ca, kubeconfig] {
+            match secrets.create(&PostParams::default(), &secret).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let api = api(
+            &config.management,
+            &namespace,
+            CONTROL_PLANE_GROUP,
+            "DevControlPlane",
+        );
+        patch_status(
+            &api,
+            &plane.name_any(),
+            json!({
+                "initialization": {"controlPlaneInitialized": true},
+                "version": version,
+                "replicas": 0, "readyReplicas": 0, "availableReplicas": 0, "upToDateReplicas": 0,
+            }),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn cluster_secret(
+    cluster: &str,
+    purpose: &str,
+    owner: &OwnerReference,
+    data: &[(&str, String)],
+) -> Secret {
+    let mut secret = Secret {
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        ..Default::default()
+    };
+    secret.metadata.name = Some(format!("{cluster}-{purpose}"));
+    secret.metadata.labels = Some(
+        [(
+            "cluster.x-k8s.io/cluster-name".to_owned(),
+            cluster.to_owned(),
+        )]
+        .into(),
+    );
+    secret.metadata.owner_references = Some(vec![owner.clone()]);
+    secret.string_data = Some(
+        data.iter()
+            .map(|(key, value)| ((*key).to_owned(), value.clone()))
+            .collect(),
+    );
+    secret
+}
+
+/// A kubeconfig for the workload cluster with a `system:masters` client certificate signed by
+/// the cluster CA, the kind a control-plane provider writes.
+fn admin_kubeconfig(config: &CloudConfig, cluster: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let client = config
+        .cluster_ca
+        .client("kubernetes-admin", "system:masters");
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: {cluster}-admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: {cluster}\n  context: {{cluster: {cluster}, user: {cluster}-admin}}\ncurrent-context: {cluster}\n",
+        port = config.workload_port,
+        ca = b64(&config.cluster_ca.cert_pem),
+        cert = b64(&client.cert_pem),
+        key = b64(&client.key_pem),
+    )
+}
+
+/// The Cluster API Machine that owns infrastructure machine `machine`, once CAPI adopted it.
+async fn owner_machine(
+    config: &CloudConfig,
+    machine: &DynamicObject,
+) -> anyhow::Result<Option<DynamicObject>> {
+    let Some(owner) = owner(machine, "Machine") else {
+        return Ok(None);
+    };
+    let machines: Api<DynamicObject> = Api::namespaced_with(
+        config.management.clone(),
+        &machine.namespace().unwrap_or_default(),
+        &capi_resource("Machine", "machines"),
+    );
+    Ok(machines.get_opt(&owner.name).await?)
+}
+
+/// A DevMachine whose Machine has bootstrap data boots: the cloud reads the data Secret, gives
+/// the machine a provider ID and an address and reports it provisioned.
+async fn provision_machines(config: &CloudConfig) -> anyhow::Result<()> {
+    let all = api_all(&config.management, INFRA_GROUP, "DevMachine");
+    for machine in all.list(&ListParams::default()).await? {
+        if provisioned(&machine) {
+            continue;
+        }
+        let Some(capi_machine) = owner_machine(config, &machine).await? else {
+            continue;
+        };
+        let namespace = machine.namespace().unwrap_or_default();
+        let Some(data_secret) = capi_machine.data["spec"]["bootstrap"]["dataSecretName"].as_str()
+        else {
+            continue;
+        };
+        let secrets: Api<Secret> = Api::namespaced(config.management.clone(), &namespace);
+        let user_data = secrets
+            .get_opt(data_secret)
+            .await?
+            .and_then(|s| s.data)
+            .and_then(|d| d.get("value").cloned());
+        if user_data.is_none_or(|v| v.0.is_empty()) {
+            continue;
+        }
+        let api = api(&config.management, &namespace, INFRA_GROUP, "DevMachine");
+        let provider_id = format!("dev:///{namespace}/{}", capi_machine.name_any());
+        api.patch(
+            &machine.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+        )
+        .await?;
+        patch_status(
+            &api,
+            &machine.name_any(),
+            json!({
+                "initialization": {"provisioned": true},
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            }),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The kubelet of each provisioned machine registers its Node (named after the Machine, with
+/// the machine's provider ID) and reports it Ready, unless the Machine says it never will.
+async fn register_nodes(config: &CloudConfig) -> anyhow::Result<()> {
+    let all = api_all(&config.management, INFRA_GROUP, "DevMachine");
+    let nodes: Api<Node> = Api::all(config.workload.clone());
+    for machine in all.list(&ListParams::default()).await? {
+        let Some(provider_id) = machine.data["spec"]["providerID"].as_str() else {
+            continue;
+        };
+        if machine.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(capi_machine) = owner_machine(config, &machine).await? else {
+            continue;
+        };
+        let node_name = capi_machine.name_any();
+        if capi_machine.labels().contains_key(NO_NODE_LABEL)
+            || capi_machine.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        if nodes.get_opt(&node_name).await?.is_some() {
+            continue;
+        }
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": node_name},
+            "spec": {"providerID": provider_id},
+        }))?;
+        nodes.create(&PostParams::default(), &node).await?;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        // What a healthy kubelet reports: Ready, and none of the pressure conditions.
+        let condition = |type_: &str, status: &str, reason: &str| {
+            json!({
+                "type": type_, "status": status, "reason": reason, "message": reason,
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            })
+        };
+        let conditions = json!([
+            condition("Ready", "True", "KubeletReady"),
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+        ]);
+        nodes
+            .patch_status(
+                &node_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Server-side applies `object`, of the kind `resource` describes, as the test's user.
+pub async fn apply(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    object: &Value,
+) -> anyhow::Result<DynamicObject> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .context("an object without a name")?;
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    api.patch(
+        name,
+        &PatchParams::apply("bootplate-tests").force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .with_context(|| format!("applying {} {name}", resource.kind))
+}

@@ -1,0 +1,490 @@
+//! The real Cluster API tier: a management apiserver running Cluster API's own manager (built
+//! from its Go module, installed from its own manifests, serving its webhooks and conversions),
+//! kube-controller-manager's garbage collector, bootplate with the RBAC of `deploy/` and its
+//! admission webhook, and a workload apiserver whose CA is the cluster's. Test code plays only
+//! the cloud, the kubelets and a control-plane provider stand-in ([`cloud`]).
+//!
+//! No test writes a Cluster API object's status, clones a config or sets an owner reference:
+//! Cluster API does all of that here.
+
+pub mod cloud;
+pub mod install;
+pub mod objects;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::controller::{ControllerProcess, http_get};
+use crate::pki::TestCa;
+use crate::{ApiServer, fixtures, tools};
+
+/// The namespace the scenarios' clusters live in.
+pub const NS: &str = "fleet";
+
+/// A child process killed on drop; its log is printed when the test panics.
+pub struct Process {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn spawn(name: &'static str, command: &mut Command, log: &Path) -> anyhow::Result<Process> {
+        let file = std::fs::File::create(log)?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(Process {
+            name,
+            child,
+            log: log.to_owned(),
+        })
+    }
+
+    /// The last `lines` lines of the process's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            // The data directory goes with the test; keep the whole log for the post-mortem.
+            let kept = std::env::temp_dir().join("bootplate-failed-logs");
+            let copy = kept.join(format!("{}-{}.log", self.child.id(), self.name));
+            if std::fs::create_dir_all(&kept).is_ok() && std::fs::copy(&self.log, &copy).is_ok() {
+                eprintln!("full {} log kept at {}", self.name, copy.display());
+            }
+            eprintln!(
+                "--- last lines of the {} log ---\n{}",
+                self.name,
+                self.log_tail(15)
+            );
+        }
+    }
+}
+
+/// Everything a real-Cluster-API scenario runs against.
+pub struct CapiEnv {
+    /// The cloud, the kubelets and the control-plane stand-in (dropped first).
+    _cloud: cloud::Cloud,
+    /// bootplate, as its Deployment runs it.
+    pub bootplate: ControllerProcess,
+    /// Cluster API's manager.
+    pub capi: Process,
+    _garbage_collector: Process,
+    /// The management cluster.
+    pub management: ApiServer,
+    /// The workload cluster every scenario's Cluster points at.
+    pub workload: ApiServer,
+    /// Admin client of the management cluster.
+    pub client: Client,
+    /// Admin client of the workload cluster.
+    pub workload_client: Client,
+    /// The workload cluster's CA (the `<cluster>-ca` pair).
+    pub cluster_ca: TestCa,
+    bootplate_kubeconfig: PathBuf,
+    bootplate_webhook: (u16, PathBuf),
+}
+
+/// How a scenario's environment starts.
+#[derive(Default)]
+pub struct Options {
+    /// Extra `bootplate run` arguments.
+    pub bootplate_args: Vec<String>,
+}
+
+impl CapiEnv {
+    /// Starts both apiservers, the garbage collector, Cluster API, bootplate and the cloud.
+    pub async fn start(options: Options) -> anyhow::Result<CapiEnv> {
+        let cluster_ca = TestCa::new("kubernetes");
+        let (management, workload) =
+            tokio::join!(ApiServer::start(), ApiServer::start_with_ca(&cluster_ca));
+        let (management, workload) = (management?, workload?);
+        let client = management.client().await?;
+        let workload_client = workload.client().await?;
+        let garbage_collector = start_garbage_collector(&management)?;
+        let capi = install_and_start_capi(&management, &client).await?;
+        crate::install_bootplate_crds(&client).await?;
+        crate::install_crds(&client, &cloud::crds()).await?;
+        kubectl_apply(
+            &management,
+            &serde_yaml::to_string(&cloud::capi_aggregated_role())?,
+        )?;
+        fixtures::namespace(&client, NS).await?;
+        let bootplate_kubeconfig = crate::rbac::install(&management).await?;
+        let bootplate_webhook = install_bootplate_webhook(&management)?;
+        let bootplate = start_bootplate(
+            &management,
+            &bootplate_kubeconfig,
+            &bootplate_webhook,
+            &options.bootplate_args,
+            "bootplate.log",
+        )?;
+        let cloud = cloud::Cloud::start(cloud::CloudConfig {
+            management: client.clone(),
+            workload: workload_client.clone(),
+            workload_port: workload.port(),
+            cluster_ca: cluster_ca.clone(),
+        });
+        Ok(CapiEnv {
+            _cloud: cloud,
+            bootplate,
+            capi,
+            _garbage_collector: garbage_collector,
+            management,
+            workload,
+            client,
+            workload_client,
+            cluster_ca,
+            bootplate_kubeconfig,
+            bootplate_webhook,
+        })
+    }
+
+    /// Stops bootplate (SIGKILL) and starts it again with the same flags, logging to `log`.
+    pub fn restart_bootplate(&mut self, args: &[String], log: &str) -> anyhow::Result<()> {
+        self.bootplate.kill();
+        self.bootplate = start_bootplate(
+            &self.management,
+            &self.bootplate_kubeconfig,
+            &self.bootplate_webhook,
+            args,
+            log,
+        )?;
+        Ok(())
+    }
+
+    /// A dynamic API for a Cluster API kind in [`NS`].
+    pub fn capi(&self, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &cloud::capi_resource(kind, plural))
+    }
+
+    /// The Cluster API objects of `kind` in [`NS`] that belong to `cluster`.
+    pub async fn capi_list(&self, kind: &str, plural: &str, cluster: &str) -> Vec<DynamicObject> {
+        let selector = format!("cluster.x-k8s.io/cluster-name={cluster}");
+        self.capi(kind, plural)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("listing")
+            .items
+    }
+
+    /// The bootstrap-token Secrets in the workload cluster.
+    pub async fn tokens(&self) -> Vec<Secret> {
+        let api: Api<Secret> = Api::namespaced(self.workload_client.clone(), "kube-system");
+        api.list(&ListParams::default().fields("type=bootstrap.kubernetes.io/token"))
+            .await
+            .expect("listing tokens")
+            .items
+    }
+
+    /// Creates the cluster's `<cluster>-ca` Secret with the workload cluster's CA, as a user
+    /// who brings their own CA does when no control-plane provider manages the cluster.
+    pub async fn bring_cluster_ca(&self, cluster: &str) -> anyhow::Result<()> {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("{cluster}-ca"),
+                "namespace": NS,
+                "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+            },
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": {"tls.crt": self.cluster_ca.cert_pem, "tls.key": self.cluster_ca.key_pem},
+        }))?;
+        Api::<Secret>::namespaced(self.client.clone(), NS)
+            .create(&Default::default(), &secret)
+            .await?;
+        Ok(())
+    }
+
+    /// What a person debugging a failed scenario looks at first: each Machine's phase and
+    /// conditions that are not True, each config's conditions, and Cluster API's last errors.
+    pub async fn describe(&self) -> String {
+        let mut out = String::new();
+        let kinds = [
+            ("Cluster", "clusters"),
+            ("MachineDeployment", "machinedeployments"),
+            ("MachineSet", "machinesets"),
+            ("Machine", "machines"),
+        ];
+        for (kind, plural) in kinds {
+            for object in self
+                .capi(kind, plural)
+                .list(&ListParams::default())
+                .await
+                .into_iter()
+                .flat_map(|l| l.items)
+            {
+                out.push_str(&describe_object(kind, &object));
+            }
+        }
+        let configs: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            NS,
+            &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+        );
+        for object in configs
+            .list(&ListParams::default())
+            .await
+            .into_iter()
+            .flat_map(|l| l.items)
+        {
+            out.push_str(&describe_object("BootplateConfig", &object));
+        }
+        let errors: Vec<String> = self
+            .capi
+            .log_tail(2000)
+            .lines()
+            .filter(|l| l.starts_with('E'))
+            .map(|l| l.chars().take(400).collect())
+            .collect();
+        out.push_str("Cluster API errors (last 15):\n");
+        out.push_str(&errors[errors.len().saturating_sub(15)..].join("\n"));
+        out
+    }
+
+    /// Applies `object` (JSON) of `resource` in [`NS`].
+    pub async fn apply(
+        &self,
+        resource: &ApiResource,
+        object: serde_json::Value,
+    ) -> anyhow::Result<DynamicObject> {
+        cloud::apply(&self.client, resource, Some(NS), &object).await
+    }
+}
+
+fn describe_object(kind: &str, object: &DynamicObject) -> String {
+    use kube::ResourceExt;
+    let status = &object.data["status"];
+    let not_true: Vec<String> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] != "True")
+        .map(|c| {
+            format!(
+                "{}={} {} {}",
+                c["type"], c["status"], c["reason"], c["message"]
+            )
+        })
+        .collect();
+    format!(
+        "{kind} {} phase={} owners={:?}\n    {}\n",
+        object.name_any(),
+        status["phase"],
+        object
+            .owner_references()
+            .iter()
+            .map(|o| &o.name)
+            .collect::<Vec<_>>(),
+        not_true.join("\n    ")
+    )
+}
+
+fn kubectl_apply(server: &ApiServer, yaml: &str) -> anyhow::Result<()> {
+    let out = crate::kubectl_apply(
+        &server.kubeconfig_path()?,
+        &["--server-side", "--force-conflicts"],
+        yaml,
+    );
+    if !out.status.success() {
+        bail!(
+            "kubectl apply failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// kube-controller-manager with the two controllers a management cluster's objects rely on: the
+/// garbage collector (what ownerReferences say is orphaned goes; bootplate's data Secrets rely
+/// on it) and ClusterRole aggregation (Cluster API's role is the union of the roles labelled
+/// `cluster.x-k8s.io/aggregate-to-manager`, bootplate's among them).
+fn start_garbage_collector(server: &ApiServer) -> anyhow::Result<Process> {
+    let port = crate::free_port()?;
+    Process::spawn(
+        "kube-controller-manager",
+        Command::new(tools::path("kube-controller-manager")?)
+            .arg(format!(
+                "--kubeconfig={}",
+                server.kubeconfig_path()?.display()
+            ))
+            .arg("--controllers=garbagecollector,clusterrole-aggregation")
+            .arg("--leader-elect=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(format!(
+                "--cert-dir={}",
+                server.dir().join("kcm-certs").display()
+            )),
+        &server.dir().join("kube-controller-manager.log"),
+    )
+}
+
+/// A kubeconfig that acts as `user` (impersonation by the admin, as in `crate::rbac`).
+fn impersonating_kubeconfig(
+    server: &ApiServer,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<PathBuf> {
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let yaml = server.kubeconfig_yaml().replace(
+        "    token: ",
+        &format!(
+            "    as: {user}\n    as-groups: [system:serviceaccounts, \"system:serviceaccounts:{namespace}\", system:authenticated]\n    token: "
+        ),
+    );
+    let path = server.dir().join(format!("{name}-kubeconfig"));
+    std::fs::write(&path, yaml)?;
+    Ok(path)
+}
+
+/// Installs Cluster API from its module's manifests and starts its manager, as the
+/// ServiceAccount those manifests bind, with the feature gates the scenarios use. Returns once
+/// its webhooks answer.
+async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::Result<Process> {
+    let webhook_port = crate::free_port()?;
+    let webhook_ca = TestCa::new("capi-webhook-ca");
+    let cert_dir = server.dir().join("capi-webhook-certs");
+    webhook_ca.write_serving(&cert_dir)?;
+    kubectl_apply(
+        server,
+        &install::manifests(webhook_port, &webhook_ca.cert_pem)?,
+    )?;
+    wait_crds_established(client).await?;
+    let kubeconfig =
+        impersonating_kubeconfig(server, install::NAMESPACE, install::SERVICE_ACCOUNT)?;
+    let (health, diagnostics) = (crate::free_port()?, crate::free_port()?);
+    let mut process = Process::spawn(
+        "capi-manager",
+        Command::new(tools::path("capi-manager")?)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--webhook-port={webhook_port}"))
+            .arg(format!("--webhook-cert-dir={}", cert_dir.display()))
+            .arg(format!("--health-addr=127.0.0.1:{health}"))
+            .arg(format!("--diagnostics-address=127.0.0.1:{diagnostics}"))
+            .arg("--insecure-diagnostics=true")
+            .arg("--leader-elect=false")
+            .arg("--feature-gates=MachinePool=true,ClusterTopology=true,RuntimeSDK=true")
+            .arg("--sync-period=1m")
+            .env("POD_NAMESPACE", install::NAMESPACE)
+            .env("POD_NAME", "capi-manager"),
+        &server.dir().join("capi-manager.log"),
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ready = http_get(health, "/readyz").is_some_and(|(status, _)| status == 200);
+        if ready && std::net::TcpStream::connect(("127.0.0.1", webhook_port)).is_ok() {
+            return Ok(process);
+        }
+        if process.exited() || Instant::now() > deadline {
+            bail!(
+                "the Cluster API manager did not become ready:\n{}",
+                process.log_tail(40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn wait_crds_established(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let crds = api.list(&ListParams::default()).await?;
+        let pending: Vec<String> = crds
+            .items
+            .iter()
+            .filter(|crd| {
+                !crd.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    })
+            })
+            .filter_map(|crd| crd.metadata.name.clone())
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("CRDs not established: {pending:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// bootplate's webhook configuration from `deploy/webhook`, pointed at a loopback port with a
+/// test CA. Returns the port and the certificate directory to serve it from.
+fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf)> {
+    let port = crate::free_port()?;
+    let ca = TestCa::new("bootplate-webhook-ca");
+    let cert_dir = server.dir().join("bootplate-webhook-certs");
+    ca.write_serving(&cert_dir)?;
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/webhook/validating_webhook.yaml");
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+    if let Some(annotations) = config["metadata"]["annotations"].as_mapping_mut() {
+        annotations.remove("cert-manager.io/inject-ca-from");
+    }
+    use base64::Engine as _;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&ca.cert_pem);
+    for webhook in config["webhooks"].as_sequence_mut().context("webhooks")? {
+        let path = webhook["clientConfig"]["service"]["path"]
+            .as_str()
+            .unwrap_or("/validate")
+            .to_owned();
+        webhook["clientConfig"] = serde_yaml::to_value(json!({
+            "url": format!("https://127.0.0.1:{port}{path}"),
+            "caBundle": ca_bundle,
+        }))?;
+    }
+    kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
+    Ok((port, cert_dir))
+}
+
+fn start_bootplate(
+    server: &ApiServer,
+    kubeconfig: &Path,
+    (webhook_port, cert_dir): &(u16, PathBuf),
+    extra: &[String],
+    log: &str,
+) -> anyhow::Result<ControllerProcess> {
+    let mut args = vec![
+        format!("--webhook-addr=127.0.0.1:{webhook_port}"),
+        format!("--webhook-cert-dir={}", cert_dir.display()),
+    ];
+    args.extend(extra.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let process = ControllerProcess::start(kubeconfig, &server.dir().join(log), &args)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", *webhook_port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("bootplate's webhook does not listen:\n{}", process.log());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(process)
+}

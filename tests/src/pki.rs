@@ -1,0 +1,100 @@
+//! Certificate authorities the tests make: a workload cluster's CA (the `<cluster>-ca` Secret's
+//! pair, which also signs that apiserver's serving certificate and the client certificates of
+//! the kubeconfig Cluster API generates) and the CAs behind the webhooks' serving certificates.
+
+use std::path::Path;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// A self-signed CA: its certificate and key in PEM.
+#[derive(Clone, Debug)]
+pub struct TestCa {
+    /// The CA certificate (PEM).
+    pub cert_pem: String,
+    /// The CA's private key (PKCS#8 PEM).
+    pub key_pem: String,
+    params: CertificateParams,
+}
+
+/// A leaf certificate and its key in PEM.
+pub struct Leaf {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl TestCa {
+    /// A new CA whose subject's common name is `common_name` (kubeadm's is `kubernetes`).
+    pub fn new(common_name: &str) -> TestCa {
+        let key = KeyPair::generate().expect("key generation");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let mut name = DistinguishedName::new();
+        name.push(DnType::CommonName, common_name);
+        params.distinguished_name = name;
+        let cert = params.self_signed(&key).expect("self-signed CA");
+        TestCa {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            params,
+        }
+    }
+
+    fn issuer(&self) -> Issuer<'static, KeyPair> {
+        let key = KeyPair::from_pem(&self.key_pem).expect("the CA's own key parses");
+        Issuer::new(self.params.clone(), key)
+    }
+
+    /// A serving certificate for 127.0.0.1 and localhost.
+    pub fn serving(&self) -> Leaf {
+        let key = KeyPair::generate().expect("key generation");
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .expect("serving params");
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
+        let cert = params.signed_by(&key, &self.issuer()).expect("signing");
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// A client certificate for user `common_name` in group `organization`.
+    pub fn client(&self, common_name: &str, organization: &str) -> Leaf {
+        let key = KeyPair::generate().expect("key generation");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, organization);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.issuer()).expect("signing");
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// Writes the CA certificate and a serving certificate to `dir` as `ca.crt`, `tls.crt`
+    /// and `tls.key` (the layout controller-runtime and bootplate read).
+    pub fn write_serving(&self, dir: &Path) -> std::io::Result<()> {
+        let leaf = self.serving();
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("ca.crt"), &self.cert_pem)?;
+        std::fs::write(dir.join("tls.key"), &leaf.key_pem)?;
+        std::fs::write(dir.join("tls.crt"), &leaf.cert_pem)
+    }
+}

@@ -1,0 +1,793 @@
+//! Conformance with the real Cluster API: its own manager (Machine, MachineSet,
+//! MachineDeployment, Cluster, topology and MachineHealthCheck controllers, built from its Go
+//! module) drives bootplate on a current kube-apiserver. Test code plays only the cloud, the
+//! kubelets and a control-plane provider stand-in (`testenv::capi::cloud`); it never writes a
+//! Cluster API object's status, clones a config or sets an owner reference.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use testenv::capi::objects::{self, KUBERNETES_VERSION};
+use testenv::capi::{CapiEnv, NS, Options};
+use testenv::eventually;
+
+/// How long a scenario waits for Cluster API and bootplate together.
+const WAIT: Duration = Duration::from_secs(180);
+/// The shipped template the scenarios' machines use.
+const TEMPLATE: &str = "kubeadm-ubuntu-2404";
+
+fn repo_file(path: &str) -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(path),
+    )
+    .unwrap()
+}
+
+/// Publishes a shipped ClusterBootstrapTemplate, as a platform team does.
+async fn publish_shipped_template(env: &CapiEnv, file: &str) {
+    let template: Value = serde_yaml::from_str(&repo_file(file)).unwrap();
+    testenv::capi::cloud::apply(
+        &env.client,
+        &objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates"),
+        None,
+        &template,
+    )
+    .await
+    .unwrap();
+}
+
+/// Who holds a cluster's CA and reports its control plane initialized.
+#[derive(Clone, Copy)]
+enum ControlPlane<'a> {
+    /// No control-plane provider: the user brings the CA, bootplate's control-plane Machines
+    /// (`init`, then `control-plane-join`) make the control plane.
+    Machines,
+    /// A control-plane provider (the stand-in) at this Kubernetes version.
+    Provider(&'a str),
+}
+
+/// A Cluster with its DevCluster, and its DevControlPlane or the user's CA.
+async fn create_cluster(env: &CapiEnv, name: &str, control_plane: ControlPlane<'_>, paused: bool) {
+    let plane = match control_plane {
+        ControlPlane::Provider(version) => {
+            env.apply(
+                &objects::dev_control_plane_resource(),
+                objects::dev_control_plane(name, version),
+            )
+            .await
+            .unwrap();
+            Some(name)
+        }
+        ControlPlane::Machines => {
+            env.bring_cluster_ca(name).await.unwrap();
+            None
+        }
+    };
+    env.apply(&objects::dev_cluster_resource(), objects::dev_cluster(name))
+        .await
+        .unwrap();
+    env.apply(
+        &objects::cluster_resource(),
+        objects::cluster(name, plane, paused),
+    )
+    .await
+    .unwrap();
+}
+
+/// A control-plane Machine with its BootplateConfig and DevMachine.
+async fn create_control_plane_machine(env: &CapiEnv, cluster: &str, name: &str) {
+    env.apply(
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+        objects::bootplate_config(name, TEMPLATE),
+    )
+    .await
+    .unwrap();
+    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+        .await
+        .unwrap();
+    env.apply(
+        &objects::machine_resource(),
+        objects::control_plane_machine(name, cluster),
+    )
+    .await
+    .unwrap();
+}
+
+/// A BootplateConfigTemplate named `name` using the shipped template `template`.
+async fn create_config_template(env: &CapiEnv, name: &str, template: &str) {
+    env.apply(
+        &objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
+        objects::bootplate_config_template(name, template),
+    )
+    .await
+    .unwrap();
+}
+
+/// A MachineDeployment named `name` with a BootplateConfigTemplate and a DevMachineTemplate of
+/// the same name, its Machines at `version`.
+async fn create_workers(env: &CapiEnv, cluster: &str, name: &str, replicas: u32, version: &str) {
+    create_config_template(env, name, TEMPLATE).await;
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template(name, "small"),
+    )
+    .await
+    .unwrap();
+    env.apply(
+        &objects::machine_deployment_resource(),
+        objects::machine_deployment(name, cluster, replicas, name, name, version),
+    )
+    .await
+    .unwrap();
+}
+
+fn phase(machine: &DynamicObject) -> &str {
+    machine.data["status"]["phase"].as_str().unwrap_or_default()
+}
+
+fn has_node_ref(machine: &DynamicObject) -> bool {
+    machine.data["status"]["nodeRef"]["name"].is_string()
+}
+
+fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Waits until `cluster` has `count` Machines, each Running with a nodeRef; returns them.
+async fn wait_running(env: &CapiEnv, cluster: &str, count: usize) -> Vec<DynamicObject> {
+    wait_machines(
+        env,
+        cluster,
+        &format!("{count} Machines Running with a nodeRef"),
+        |machines| {
+            machines.len() == count
+                && machines
+                    .iter()
+                    .all(|m| phase(m) == "Running" && has_node_ref(m))
+        },
+    )
+    .await
+}
+
+/// Waits until the Machines of `cluster` satisfy `done`; returns them. On timeout the panic
+/// shows every Machine and config and Cluster API's last errors.
+async fn wait_machines(
+    env: &CapiEnv,
+    cluster: &str,
+    what: &str,
+    done: impl Fn(&[DynamicObject]) -> bool,
+) -> Vec<DynamicObject> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let machines = env.capi_list("Machine", "machines", cluster).await;
+        if done(&machines) {
+            return machines;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "timed out waiting for {cluster}: {what}\n{}",
+                env.describe().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The role a kubeadm template rendered, read from its user-data.
+fn rendered_role(user_data: &str) -> &'static str {
+    if user_data.contains("kind: InitConfiguration") {
+        "init"
+    } else if user_data.contains("kind: JoinConfiguration")
+        && user_data.contains("\n    controlPlane:")
+    {
+        "control-plane-join"
+    } else if user_data.contains("kind: JoinConfiguration") {
+        "worker"
+    } else {
+        "none"
+    }
+}
+
+async fn data_secret(env: &CapiEnv, name: &str) -> Option<Secret> {
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+fn user_data(secret: &Secret) -> String {
+    let data = secret.data.as_ref().expect("a data Secret has data");
+    String::from_utf8(data["value"].0.clone()).unwrap()
+}
+
+/// The BootplateConfig each Machine's bootstrap points at, by Machine name.
+fn config_names(machines: &[DynamicObject]) -> BTreeMap<String, String> {
+    machines
+        .iter()
+        .map(|m| {
+            let config = m.data["spec"]["bootstrap"]["configRef"]["name"]
+                .as_str()
+                .expect("a Machine with a bootstrap configRef")
+                .to_owned();
+            (m.name_any(), config)
+        })
+        .collect()
+}
+
+/// The data Secret of a bootstrapped config has what the contract asks.
+fn assert_contract_secret(secret: &Secret, cluster: &str, config: &DynamicObject) {
+    let name = secret.name_any();
+    assert_eq!(
+        secret.type_.as_deref(),
+        Some("cluster.x-k8s.io/secret"),
+        "{name}"
+    );
+    assert_eq!(
+        secret
+            .labels()
+            .get("cluster.x-k8s.io/cluster-name")
+            .map(String::as_str),
+        Some(cluster),
+        "{name}"
+    );
+    let owners = secret.owner_references();
+    assert!(
+        owners.iter().any(|o| o.kind == "BootplateConfig"
+            && o.uid == config.uid().unwrap()
+            && o.controller == Some(true)),
+        "{name} is not controlled by its config: {owners:?}"
+    );
+    let data = secret.data.as_ref().unwrap();
+    assert_eq!(data["format"].0, b"cloud-config", "{name}");
+    assert!(!data["value"].0.is_empty(), "{name}");
+}
+
+/// (a) Three control-plane Machines without a control-plane provider and a MachineDeployment of
+/// five workers: every Machine runs with a node, exactly one rendered `init`, the Machines'
+/// BootstrapConfigReady mirrors our Ready, join tokens are gone, data Secrets follow the contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_and_a_machine_deployment_come_up_through_cluster_api() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    create_cluster(&env, "alpha", ControlPlane::Machines, false).await;
+    for i in 0..3 {
+        create_control_plane_machine(&env, "alpha", &format!("alpha-cp-{i}")).await;
+    }
+    create_workers(&env, "alpha", "alpha-md", 5, KUBERNETES_VERSION).await;
+
+    let machines = wait_running(&env, "alpha", 8).await;
+    let configs = env_configs(&env).await;
+    let mut roles = BTreeMap::<&str, usize>::new();
+    for (machine, config_name) in config_names(&machines) {
+        let config = &configs[&config_name];
+        let secret_name = config.data["status"]["dataSecretName"].as_str().unwrap();
+        assert_eq!(
+            secret_name, config_name,
+            "the data Secret is named after the config"
+        );
+        let secret = data_secret(&env, secret_name)
+            .await
+            .expect("the data Secret exists");
+        assert_contract_secret(&secret, "alpha", config);
+        *roles.entry(rendered_role(&user_data(&secret))).or_default() += 1;
+        let ours = condition(config, "Ready").expect("our Ready condition")["status"].clone();
+        let m = machines.iter().find(|m| m.name_any() == machine).unwrap();
+        let theirs = condition(m, "BootstrapConfigReady").expect("CAPI's BootstrapConfigReady");
+        assert_eq!(
+            theirs["status"], ours,
+            "{machine}: BootstrapConfigReady mirrors Ready"
+        );
+        assert_eq!(
+            config.data["status"]["initialization"]["dataSecretCreated"],
+            json!(true)
+        );
+    }
+    assert_eq!(
+        roles,
+        BTreeMap::from([("init", 1), ("control-plane-join", 2), ("worker", 5)]),
+        "exactly one init"
+    );
+    eventually("every join token deleted", WAIT, || async {
+        env.tokens().await.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// Every BootplateConfig in [`NS`], by name.
+async fn env_configs(env: &CapiEnv) -> BTreeMap<String, DynamicObject> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        NS,
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+    );
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect()
+}
+
+async fn delete(api: &Api<DynamicObject>, name: &str) {
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+async fn merge_patch(api: &Api<DynamicObject>, name: &str, patch: Value) {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+fn names(objects: &[DynamicObject]) -> BTreeSet<String> {
+    objects.iter().map(ResourceExt::name_any).collect()
+}
+
+/// The token id in a kubeadm user-data (`token: "<id>.<secret>"`).
+fn token_id(user_data: &str) -> Option<String> {
+    user_data.lines().find_map(|line| {
+        let value = line.trim().strip_prefix("token: ")?.trim_matches('"');
+        Some(value.split_once('.')?.0.to_owned())
+    })
+}
+
+/// Waits until none of `configs` nor their data Secrets exist any more, and no join token is
+/// left in the workload cluster.
+async fn wait_nothing_left(env: &CapiEnv, configs: &BTreeSet<String>) {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        NS,
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+    );
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    eventually(
+        &format!("configs {configs:?}, their Secrets and every token gone"),
+        WAIT,
+        || async {
+            for name in configs {
+                if api.get_opt(name).await.unwrap().is_some()
+                    || secrets.get_opt(name).await.unwrap().is_some()
+                {
+                    return None;
+                }
+            }
+            env.tokens().await.is_empty().then_some(())
+        },
+    )
+    .await;
+}
+
+fn version(machine: &DynamicObject) -> &str {
+    machine.data["spec"]["version"].as_str().unwrap_or_default()
+}
+
+/// (b) Rollout: the MachineDeployment switches to another BootplateConfigTemplate (another
+/// OS image's template) and a new Kubernetes version; Cluster API replaces every worker, the new
+/// ones render from the new template, old configs, Secrets and tokens are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_a_machine_deployment_rollout_renders_the_new_template() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    publish_shipped_template(&env, "templates/kubeadm-debian-12.yaml").await;
+    create_cluster(&env, "beta", ControlPlane::Provider("v1.35.0"), false).await;
+    create_workers(&env, "beta", "beta-md", 3, KUBERNETES_VERSION).await;
+    let old = wait_running(&env, "beta", 3).await;
+    let old_configs: BTreeSet<String> = config_names(&old).into_values().collect();
+
+    create_config_template(&env, "beta-md-debian", "kubeadm-debian-12").await;
+    merge_patch(
+        &env.capi("MachineDeployment", "machinedeployments"),
+        "beta-md",
+        json!({"spec": {"template": {"spec": {
+            "version": "v1.35.0",
+            "bootstrap": {"configRef": {"name": "beta-md-debian"}},
+        }}}}),
+    )
+    .await;
+    let old_names = names(&old);
+    let new = wait_machines(
+        &env,
+        "beta",
+        "3 new Machines at v1.35.0 Running",
+        |machines| {
+            machines.len() == 3
+                && machines.iter().all(|m| {
+                    !old_names.contains(&m.name_any())
+                        && version(m) == "v1.35.0"
+                        && phase(m) == "Running"
+                        && has_node_ref(m)
+                })
+        },
+    )
+    .await;
+    for config in config_names(&new).into_values() {
+        let secret = data_secret(&env, &config).await.expect("a data Secret");
+        let user_data = user_data(&secret);
+        assert!(
+            user_data.contains("from ClusterBootstrapTemplate kubeadm-debian-12 "),
+            "{config} did not render from the new template:\n{user_data}"
+        );
+        assert!(
+            user_data.contains("v1.35"),
+            "{config} renders the new version"
+        );
+    }
+    wait_nothing_left(&env, &old_configs).await;
+}
+
+/// (c) Scale down to 2, then delete a Machine: nothing is left behind for the removed
+/// Machines (configs, data Secrets, tokens, Nodes) nor the init lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_scaling_down_and_deleting_a_machine_leave_nothing_behind() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    create_cluster(&env, "gamma", ControlPlane::Machines, false).await;
+    create_control_plane_machine(&env, "gamma", "gamma-cp-0").await;
+    create_workers(&env, "gamma", "gamma-md", 4, KUBERNETES_VERSION).await;
+    let all = wait_running(&env, "gamma", 5).await;
+    let configs = config_names(&all);
+
+    merge_patch(
+        &env.capi("MachineDeployment", "machinedeployments"),
+        "gamma-md",
+        json!({"spec": {"replicas": 2}}),
+    )
+    .await;
+    let scaled = wait_running(&env, "gamma", 3).await;
+    let victim = scaled
+        .iter()
+        .find(|m| !m.labels().contains_key("cluster.x-k8s.io/control-plane"))
+        .expect("a worker")
+        .name_any();
+    delete(&env.capi("Machine", "machines"), &victim).await;
+    let after = wait_machines(&env, "gamma", "the deleted Machine replaced", |machines| {
+        machines.len() == 3
+            && machines
+                .iter()
+                .all(|m| m.name_any() != victim && phase(m) == "Running")
+    })
+    .await;
+
+    let kept = names(&after);
+    let removed: BTreeSet<String> = configs
+        .iter()
+        .filter(|(machine, _)| !kept.contains(*machine))
+        .map(|(_, config)| config.clone())
+        .collect();
+    assert_eq!(
+        removed.len(),
+        3,
+        "two scaled away and one deleted: {removed:?}"
+    );
+    wait_nothing_left(&env, &removed).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
+    let node_names: BTreeSet<String> = nodes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(
+        node_names, kept,
+        "Cluster API removed the Nodes of removed Machines"
+    );
+    let locks: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    assert!(
+        locks.get_opt("gamma-lock").await.unwrap().is_none(),
+        "the init lock is released once the control plane is initialized"
+    );
+}
+
+/// (d) A paused Cluster renders nothing until it is unpaused; our Paused condition says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d_a_paused_cluster_renders_nothing_until_unpaused() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    create_cluster(&env, "delta", ControlPlane::Machines, true).await;
+    create_control_plane_machine(&env, "delta", "delta-cp-0").await;
+    let configs: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        NS,
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+    );
+    let paused = eventually("the config's Paused condition True", WAIT, || async {
+        let config = configs.get("delta-cp-0").await.unwrap();
+        let paused = condition(&config, "Paused")?;
+        (paused["status"] == "True").then(|| config.clone())
+    })
+    .await;
+    assert!(
+        paused.data["status"]["dataSecretName"].is_null(),
+        "a paused config names no data Secret"
+    );
+    assert!(
+        data_secret(&env, "delta-cp-0").await.is_none(),
+        "nothing rendered while paused"
+    );
+    assert!(env.tokens().await.is_empty(), "no token while paused");
+
+    merge_patch(
+        &env.capi("Cluster", "clusters"),
+        "delta",
+        json!({"spec": {"paused": false}}),
+    )
+    .await;
+    wait_running(&env, "delta", 1).await;
+    let config = configs.get("delta-cp-0").await.unwrap();
+    assert_eq!(
+        condition(&config, "Paused").expect("Paused")["status"],
+        "False"
+    );
+}
+
+/// (f) A worker whose Node never appears is remediated by Cluster API's MachineHealthCheck;
+/// its config, data Secret and join token go with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_a_machine_health_check_remediation_takes_the_token_and_secret_along() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    create_cluster(
+        &env,
+        "zeta",
+        ControlPlane::Provider(KUBERNETES_VERSION),
+        false,
+    )
+    .await;
+    create_config_template(&env, "zeta-md", TEMPLATE).await;
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template("zeta-md", "small"),
+    )
+    .await
+    .unwrap();
+    let mut deployment = objects::machine_deployment(
+        "zeta-md",
+        "zeta",
+        1,
+        "zeta-md",
+        "zeta-md",
+        KUBERNETES_VERSION,
+    );
+    deployment["spec"]["template"]["metadata"]["labels"][testenv::capi::cloud::NO_NODE_LABEL] =
+        json!("true");
+    env.apply(&objects::machine_deployment_resource(), deployment)
+        .await
+        .unwrap();
+    env.apply(
+        &objects::machine_health_check_resource(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "MachineHealthCheck",
+            "metadata": {"name": "zeta-workers", "namespace": NS},
+            "spec": {
+                "clusterName": "zeta",
+                "selector": {"matchLabels": {"test.bootplate.dev/deployment": "zeta-md"}},
+                "checks": {"nodeStartupTimeoutSeconds": 30},
+            },
+        }),
+    )
+    .await
+    .unwrap();
+
+    // The first Machine boots (it has bootstrap data and a token) but its Node never appears.
+    let first = wait_machines(&env, "zeta", "a provisioned Machine", |machines| {
+        machines.len() == 1 && machines[0].data["spec"]["providerID"].is_string()
+    })
+    .await
+    .remove(0);
+    let config = first.data["spec"]["bootstrap"]["configRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let secret = data_secret(&env, &config)
+        .await
+        .expect("the first Machine's data Secret");
+    let token = token_id(&user_data(&secret)).expect("a worker's user-data holds its token");
+    let tokens: Api<Secret> = Api::namespaced(env.workload_client.clone(), "kube-system");
+    assert!(
+        tokens
+            .get_opt(&format!("bootstrap-token-{token}"))
+            .await
+            .unwrap()
+            .is_some(),
+        "the first Machine's token exists while it waits for its Node"
+    );
+
+    let first_name = first.name_any();
+    wait_machines(
+        &env,
+        "zeta",
+        "the Machine without a Node remediated and replaced",
+        |machines| !machines.is_empty() && machines.iter().all(|m| m.name_any() != first_name),
+    )
+    .await;
+    eventually(
+        "the remediated Machine's config, data Secret and token gone",
+        WAIT,
+        || async {
+            let configs: Api<DynamicObject> = Api::namespaced_with(
+                env.client.clone(),
+                NS,
+                &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+            );
+            let gone = configs.get_opt(&config).await.unwrap().is_none()
+                && data_secret(&env, &config).await.is_none()
+                && tokens
+                    .get_opt(&format!("bootstrap-token-{token}"))
+                    .await
+                    .unwrap()
+                    .is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+}
+
+/// (h) The usual production shape: a control-plane provider reports the control plane
+/// initialized and owns the cluster CA; bootplate workers join and nothing renders `init`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h_workers_join_a_control_plane_managed_by_a_provider() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    create_cluster(
+        &env,
+        "eta",
+        ControlPlane::Provider(KUBERNETES_VERSION),
+        false,
+    )
+    .await;
+    create_workers(&env, "eta", "eta-md", 3, KUBERNETES_VERSION).await;
+    let machines = wait_running(&env, "eta", 3).await;
+    for config in config_names(&machines).into_values() {
+        let user_data = user_data(&data_secret(&env, &config).await.expect("a data Secret"));
+        assert_eq!(rendered_role(&user_data), "worker", "{config}");
+        assert!(
+            !user_data.contains("PRIVATE KEY"),
+            "{config}: a worker holds no private key"
+        );
+    }
+    let locks: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    assert!(
+        locks.get_opt("eta-lock").await.unwrap().is_none(),
+        "no init lock"
+    );
+    let ca = data_secret(&env, "eta-ca")
+        .await
+        .expect("the provider's CA");
+    assert!(
+        ca.owner_references()
+            .iter()
+            .any(|o| o.kind == "DevControlPlane"),
+        "the CA stays the control-plane provider's"
+    );
+    assert_eq!(
+        ca.data.as_ref().unwrap()["tls.crt"].0,
+        env.cluster_ca.cert_pem.as_bytes(),
+        "bootplate did not replace the provider's CA"
+    );
+    eventually("every join token deleted", WAIT, || async {
+        env.tokens().await.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// (e) ClusterClass: a topology-managed Cluster whose class names a BootplateConfigTemplate
+/// for its workers. Cluster API's topology controller (with its server-side-apply dry runs
+/// through bootplate's webhook) creates the workers, then rolls them out on a version upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e_a_cluster_class_creates_and_rolls_out_bootplate_workers() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    let infra = format!("{}/v1alpha1", testenv::capi::cloud::INFRA_GROUP);
+    let control_plane = format!("{}/v1alpha1", testenv::capi::cloud::CONTROL_PLANE_GROUP);
+    env.apply(
+        &objects::dev_cluster_template_resource(),
+        json!({"apiVersion": infra, "kind": "DevClusterTemplate",
+               "metadata": {"name": "dev-cluster", "namespace": NS},
+               "spec": {"template": {"spec": {}}}}),
+    )
+    .await
+    .unwrap();
+    env.apply(
+        &objects::dev_control_plane_template_resource(),
+        json!({"apiVersion": control_plane, "kind": "DevControlPlaneTemplate",
+               "metadata": {"name": "dev-control-plane", "namespace": NS},
+               "spec": {"template": {"spec": {}}}}),
+    )
+    .await
+    .unwrap();
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template("dev-worker", "small"),
+    )
+    .await
+    .unwrap();
+    create_config_template(&env, "class-workers", TEMPLATE).await;
+    let template_ref = |api_version: &str, kind: &str, name: &str| json!({"templateRef": {"apiVersion": api_version, "kind": kind, "name": name}});
+    env.apply(
+        &objects::cluster_class_resource(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "ClusterClass",
+            "metadata": {"name": "dev-class", "namespace": NS},
+            "spec": {
+                "infrastructure": template_ref(&infra, "DevClusterTemplate", "dev-cluster"),
+                "controlPlane": template_ref(&control_plane, "DevControlPlaneTemplate", "dev-control-plane"),
+                "workers": {"machineDeployments": [{
+                    "class": "default-worker",
+                    "bootstrap": template_ref(
+                        &format!("{}/v1alpha1", objects::BOOTPLATE_GROUP),
+                        "BootplateConfigTemplate",
+                        "class-workers",
+                    ),
+                    "infrastructure": template_ref(&infra, "DevMachineTemplate", "dev-worker"),
+                }]},
+            },
+        }),
+    )
+    .await
+    .unwrap();
+    let mut cluster = objects::cluster("epsilon", None, false);
+    cluster["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("infrastructureRef");
+    cluster["spec"]["topology"] = json!({
+        "classRef": {"name": "dev-class"},
+        "version": KUBERNETES_VERSION,
+        "workers": {"machineDeployments": [{"class": "default-worker", "name": "md-0", "replicas": 2}]},
+    });
+    env.apply(&objects::cluster_resource(), cluster)
+        .await
+        .unwrap();
+
+    let first = wait_running(&env, "epsilon", 2).await;
+    let first_configs: BTreeSet<String> = config_names(&first).into_values().collect();
+    for config in &first_configs {
+        let user_data = user_data(&data_secret(&env, config).await.expect("a data Secret"));
+        assert_eq!(rendered_role(&user_data), "worker", "{config}");
+    }
+
+    merge_patch(
+        &env.capi("Cluster", "clusters"),
+        "epsilon",
+        json!({"spec": {"topology": {"version": "v1.35.0"}}}),
+    )
+    .await;
+    let first_names = names(&first);
+    let upgraded = wait_machines(
+        &env,
+        "epsilon",
+        "2 new Machines at v1.35.0 Running",
+        |machines| {
+            machines.len() == 2
+                && machines.iter().all(|m| {
+                    !first_names.contains(&m.name_any())
+                        && version(m) == "v1.35.0"
+                        && phase(m) == "Running"
+                        && has_node_ref(m)
+                })
+        },
+    )
+    .await;
+    for config in config_names(&upgraded).into_values() {
+        let user_data = user_data(&data_secret(&env, &config).await.expect("a data Secret"));
+        assert_eq!(rendered_role(&user_data), "worker", "{config}");
+        assert!(
+            user_data.contains("v1.35"),
+            "{config} renders the upgraded version"
+        );
+    }
+    wait_nothing_left(&env, &first_configs).await;
+}
