@@ -391,7 +391,7 @@ fn five_mib_template_is_refused_by_lint() {
     std::fs::write(&path, serde_yaml::to_string(&template).unwrap()).unwrap();
     let started = Instant::now();
     let out = Command::new(testenv::controller::binary().unwrap())
-        .arg("lint")
+        .args(["lint", "--format", "short"])
         .arg(&path)
         .output()
         .unwrap();
