@@ -436,8 +436,10 @@ async fn create_template(
     };
     let mut object = DynamicObject::new(name, &ar).data(json!({"spec": spec}));
     object.metadata.namespace = namespace.map(str::to_owned);
+    // As `kubectl apply` sends it: unknown fields are refused, not dropped with a warning.
+    let params = kube::api::PatchParams::apply("bootplate-corpus").validation_strict();
     api(client, &ar, namespace)
-        .create(&PostParams::default(), &object)
+        .patch(name, &params, &kube::api::Patch::Apply(&object))
         .await
         .map(drop)
 }
