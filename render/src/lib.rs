@@ -225,6 +225,16 @@ impl CompiledTemplate {
                     &mut budget,
                 )
                 .map_err(|e| self.field_error(e, &budget, limit, compress))?;
+                formats::check_units(&body).map_err(|message| {
+                    RenderError::failed(
+                        &self.object,
+                        Problem::template(
+                            "spec.parts",
+                            format!("not a valid systemd unit file: {message}"),
+                        )
+                        .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+                    )
+                })?;
                 let meta = formats::Meta {
                     object: &self.object,
                     revision: &self.revision,

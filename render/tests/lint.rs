@@ -247,3 +247,17 @@ fn every_branch_partial_and_loop_is_checked_with_did_you_mean() {
         "{problems:#?}"
     );
 }
+
+#[test]
+fn unit_files_of_parts_are_read_as_systemd_reads_them() {
+    // Before, a unit line systemd ignores (here a setting without `=`) linted clean.
+    let problems = lint_yaml(
+        "format: cloud-config\nparts:\n  - name: p\n    units:\n      - name: a.service\n        content: \"[Service]\\nExecStart /bin/true\\n\"\n",
+    );
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].field, "spec.parts");
+    assert_eq!(
+        problems[0].message,
+        "not a valid systemd unit file: unit a.service: line 2: neither `[Section]`, `Key=Value` nor a comment (systemd ignores it)"
+    );
+}

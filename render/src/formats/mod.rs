@@ -98,6 +98,21 @@ fn all_commands(body: &Body) -> Vec<String> {
     commands
 }
 
+/// Checks the unit files and drop-ins of a structured body as systemd reads them; Err names the
+/// unit (and drop-in) and the line.
+pub(crate) fn check_units(body: &Body) -> Result<(), String> {
+    for u in &body.units {
+        if let Some(content) = &u.content {
+            shape::check_unit(content).map_err(|e| format!("unit {}: {e}", u.name))?;
+        }
+        for (name, content) in &u.drop_ins {
+            shape::check_unit(content)
+                .map_err(|e| format!("drop-in {name} of unit {}: {e}", u.name))?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks a raw `template` body's output against the declared format. The message describes
 /// what is wrong without quoting the output (it may hold a token).
 pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> {
