@@ -308,12 +308,12 @@ fn lint_points_at_the_file_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let template = write_template(dir.path(), BROKEN);
     let shown = template.to_string_lossy().to_string();
-    let out = bootplate(&["lint", &shown]);
+    let out = bootplate(&["lint", "--format", "short", &shown]);
     assert_exit(&out, 1);
     let stdout = text(&out.stdout);
     // `{{values.typo}}` is on line 19, column 16 of the file.
     let expected = format!(
-        "{shown}:19:16: error: spec.parts[0].commands[1]: `values.typo` is not declared in spec.variables"
+        "{shown}:19:16: error: spec.parts[0].commands[1]: `values.typo` is not declared in spec.variables (known: `required`)"
     );
     assert!(stdout.lines().any(|l| l == expected), "{stdout}");
     assert!(BROKEN.lines().nth(18).unwrap().find("{{values.typo}}") == Some(15));
@@ -331,10 +331,10 @@ fn lint_reports_syntax_errors_in_partials_and_warnings() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_template(
         dir.path(),
-        "kind: ClusterBootstrapTemplate\nmetadata: {name: a}\nspec:\n  os: {name: x}\n  format: script\n  variables: [{name: unused}]\n  template: \"#!/bin/sh\\n\"\n---\nkind: ClusterBootstrapTemplate\nmetadata: {name: b}\nspec:\n  os: {name: x}\n  format: script\n  partials:\n    p: \"ok {{#if x}}\"\n  template: \"#!/bin/sh\\n{{> p}}\"\n",
+        "kind: ClusterBootstrapTemplate\nmetadata: {name: a}\nspec:\n  os: {name: x}\n  format: script\n  variables: [{name: unused}]\n  template: \"#!/bin/sh\\n\"\napiVersion: bootstrap.bootplate.dev/v1alpha1\n---\nkind: ClusterBootstrapTemplate\nmetadata: {name: b}\nspec:\n  os: {name: x}\n  format: script\n  partials:\n    p: \"ok {{#if x}}\"\n  template: \"#!/bin/sh\\n{{> p}}\"\napiVersion: bootstrap.bootplate.dev/v1alpha1\n",
     );
     let shown = path.to_string_lossy().to_string();
-    let out = bootplate(&["lint", &shown]);
+    let out = bootplate(&["lint", "--format", "short", &shown]);
     assert_exit(&out, 1);
     let stdout = text(&out.stdout);
     assert!(
@@ -344,7 +344,7 @@ fn lint_reports_syntax_errors_in_partials_and_warnings() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("{shown}:15:"))
+        stdout.contains(&format!("{shown}:16:"))
             && stdout.contains("error: spec.partials.p: syntax error"),
         "{stdout}"
     );
@@ -352,14 +352,506 @@ fn lint_reports_syntax_errors_in_partials_and_warnings() {
 
 #[test]
 fn lint_accepts_the_examples_and_rejects_unreadable_files() {
-    let out = bootplate(&["lint", "examples/ubuntu-2404.yaml"]);
+    let out = bootplate(&["lint", "--format", "short", "examples/ubuntu-2404.yaml"]);
     assert_exit(&out, 0);
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
-    let out = bootplate(&["lint", "examples/ubuntu-2404.yaml", "does-not-exist.yaml"]);
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "examples/ubuntu-2404.yaml",
+        "does-not-exist.yaml",
+    ]);
     assert_exit(&out, 2);
     assert!(text(&out.stderr).contains("does-not-exist.yaml: cannot read"));
-    let out = bootplate(&["lint", "examples/cluster.yaml"]);
+    // Every example lints, the CAPI objects `render` takes included.
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "examples/cluster.yaml",
+        "examples/config.yaml",
+    ]);
+    assert_exit(&out, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write_template(dir.path(), "# nothing\n");
+    let out = bootplate(&["lint", "--format", "short", &empty.to_string_lossy()]);
     assert_exit(&out, 2);
-    let help = text(&bootplate(&["lint", "--help"]).stdout);
+    assert!(text(&out.stderr).contains("no objects in this file"));
+    let help = text(&bootplate(&["lint", "--format", "short", "--help"]).stdout);
     assert!(help.contains("FILE:LINE:COL") && help.contains("Exit codes"));
+}
+
+/// Writes `body` as a template file in `dir` and lints it with `args` (short format): the
+/// file's name as lint shows it, and the run.
+fn lint_body(dir: &Path, body: &str, args: &[&str]) -> (String, Output) {
+    let shown = write_template(dir, body).to_string_lossy().to_string();
+    let mut all = vec!["lint", "--format", "short"];
+    all.extend_from_slice(args);
+    all.push(&shown);
+    let out = bootplate(&all);
+    (shown, out)
+}
+
+/// The line and column of the first occurrence of `needle` in `text`, from 1.
+fn find(text: &str, needle: &str) -> (usize, usize) {
+    text.lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
+        .unwrap_or_else(|| panic!("{needle:?} not in the text"))
+}
+
+const KEY_FILE: &str = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata:
+  name: keys
+spec:
+  os: {name: ubuntu}
+  format: cloud-config
+  parts:
+    - name: configure
+      files:
+        - path: /etc/kubernetes/pki/sa.key
+          permission: \"0600\"
+          content: \"{{#if certs}}{{certs.serviceAccount.key}}{{/if}}\"
+";
+
+#[test]
+fn an_unknown_field_is_an_error_at_its_key_with_the_field_meant() {
+    // Before: `permission` was dropped and the key rendered world-readable, lint exit 0.
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), KEY_FILE, &[]);
+    let (line, col) = find(KEY_FILE, "permission:");
+    assert_exit(&out, 1);
+    let expected = format!(
+        "{shown}:{line}:{col}: error: spec.parts[0].files[0].permission: unknown field `permission`; did you mean `permissions`?"
+    );
+    assert!(
+        text(&out.stdout).lines().any(|l| l == expected),
+        "{}",
+        text(&out.stdout)
+    );
+    // render refuses the same input, on stderr, as bad input.
+    let out = bootplate(&[
+        "render",
+        "--template",
+        &shown,
+        "--machine",
+        "examples/machine-control-plane.yaml",
+        "--cluster",
+        "examples/cluster.yaml",
+    ]);
+    assert_exit(&out, 2);
+    assert!(out.stdout.is_empty(), "no key written");
+    assert!(
+        text(&out.stderr).contains(&expected),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_wrong_api_version_or_a_misspelled_kind_is_an_error() {
+    // Before: a wrong apiVersion was accepted and a misspelled kind skipped with exit 0.
+    let body = format!(
+        "{}---\napiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootstrapTemplat\nmetadata: {{name: other}}\nspec: {{}}\n",
+        KEY_FILE
+            .replace("permission:", "permissions:")
+            .replace("v1alpha1", "v1beta1")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), &body, &[]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "{shown}:1:13: error: apiVersion: `bootstrap.bootplate.dev/v1beta1` does not serve ClusterBootstrapTemplate: use `bootstrap.bootplate.dev/v1alpha1`"
+            ),
+            format!(
+                "{shown}:16:7: error: kind: unknown kind `BootstrapTemplat`; did you mean `BootstrapTemplate`?"
+            ),
+        ],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn wrong_types_point_at_the_value_not_the_spec() {
+    let body = KEY_FILE
+        .replace("permission:", "permissions:")
+        .replace("  parts:\n", "  maxOutputBytes: lots\n  parts:\n");
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), &body, &[]);
+    assert_exit(&out, 1);
+    let (line, col) = find(&body, "lots");
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        format!(
+            "{shown}:{line}:{col}: error: spec.maxOutputBytes: must be an integer, got a string"
+        )
+    );
+}
+
+#[test]
+fn lint_and_render_take_the_same_config_kinds_and_locate_config_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_template = dir.path().join("bpct.yaml");
+    let body = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfigTemplate
+metadata: {name: workers}
+spec:
+  template:
+    spec:
+      templateRef: {kind: ClusterBootstrapTemplate, name: ubuntu-2404}
+      variables:
+        httpProxy: 17
+";
+    std::fs::write(&config_template, body).unwrap();
+    let shown = config_template.to_string_lossy().to_string();
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "--config",
+        &shown,
+        "examples/ubuntu-2404.yaml",
+    ]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let (line, _) = find(body, "httpProxy");
+    assert!(
+        stdout.starts_with(&format!("{shown}:{line}:")) && stdout.contains("httpProxy"),
+        "{stdout}"
+    );
+    let out = render_example("examples/machine-worker.yaml", &["--config", &shown]);
+    assert_exit(&out, 1);
+    assert!(
+        text(&out.stderr).contains("httpProxy"),
+        "{}",
+        text(&out.stderr)
+    );
+    let good = std::fs::read_to_string(repo("examples/config.yaml")).unwrap();
+    assert!(good.contains("kind: BootplateConfig\n"));
+    let fixed = body.replace("httpProxy: 17", "httpProxy: http://proxy.example.com:3128");
+    std::fs::write(&config_template, fixed).unwrap();
+    let out = bootplate(&[
+        "lint",
+        "--format",
+        "short",
+        "--config",
+        &shown,
+        "examples/ubuntu-2404.yaml",
+    ]);
+    assert_exit(&out, 0);
+    let out = render_example("examples/machine-worker.yaml", &["--config", &shown]);
+    assert_exit(&out, 0);
+}
+
+const INJECTABLE: &str = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata: {name: injectable}
+spec:
+  os: {name: ubuntu}
+  format: cloud-config
+  variables:
+    - {name: greeting, default: hi, schema: {type: string}}
+    - {name: nodeTaint, default: none, schema: {type: string}}
+  parts:
+    - name: configure
+      files:
+        - path: /run/kubeadm/join.yaml
+          content: |
+            kind: JoinConfiguration
+            nodeRegistration:
+              name: {{machine.name}}
+              taints: [{key: {{values.nodeTaint}}}]
+      commands:
+        - echo \"{{values.greeting}}\"
+        - echo {{shell_quote values.greeting}}
+";
+
+#[test]
+fn free_text_written_unquoted_is_a_warning_and_an_error_with_strict() {
+    // Before: `hi\"; touch /tmp/x; echo \"` in the command, or a newline and `controlPlane: {}` in
+    // the worker's JoinConfiguration, linted clean.
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), INJECTABLE, &[]);
+    assert_exit(&out, 0);
+    let stdout = text(&out.stdout);
+    let expect = |needle: &str, what: &str, into: &str| {
+        let (line, col) = find(INJECTABLE, needle);
+        let prefix = format!("{shown}:{line}:{col}: warning: ");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&prefix)
+                && l.contains(&format!(
+                    "`{what}` is free text written unquoted into {into}"
+                ))),
+            "{prefix} {what}\n{stdout}"
+        );
+    };
+    expect("{{machine.name}}", "machine.name", "a YAML document");
+    expect(
+        "{{values.nodeTaint}}",
+        "values.nodeTaint",
+        "a YAML document",
+    );
+    expect("{{values.greeting}}", "values.greeting", "a shell command");
+    assert_eq!(
+        stdout.lines().count(),
+        3,
+        "the quoted use is fine:\n{stdout}"
+    );
+    let out = bootplate(&["lint", "--strict", "--format", "short", &shown]);
+    assert_exit(&out, 1);
+    assert_eq!(text(&out.stdout).matches(": error: ").count(), 3);
+}
+
+#[test]
+fn diagnostics_show_the_source_json_and_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_template(dir.path(), KEY_FILE);
+    let shown = path.to_string_lossy().to_string();
+    let out = bootplate(&["lint", &shown]);
+    assert_exit(&out, 1);
+    let (line, col) = find(KEY_FILE, "permission:");
+    let expected = format!(
+        "error: spec.parts[0].files[0].permission: unknown field `permission`\n  --> {shown}:{line}:{col}\n   |\n{line} |           permission: \"0600\"\n   |           ^^^^^^^^^^^ did you mean `permissions`?\n"
+    );
+    assert!(
+        text(&out.stdout).starts_with(&expected),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = bootplate(&["lint", "--format", "json", &shown]);
+    assert_exit(&out, 1);
+    let problem: serde_json::Value =
+        serde_json::from_str(text(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(
+        problem,
+        serde_json::json!({
+            "file": shown, "line": line, "column": col, "severity": "error",
+            "code": "unknown-field", "field": "spec.parts[0].files[0].permission",
+            "message": "unknown field `permission`", "hint": "did you mean `permissions`?",
+        })
+    );
+
+    // `-` reads standard input; an unreadable file does not stop the others being linted.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bootplate"))
+        .args([
+            "lint",
+            "--format",
+            "short",
+            "-",
+            "does-not-exist.yaml",
+            &shown,
+        ])
+        .current_dir(repo(""))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), KEY_FILE.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 2);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "-:{line}:{col}: error: spec.parts[0].files[0].permission"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{shown}:{line}:{col}: error:")),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).contains("does-not-exist.yaml: cannot read"));
+}
+
+#[test]
+fn an_unclosed_block_is_reported_at_its_opening_tag_in_plain_words() {
+    // Before: at the end of the partial, with the parser's grammar rules listed.
+    let body = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata: {name: s}
+spec:
+  os: {name: ubuntu}
+  format: script
+  partials:
+    p: |
+      echo one
+      {{#if machine.name}}
+      echo two
+      echo three
+  template: \"#!/bin/sh\\n{{> p}}\\n\"
+";
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), body, &[]);
+    assert_exit(&out, 1);
+    let (line, col) = find(body, "{{#if");
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        format!(
+            "{shown}:{line}:{col}: error: spec.partials.p: syntax error: `{{{{#if}}}}` is never closed: add `{{{{/if}}}}` where the block ends"
+        )
+    );
+}
+
+#[test]
+fn every_shipped_template_and_example_lints_clean_with_strict() {
+    let mut files: Vec<String> = ["templates", "examples"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(repo(dir)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "{files:?}");
+    let mut args = vec!["lint", "--strict", "--format", "short"];
+    args.extend(files.iter().map(String::as_str));
+    let out = bootplate(&args);
+    assert_exit(&out, 0);
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
+
+#[test]
+fn set_and_role_all_render_one_file_per_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = render_example(
+        "examples/machine-worker.yaml",
+        &[
+            "--set",
+            "httpProxy=http://set.example.com:3128",
+            "--role",
+            "all",
+            "--output",
+            &out_dir.to_string_lossy(),
+        ],
+    );
+    assert_exit(&out, 0);
+    for (role, joins) in [
+        ("init", false),
+        ("control-plane-join", true),
+        ("worker", true),
+    ] {
+        let data = std::fs::read_to_string(out_dir.join(format!("user-data-{role}"))).unwrap();
+        assert!(
+            data.contains("HTTP_PROXY=http://set.example.com:3128"),
+            "{role}"
+        );
+        assert_eq!(data.contains("kubeadm join"), joins, "{role}");
+        assert_eq!(data.contains("PRIVATE KEY"), role != "worker", "{role}");
+    }
+    // A value --set gives is checked like a config's.
+    let out = render_example("examples/machine-worker.yaml", &["--set", "httpProxy=17"]);
+    assert_exit(&out, 1);
+    assert!(
+        text(&out.stderr).contains("httpProxy"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = render_example("examples/machine-worker.yaml", &["--role", "all"]);
+    assert_exit(&out, 2);
+    assert!(text(&out.stderr).contains("--output DIR"));
+}
+
+#[test]
+fn shell_output_goes_through_bash_n_and_tools_run_on_request() {
+    let body = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata: {name: sh}
+spec:
+  os: {name: ubuntu}
+  format: script
+  template: |
+    #!/bin/bash
+    if [ -n {{shell_quote machine.name}} ]; then
+      echo hi
+";
+    let dir = tempfile::tempdir().unwrap();
+    let (shown, out) = lint_body(dir.path(), body, &[]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let (line, col) = find(body, "#!/bin/bash");
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&format!(
+            "{shown}:{line}:{col}: error: spec.template: bash -n rejects the output (role worker): "
+        )) && l.contains("syntax error")),
+        "{stdout}"
+    );
+    let fixed = body.replace("      echo hi\n", "      echo hi\n    fi\n");
+    let (_, out) = lint_body(dir.path(), &fixed, &[]);
+    assert_exit(&out, 0);
+    // shellcheck (installed by tests/scripts/install-tools.sh) sees what bash -n does not: a
+    // test of a quoted constant is always true.
+    let (_, out) = lint_body(dir.path(), &fixed, &["--tools"]);
+    assert_exit(&out, 1);
+    assert!(text(&out.stdout).contains("shellcheck rejects the output (role worker)"));
+    assert!(text(&out.stdout).contains("SC2157"));
+    let compared = fixed.replace("-n {{", "\"$(hostname)\" = {{");
+    let (_, out) = lint_body(dir.path(), &compared, &["--tools"]);
+    assert_exit(&out, 0);
+}
+
+#[test]
+fn every_kubeadm_template_renders_every_role_for_every_minor_from_v1_30_to_v1_37() {
+    let machine = std::fs::read_to_string(repo("examples/machine-control-plane.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut templates: Vec<PathBuf> = std::fs::read_dir(repo("templates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter(|p| std::fs::read_to_string(p).unwrap().contains("kubeadm init"))
+        .collect();
+    templates.push(repo("examples/ubuntu-2404.yaml"));
+    templates.sort();
+    assert!(templates.len() >= 7, "{templates:?}");
+    for minor in 30..=37 {
+        let version = format!("v1.{minor}.1");
+        let machine_file = dir.path().join(format!("machine-{minor}.yaml"));
+        std::fs::write(&machine_file, machine.replace("v1.31.2", &version)).unwrap();
+        let api = if minor < 31 { "v1beta3" } else { "v1beta4" };
+        for template in &templates {
+            let out_dir = dir.path().join(format!("out-{minor}"));
+            let out = bootplate(&[
+                "render",
+                "--template",
+                &template.to_string_lossy(),
+                "--machine",
+                &machine_file.to_string_lossy(),
+                "--cluster",
+                "examples/cluster.yaml",
+                "--role",
+                "all",
+                "--output",
+                &out_dir.to_string_lossy(),
+            ]);
+            assert_exit(&out, 0);
+            for role in ["init", "control-plane-join", "worker"] {
+                let data = std::fs::read(out_dir.join(format!("user-data-{role}"))).unwrap();
+                let text = String::from_utf8_lossy(&data);
+                if text.starts_with('{') {
+                    // Ignition carries the kubeadm configuration inside the compressed bootstrap
+                    // script; tests/templates.rs checks its version there.
+                    continue;
+                }
+                assert!(
+                    text.contains(&format!("kubeadm.k8s.io/{api}")),
+                    "{} {version} {role}: no kubeadm.k8s.io/{api}",
+                    template.display()
+                );
+            }
+        }
+    }
 }

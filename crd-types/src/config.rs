@@ -27,7 +27,7 @@ use crate::template::FileEncoding;
     printcolumn = r#"{"name":"Data-Secret","type":"string","jsonPath":".status.dataSecretName"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BootplateConfigSpec {
     /// The template that renders this machine's user-data.
     pub template_ref: TemplateRef,
@@ -56,6 +56,7 @@ pub struct BootplateConfigSpec {
 
 /// Which template to render.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TemplateRef {
     /// `BootstrapTemplate` (in the config's namespace) or `ClusterBootstrapTemplate`.
     pub kind: TemplateKind,
@@ -96,7 +97,7 @@ impl std::fmt::Display for TemplateKind {
 
 /// An extra file a config adds to the machine.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConfigFile {
     /// Absolute path on the machine.
     pub path: String,
@@ -120,6 +121,7 @@ pub struct ConfigFile {
 
 /// Where a file's content comes from.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FileSource {
     /// A key of a Secret in the config's namespace.
     pub secret: SecretKeyRef,
@@ -127,6 +129,7 @@ pub struct FileSource {
 
 /// A key of a Secret in the config's own namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SecretKeyRef {
     /// The Secret's name.
     pub name: String,
@@ -192,7 +195,7 @@ pub struct ConfigInitialization {
     printcolumn = r#"{"name":"Template","type":"string","jsonPath":".spec.template.spec.templateRef.name"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BootplateConfigTemplateSpec {
     /// The config every cloned `BootplateConfig` starts from.
     pub template: BootplateConfigTemplateResource,
@@ -200,7 +203,7 @@ pub struct BootplateConfigTemplateSpec {
 
 /// The object a `BootplateConfigTemplate` stamps out.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BootplateConfigTemplateResource {
     /// Labels and annotations for the cloned configs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -211,6 +214,7 @@ pub struct BootplateConfigTemplateResource {
 
 /// The metadata a template may set on the objects it stamps out.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ObjectMetaTemplate {
     /// Labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

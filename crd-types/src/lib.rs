@@ -8,6 +8,8 @@ pub mod capi;
 pub mod conditions;
 pub mod config;
 pub mod crds;
+pub mod reference;
+pub mod strict;
 pub mod template;
 
 pub use config::{

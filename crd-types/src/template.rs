@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
     printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TemplateSpec {
     /// The OS image this template is written for. Informational: shown by `kubectl get`.
     pub os: OsInfo,
@@ -117,6 +117,7 @@ pub struct BootstrapTemplateStatus {
 
 /// The OS image a template targets.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct OsInfo {
     /// OS name, for example `ubuntu`, `flatcar`, `rocky`.
     pub name: String,
@@ -234,7 +235,7 @@ impl std::str::FromStr for Role {
 
 /// A declared input variable.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VariableDecl {
     /// Name, read by templates as `values.<name>`. Letters, digits and `_`, starting with a letter.
     #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]
@@ -256,7 +257,7 @@ pub struct VariableDecl {
 
 /// The JSON-schema subset a variable's value is checked against.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VariableSchema {
     /// The value's type.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
@@ -287,6 +288,7 @@ pub struct VariableSchema {
 
 /// The type of the items of an array variable.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ItemSchema {
     /// Each item's type.
     #[serde(rename = "type")]
@@ -341,7 +343,7 @@ impl ValueType {
 
 /// One named part of a structured template.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Part {
     /// Part name, unique in the template (for example `install`, `configure`). Configs skip
     /// parts by name with `skipParts`.
@@ -363,7 +365,7 @@ pub struct Part {
 
 /// A file written by a template part.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TemplateFile {
     /// Absolute path on the machine.
     pub path: String,
@@ -398,7 +400,7 @@ pub enum FileEncoding {
 
 /// A systemd unit written by a template part.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Unit {
     /// Unit name, for example `kubelet.service`.
     #[schemars(regex(pattern = r"^[A-Za-z0-9:_.@-]+\.(service|socket|timer|path|mount|target)$"))]
@@ -423,6 +425,7 @@ impl Unit {
 
 /// A systemd drop-in.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct DropIn {
     /// File name, for example `10-proxy.conf`.
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.@-]+\.conf$"))]

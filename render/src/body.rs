@@ -63,6 +63,25 @@ pub(crate) struct CompiledPart {
     commands: Vec<Text>,
 }
 
+impl CompiledPart {
+    /// The roles this part renders for (all when it names none).
+    pub(crate) fn roles(&self) -> &[Role] {
+        if self.roles.is_empty() {
+            &Role::ALL
+        } else {
+            &self.roles
+        }
+    }
+
+    /// The path of file `index` when it is literal text (not a template).
+    pub(crate) fn literal_file_path(&self, index: usize) -> Option<&str> {
+        match &self.files.get(index)?.path {
+            Text::Literal(path) => Some(path),
+            Text::Template(_) => None,
+        }
+    }
+}
+
 /// Compiles the parts, checking what the CRD schema checks too (the offline CLI bypasses the
 /// API server): unique part names, modes, owners, unit and drop-in names.
 pub(crate) fn compile_parts(

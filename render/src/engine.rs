@@ -20,7 +20,7 @@ use handlebars::{Context, Handlebars, RenderErrorReason, TemplateError};
 use crate::error::{Position, Problem};
 use crate::helpers;
 use crate::limit::{Budget, LimitedWriter};
-use crate::tree::{Analysis, Use, analyze, charge_steps, dismantle};
+use crate::tree::{Analysis, analyze, charge_steps, dismantle};
 
 /// Deepest allowed nesting of blocks, `else if` branches, subexpressions and partial includes,
 /// all counted together along one path. Real templates nest a handful of levels; a render frame
@@ -117,7 +117,7 @@ impl Engine {
         let template = match Template::compile_with_name(text, name.to_owned()) {
             Ok(t) => t,
             Err(e) => {
-                problems.push(syntax_problem(field, &e));
+                problems.push(syntax_problem(field, text, &e));
                 return;
             }
         };
@@ -271,31 +271,33 @@ impl Engine {
         Ok(depths)
     }
 
-    /// The paths each field's text reads, for lint. Partials only count as read from the root
-    /// context when every inclusion of them is at the root, without a context parameter.
-    pub(crate) fn uses(&self) -> Vec<(String, Vec<Use>)> {
-        let scoped_partials: BTreeSet<&str> = self
-            .analyses
-            .values()
-            .flat_map(|a| a.partials.iter())
-            .filter(|r| r.scoped)
-            .map(|r| r.name.as_str())
-            .collect();
-        self.analyses
+    /// The compiled template registered as `name` (a field path, or a partial's name).
+    pub(crate) fn template(&self, name: &str) -> Option<&Template> {
+        self.registry.get_template(name)
+    }
+
+    /// Every compiled text that is not a partial: registry name and field.
+    pub(crate) fn texts(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.fields
             .iter()
-            .map(|(name, a)| {
-                let scoped = scoped_partials.contains(name.as_str());
-                let uses = a
-                    .uses
-                    .iter()
-                    .map(|u| Use {
-                        scoped: u.scoped || scoped,
-                        ..u.clone()
-                    })
-                    .collect();
-                (self.fields[name].clone(), uses)
-            })
+            .filter(|(name, _)| !self.partial_names.contains(*name))
+            .map(|(name, field)| (name.as_str(), field.as_str()))
+    }
+
+    /// The names of the partials some text includes.
+    pub(crate) fn uses_of_partials(&self) -> Vec<String> {
+        self.analyses
+            .values()
+            .flat_map(|a| a.partials.iter().map(|r| r.name.clone()))
             .collect()
+    }
+
+    /// The names of the partials of `spec.partials` that compiled.
+    pub(crate) fn partial_names(&self) -> impl Iterator<Item = &str> {
+        self.partial_names
+            .iter()
+            .filter(|n| self.analyses.contains_key(*n))
+            .map(String::as_str)
     }
 
     /// Renders `text` against `ctx`, taking the bytes from `budget`.
@@ -374,13 +376,102 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-fn syntax_problem(field: &str, e: &TemplateError) -> Problem {
+/// A syntax error in plain words. Unbalanced blocks are found by pairing the block tags
+/// ourselves, so the error points at the `{{#if}}` that is never closed rather than at the end
+/// of the text, where the parser gives up; other errors keep the parser's position, without
+/// its grammar's list of expected rules.
+fn syntax_problem(field: &str, text: &str, e: &TemplateError) -> Problem {
+    if let Some((position, message)) = unbalanced_block(text) {
+        return Problem::template(field, format!("syntax error: {message}"))
+            .at(Some(position))
+            .with_code("syntax");
+    }
+    let reason = e.reason().to_string();
+    let reason = if reason.contains("expected ") && reason.contains("invalid handlebars syntax") {
+        "this is not a handlebars expression the parser understands (check the braces, quotes and parentheses)".to_owned()
+    } else {
+        truncate(&reason, 200)
+    };
     let position = e.pos().map(|(line, column)| Position { line, column });
-    Problem::template(
-        field,
-        format!("syntax error: {}", truncate(&e.reason().to_string(), 200)),
-    )
-    .at(position)
+    Problem::template(field, format!("syntax error: {reason}"))
+        .at(position)
+        .with_code("syntax")
+}
+
+/// The first block tag that is not closed, or closed by the wrong tag, and what is wrong.
+fn unbalanced_block(text: &str) -> Option<(Position, String)> {
+    let mut open: Vec<(String, Position)> = Vec::new();
+    let mut rest = text;
+    let mut consumed = 0;
+    let at = |offset: usize| {
+        let before = &text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        Position { line, column }
+    };
+    while let Some(start) = rest.find("{{") {
+        let offset = consumed + start;
+        let tag = &rest[start + 2..];
+        let (skip, close) = if tag.starts_with("!--") {
+            (start + 2, "--}}")
+        } else {
+            (start + 2, "}}")
+        };
+        let Some(end) = rest[skip..].find(close) else {
+            return None; // an unclosed mustache: the parser's message says it
+        };
+        let inner = rest[start + 2..skip + end].trim_start_matches(['~', ' ']);
+        let name = |s: &str| {
+            s.trim_start_matches(['~', ' '])
+                .split(|c: char| c.is_whitespace() || c == '}' || c == '~')
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        };
+        if escaped(text, offset) || inner.starts_with('!') {
+        } else if let Some(block) = inner.strip_prefix('#').or_else(|| inner.strip_prefix('^')) {
+            let block = block.trim_start_matches(['>', '*']);
+            if !block.trim().is_empty() {
+                open.push((name(block), at(offset)));
+            }
+        } else if let Some(closing) = inner.strip_prefix('/') {
+            let closing = name(closing);
+            match open.pop() {
+                Some((opened, position)) if opened != closing => {
+                    return Some((
+                        position,
+                        format!(
+                            "`{{{{#{opened}}}}}` is closed by `{{{{/{closing}}}}}` (line {}, column {} of this text); close it with `{{{{/{opened}}}}}`",
+                            at(offset).line,
+                            at(offset).column
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    return Some((
+                        at(offset),
+                        format!("`{{{{/{closing}}}}}` closes a block that was never opened"),
+                    ));
+                }
+            }
+        }
+        consumed += skip + end + close.len();
+        rest = &text[consumed..];
+    }
+    open.pop().map(|(name, position)| {
+        (
+            position,
+            format!(
+                "`{{{{#{name}}}}}` is never closed: add `{{{{/{name}}}}}` where the block ends"
+            ),
+        )
+    })
+}
+
+/// Whether the `{{` at `offset` is escaped with a backslash (printed as it is).
+fn escaped(text: &str, offset: usize) -> bool {
+    text[..offset].ends_with('\\')
 }
 
 fn render_message(reason: &RenderErrorReason) -> String {

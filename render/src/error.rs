@@ -70,6 +70,10 @@ pub struct Problem {
     pub message: String,
     /// The condition reason (a `crd_types::conditions::reason` constant).
     pub reason: &'static str,
+    /// A stable name for the kind of problem, for tools reading lint's JSON output:
+    /// `unknown-name`, `unknown-helper`, `unquoted`, … (`template-invalid` when nothing more
+    /// precise applies).
+    pub code: &'static str,
 }
 
 impl Problem {
@@ -82,6 +86,7 @@ impl Problem {
             role: None,
             message: message.into(),
             reason: reason::TEMPLATE_INVALID,
+            code: "template-invalid",
         }
     }
 
@@ -89,6 +94,7 @@ impl Problem {
         Problem {
             origin: Origin::Config,
             reason: reason::RENDER_FAILED,
+            code: "config-invalid",
             ..Problem::template(field, message)
         }
     }
@@ -100,6 +106,19 @@ impl Problem {
 
     pub(crate) fn with_reason(mut self, reason: &'static str) -> Self {
         self.reason = reason;
+        if self.code == "template-invalid" {
+            self.code = match reason {
+                reason::RENDER_FAILED => "render-failed",
+                reason::INVALID_VARIABLES => "invalid-variable",
+                reason::OUTPUT_TOO_LARGE => "output-too-large",
+                _ => self.code,
+            };
+        }
+        self
+    }
+
+    pub(crate) fn with_code(mut self, code: &'static str) -> Self {
+        self.code = code;
         self
     }
 
@@ -205,7 +224,7 @@ impl RenderError {
                 variable, message, ..
             } => vec![
                 Problem::config(
-                    "spec.variables",
+                    format!("spec.variables.{variable}"),
                     format!("variable `{variable}`: {message}"),
                 )
                 .with_reason(reason::INVALID_VARIABLES),

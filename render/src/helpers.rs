@@ -120,33 +120,35 @@ impl HelperDef for Step {
     }
 }
 
+/// bootplate's helpers: name, usage, number of parameters, function.
+pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 14] = [
+    ("shell_quote", "shell_quote VALUE", 1, shell_quote),
+    ("yaml_quote", "yaml_quote VALUE", 1, yaml_quote),
+    ("json", "json VALUE", 1, json),
+    ("base64", "base64 TEXT", 1, base64),
+    ("gzip_base64", "gzip_base64 TEXT", 1, gzip_base64),
+    ("indent", "indent N TEXT", 2, indent),
+    ("nindent", "nindent N TEXT", 2, nindent),
+    ("default", "default VALUE FALLBACK", 2, default),
+    ("join", "join LIST SEPARATOR", 2, join),
+    ("sha256", "sha256 TEXT", 1, sha256),
+    ("upper", "upper TEXT", 1, upper),
+    ("lower", "lower TEXT", 1, lower),
+    ("trim", "trim TEXT", 1, trim),
+    (
+        "version_at_least",
+        "version_at_least VERSION MINIMUM",
+        2,
+        version_at_least,
+    ),
+];
+
 /// Registers bootplate's helpers and removes `log` (it writes template data to the
 /// controller's log, where a token or key must never go).
 pub(crate) fn register(registry: &mut Handlebars<'static>) {
     registry.unregister_helper("log");
     registry.register_helper(STEP_HELPER, Box::new(Step));
-    let helpers: [(&'static str, &'static str, usize, HelperFn); 14] = [
-        ("shell_quote", "shell_quote VALUE", 1, shell_quote),
-        ("yaml_quote", "yaml_quote VALUE", 1, yaml_quote),
-        ("json", "json VALUE", 1, json),
-        ("base64", "base64 TEXT", 1, base64),
-        ("gzip_base64", "gzip_base64 TEXT", 1, gzip_base64),
-        ("indent", "indent N TEXT", 2, indent),
-        ("nindent", "nindent N TEXT", 2, nindent),
-        ("default", "default VALUE FALLBACK", 2, default),
-        ("join", "join LIST SEPARATOR", 2, join),
-        ("sha256", "sha256 TEXT", 1, sha256),
-        ("upper", "upper TEXT", 1, upper),
-        ("lower", "lower TEXT", 1, lower),
-        ("trim", "trim TEXT", 1, trim),
-        (
-            "version_at_least",
-            "version_at_least VERSION MINIMUM",
-            2,
-            version_at_least,
-        ),
-    ];
-    for (name, usage, arity, f) in helpers {
+    for (name, usage, arity, f) in HELPERS {
         registry.register_helper(
             name,
             Box::new(Simple {
@@ -559,6 +561,32 @@ mod tests {
             ok("{{indent 3 t}}", json!({"t": "a\n\nb\n"})),
             "   a\n\n   b\n"
         );
+    }
+
+    #[test]
+    fn docs_templates_md_documents_every_helper() {
+        let docs = include_str!("../../docs/templates.md");
+        let table: Vec<&str> = docs.lines().filter(|l| l.starts_with("| `")).collect();
+        for (name, usage, ..) in HELPERS {
+            assert!(
+                table.iter().any(|l| l.contains(&format!("`{usage}`"))),
+                "docs/templates.md has no row for `{usage}` ({name})"
+            );
+        }
+        for builtin in ["eq", "and", "not", "len", "lookup", "each", "with"] {
+            assert!(
+                table.iter().any(|l| l.contains(&format!("`{builtin}"))),
+                "{builtin}"
+            );
+        }
+        for topic in [
+            "`--strict`",
+            "`--format json`",
+            "**Exit status.**",
+            "`unknown-field`",
+        ] {
+            assert!(docs.contains(topic), "{topic}");
+        }
     }
 
     #[test]

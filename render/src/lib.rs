@@ -9,6 +9,7 @@
 //!
 //! `docs/templates.md` is the template author's reference for everything here.
 
+mod analysis;
 mod body;
 pub mod context;
 mod engine;
@@ -224,6 +225,16 @@ impl CompiledTemplate {
                     &mut budget,
                 )
                 .map_err(|e| self.field_error(e, &budget, limit, compress))?;
+                formats::check_units(&body).map_err(|message| {
+                    RenderError::failed(
+                        &self.object,
+                        Problem::template(
+                            "spec.parts",
+                            format!("not a valid systemd unit file: {message}"),
+                        )
+                        .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+                    )
+                })?;
                 let meta = formats::Meta {
                     object: &self.object,
                     revision: &self.revision,
@@ -255,6 +266,27 @@ impl CompiledTemplate {
     /// free function [`lint`] to include compile problems and sample config variables.
     pub fn lint(&self) -> Vec<Problem> {
         lint::lint_compiled(self, None)
+    }
+
+    /// The sample renders lint makes, for checks outside the engine (`bootplate lint` runs
+    /// `bash -n` and, with `--tools`, the consumers' own validators on them): the output for
+    /// each role that renders, with `config` or, without one, sample values for the required
+    /// variables.
+    pub fn sample_renders(
+        &self,
+        config: Option<&BootplateConfigSpec>,
+    ) -> Vec<(crd_types::Role, Rendered)> {
+        let Ok(config) = lint::sample_config(self, config) else {
+            return Vec::new();
+        };
+        crd_types::Role::ALL
+            .into_iter()
+            .filter_map(|role| {
+                self.render(&config, &sample_context(role))
+                    .ok()
+                    .map(|r| (role, r))
+            })
+            .collect()
     }
 
     /// The render context as JSON: the typed context plus `values`, `files`, `preCommands` and

@@ -3,22 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use crd_types::{BootplateConfigSpec, Role, TemplateSpec};
+use crd_types::{BootplateConfigSpec, OutputFormat, Role, TemplateSpec};
 
-use crate::error::{Problem, Severity};
+use crate::analysis::{self, Entry, Output};
+use crate::error::Problem;
 use crate::{CompiledTemplate, sample_context};
-
-/// The top-level names of the render context.
-const ROOTS: [&str; 8] = [
-    "cluster",
-    "machine",
-    "join",
-    "certs",
-    "values",
-    "files",
-    "preCommands",
-    "postCommands",
-];
 
 /// Lints `spec` (named `object` in messages): compile problems first; when it compiles, the
 /// static checks and a sample render for each role with [`sample_context`]. `config` supplies
@@ -38,37 +27,49 @@ pub fn lint(
     problems
 }
 
+/// The config of lint's sample renders: `config`, or sample values for the required variables
+/// (Err names a variable no value fits).
+pub(crate) fn sample_config(
+    t: &CompiledTemplate,
+    config: Option<&BootplateConfigSpec>,
+) -> Result<BootplateConfigSpec, String> {
+    match config {
+        Some(c) => Ok(c.clone()),
+        None => t
+            .declarations
+            .sample_variables()
+            .map(|variables| BootplateConfigSpec {
+                variables,
+                ..Default::default()
+            }),
+    }
+}
+
 pub(crate) fn lint_compiled(
     t: &CompiledTemplate,
     config: Option<&BootplateConfigSpec>,
 ) -> Vec<Problem> {
     let mut problems = static_checks(t);
-    let config = match config {
-        Some(c) => c.clone(),
-        None => match t.declarations.sample_variables() {
-            Ok(variables) => BootplateConfigSpec {
-                variables,
-                ..Default::default()
-            },
-            Err(name) => {
-                let index = t
-                    .declarations
-                    .list
-                    .iter()
-                    .position(|d| d.decl.name == name)
-                    .unwrap_or(0);
-                problems.push(
+    let config = match sample_config(t, config) {
+        Ok(config) => config,
+        Err(name) => {
+            let index = t
+                .declarations
+                .list
+                .iter()
+                .position(|d| d.decl.name == name)
+                .unwrap_or(0);
+            problems.push(
                     Problem::template(
-                        format!("spec.variables[{index}]"),
+                        format!("spec.variables[{index}].schema"),
                         format!(
-                            "required variable `{name}` has no default and lint cannot make up a value that fits its schema, so the sample renders were skipped (give lint a config with a value)"
+                            "required variable `{name}` has no default and no value fits its schema (its type, pattern, length and range contradict each other), so no config can set it"
                         ),
                     )
-                    .warning(),
+                    .with_code("unsatisfiable-variable"),
                 );
-                return problems;
-            }
-        },
+            return problems;
+        }
     };
     let mut found: Vec<(Problem, Vec<Role>)> = Vec::new();
     for role in Role::ALL {
@@ -95,130 +96,104 @@ pub(crate) fn lint_compiled(
     problems
 }
 
-/// Names read from the root context must exist, `values.X` must be declared, and declared
-/// variables should be read somewhere.
+/// The whole-template analysis (see `analysis.rs`) of every text, and a warning for each
+/// declared variable no text reads and each partial no text includes.
 fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let declared: BTreeSet<&str> = t
-        .declarations
-        .list
-        .iter()
-        .map(|d| d.decl.name.as_str())
+    let parts: &[crate::body::CompiledPart] = match &t.body {
+        crate::Body::Parts(parts) => parts,
+        crate::Body::Raw(_) => &[],
+    };
+    let texts: Vec<(String, String)> = t
+        .engine
+        .texts()
+        .map(|(name, field)| (name.to_owned(), field.to_owned()))
         .collect();
-    let mut mentioned: BTreeSet<String> = BTreeSet::new();
-    let mut whole_values = false;
-    for (field, uses) in t.engine.uses() {
-        for u in uses {
-            let segments = segments(&u.path);
-            mentioned.extend(segments.iter().cloned());
-            let (rooted, rest) = match segments.first().map(String::as_str) {
-                Some("@root") => (true, &segments[1..]),
-                _ => (!u.scoped, &segments[..]),
-            };
-            if !rooted
-                || u.path.starts_with("..")
-                || u.path.starts_with('@') && !u.path.starts_with("@root")
-            {
-                if segments.iter().any(|s| s == "values")
-                    && segments.last().is_some_and(|s| s == "values")
-                {
-                    whole_values = true;
-                }
-                continue;
+    let entries: Vec<Entry> = texts
+        .iter()
+        .map(|(name, field)| {
+            let (roles, output) = where_text_goes(t.format, parts, field);
+            Entry {
+                name,
+                field,
+                roles,
+                output,
             }
-            let Some(root) = rest.first() else { continue };
-            if !ROOTS.contains(&root.as_str()) {
+        })
+        .collect();
+    let findings = analysis::analyze(&t.engine, &t.declarations, &entries);
+    let mut problems = findings.problems;
+    if !findings.whole_values {
+        for (i, d) in t.declarations.list.iter().enumerate() {
+            if !findings.read.contains(&d.decl.name) {
                 problems.push(
                     Problem::template(
-                        &field,
+                        format!("spec.variables[{i}]"),
                         format!(
-                            "unknown name `{}` (the render context has {})",
-                            crate::engine::truncate(root, 64),
-                            ROOTS.join(", ")
+                            "variable `{}` is declared but no template reads it",
+                            d.decl.name
                         ),
                     )
-                    .at(u.position),
+                    .warning()
+                    .with_code("unused-variable"),
                 );
-                continue;
-            }
-            if root == "values" {
-                match rest.get(1) {
-                    None => whole_values = true,
-                    Some(name) if !declared.contains(name.as_str()) => problems.push(
-                        Problem::template(
-                            &field,
-                            format!(
-                                "`values.{}` is not declared in spec.variables",
-                                crate::engine::truncate(name, 64)
-                            ),
-                        )
-                        .at(u.position),
-                    ),
-                    Some(_) => {}
-                }
             }
         }
     }
-    // The tree walk visits elements in no particular order; report them as they appear.
-    problems.sort_by(|a, b| (&a.field, a.position).cmp(&(&b.field, b.position)));
-    if !whole_values {
-        for (i, d) in t.declarations.list.iter().enumerate() {
-            if !mentioned.contains(&d.decl.name) {
-                let mut p = Problem::template(
-                    format!("spec.variables[{i}]"),
+    let included: BTreeSet<String> = t.engine.uses_of_partials().into_iter().collect();
+    for name in t.engine.partial_names() {
+        if !included.contains(name) {
+            problems.push(
+                Problem::template(
+                    format!("spec.partials.{name}"),
                     format!(
-                        "variable `{}` is declared but no template reads it",
-                        d.decl.name
+                        "partial `{name}` is never included (include it with {{{{> {name}}}}})"
                     ),
-                );
-                p.severity = Severity::Warning;
-                problems.push(p);
-            }
+                )
+                .warning()
+                .with_code("unused-partial"),
+            );
         }
     }
     problems
 }
 
-/// `this.a.[b c]/d` → `a`, `b c`, `d`; `@root.x` keeps `@root` as its first segment.
-fn segments(path: &str) -> Vec<String> {
-    let path = path
-        .strip_prefix("this.")
-        .or_else(|| path.strip_prefix("this/"))
-        .or_else(|| path.strip_prefix("./"))
-        .unwrap_or(path);
-    let mut out = Vec::new();
-    let mut current = String::new();
-    let mut in_brackets = false;
-    for c in path.chars() {
-        match c {
-            '[' if !in_brackets => in_brackets = true,
-            ']' if in_brackets => in_brackets = false,
-            '.' | '/' if !in_brackets => {
-                if !current.is_empty() {
-                    out.push(std::mem::take(&mut current));
-                }
-            }
-            c => current.push(c),
+/// The roles a text renders for and what its output is read as, from its field.
+fn where_text_goes<'a>(
+    format: OutputFormat,
+    parts: &'a [crate::body::CompiledPart],
+    field: &str,
+) -> (&'a [Role], Output) {
+    let Some(rest) = field.strip_prefix("spec.parts[") else {
+        let output = match format {
+            OutputFormat::CloudConfig => Output::Yaml,
+            OutputFormat::Ignition => Output::Json,
+            OutputFormat::Script => Output::Shell,
+            OutputFormat::MimeMultipart => Output::Other,
+        };
+        return (&Role::ALL, output);
+    };
+    let index = |s: &str| s.split(']').next().and_then(|n| n.parse::<usize>().ok());
+    let Some(part) = index(rest).and_then(|i| parts.get(i)) else {
+        return (&Role::ALL, Output::Other);
+    };
+    let roles = part.roles();
+    let inner = rest.split_once("].").map_or("", |(_, r)| r);
+    let output = if inner.starts_with("commands[") {
+        Output::Shell
+    } else if let Some(file) = inner.strip_prefix("files[")
+        && file.ends_with("].content")
+    {
+        let path = index(file)
+            .and_then(|j| part.literal_file_path(j))
+            .unwrap_or("");
+        match path.rsplit('.').next() {
+            Some("sh") => Output::Shell,
+            Some("yaml" | "yml") => Output::Yaml,
+            Some("json") => Output::Json,
+            _ => Output::Other,
         }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    if out.first().is_some_and(|s| s == "this") {
-        out.remove(0);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn path_segments() {
-        assert_eq!(segments("values.a"), ["values", "a"]);
-        assert_eq!(segments("this.values/[a b].c"), ["values", "a b", "c"]);
-        assert_eq!(segments("@root.values.x"), ["@root", "values", "x"]);
-        assert_eq!(segments("this"), Vec::<String>::new());
-    }
+    } else {
+        Output::Other
+    };
+    (roles, output)
 }

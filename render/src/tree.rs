@@ -13,17 +13,6 @@ pub(crate) struct PartialRef {
     pub(crate) position: Option<Position>,
     /// Nesting depth at the reference.
     pub(crate) depth: usize,
-    /// Inside a block that changes the context (`each`, `with`) or with a context parameter.
-    pub(crate) scoped: bool,
-}
-
-/// A path a template reads, for lint's declared-vs-used checks.
-#[derive(Clone, Debug)]
-pub(crate) struct Use {
-    pub(crate) path: String,
-    pub(crate) position: Option<Position>,
-    /// Inside `each`/`with`: relative to another context, so not checked against the root.
-    pub(crate) scoped: bool,
 }
 
 /// What the walk over one parsed text found.
@@ -31,7 +20,6 @@ pub(crate) struct Use {
 pub(crate) struct Analysis {
     pub(crate) depth: usize,
     pub(crate) partials: Vec<PartialRef>,
-    pub(crate) uses: Vec<Use>,
 }
 
 fn position(mapping: &[TemplateMapping], index: usize) -> Option<Position> {
@@ -58,21 +46,13 @@ pub(crate) fn analyze(
         match item {
             Item::Param(param, depth, scoped, pos) => {
                 out.depth = out.depth.max(depth);
-                match param {
-                    Parameter::Path(path) => out.uses.push(Use {
-                        path: path_raw(path),
-                        position: pos,
-                        scoped,
-                    }),
-                    Parameter::Subexpression(sub) => {
-                        if let TemplateElement::Expression(h) = sub.element.as_ref() {
-                            for p in h.params.iter().chain(h.hash.values()) {
-                                stack.push(Item::Param(p, depth + 1, scoped, pos));
-                            }
-                            stack.push(Item::Param(&h.name, depth + 1, scoped, pos));
-                        }
+                if let Parameter::Subexpression(sub) = param
+                    && let TemplateElement::Expression(h) = sub.element.as_ref()
+                {
+                    for p in h.params.iter().chain(h.hash.values()) {
+                        stack.push(Item::Param(p, depth + 1, scoped, pos));
                     }
-                    _ => {}
+                    stack.push(Item::Param(&h.name, depth + 1, scoped, pos));
                 }
             }
             Item::Template(t, depth, scoped) => {
@@ -113,7 +93,6 @@ pub(crate) fn analyze(
                                     name,
                                     position: pos,
                                     depth,
-                                    scoped: scoped || !d.params.is_empty() || !d.hash.is_empty(),
                                 }),
                                 None => found.push((
                                     pos,

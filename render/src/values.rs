@@ -165,6 +165,48 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Strings generated from `pattern` (rand_regex walks the regex's syntax tree, so any pattern
+/// the regex crate accepts yields matching text), from a fixed seed so lint is repeatable. A
+/// pattern only requires a match somewhere; the generated text is the match alone.
+fn pattern_samples(pattern: &str) -> Vec<String> {
+    use rand::{RngExt, SeedableRng};
+    const MAX_REPEAT: u32 = 8;
+    const SAMPLES: usize = 64;
+    let Ok(hir) = regex_syntax::Parser::new().parse(pattern) else {
+        return Vec::new();
+    };
+    let Ok(generator) = rand_regex::Regex::with_hir(without_anchors(hir), MAX_REPEAT) else {
+        return Vec::new();
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x626f_6f74);
+    (0..SAMPLES).map(|_| rng.sample(&generator)).collect()
+}
+
+/// `hir` with its anchors and word boundaries taken out (rand_regex generates no text for
+/// them): the generated text is one whole match, so `^` and `$` hold anyway, and a text that
+/// misses a word boundary fails the schema check and is not used.
+fn without_anchors(hir: regex_syntax::hir::Hir) -> regex_syntax::hir::Hir {
+    use regex_syntax::hir::{Capture, Hir, HirKind, Repetition};
+    match hir.into_kind() {
+        HirKind::Look(_) => Hir::empty(),
+        HirKind::Concat(items) => Hir::concat(items.into_iter().map(without_anchors).collect()),
+        HirKind::Alternation(items) => {
+            Hir::alternation(items.into_iter().map(without_anchors).collect())
+        }
+        HirKind::Repetition(r) => Hir::repetition(Repetition {
+            sub: Box::new(without_anchors(*r.sub)),
+            ..r
+        }),
+        HirKind::Capture(c) => Hir::capture(Capture {
+            sub: Box::new(without_anchors(*c.sub)),
+            ..c
+        }),
+        HirKind::Empty => Hir::empty(),
+        HirKind::Literal(l) => Hir::literal(l.0),
+        HirKind::Class(c) => Hir::class(c),
+    }
+}
+
 fn sample_candidates(schema: Option<&VariableSchema>) -> Vec<Value> {
     let Some(schema) = schema else {
         return vec![Value::String("sample".to_owned())];
@@ -190,6 +232,9 @@ fn sample_candidates(schema: Option<&VariableSchema>) -> Vec<Value> {
             .collect();
             if let Some(n) = schema.min_length {
                 v.push(Value::String("x".repeat(n.min(4096) as usize)));
+            }
+            if let Some(pattern) = &schema.pattern {
+                v.extend(pattern_samples(pattern).into_iter().map(Value::String));
             }
             v
         }
@@ -418,8 +463,17 @@ mod tests {
         let s = d.sample_variables().unwrap();
         assert_eq!(s["ip"], json!("10.0.0.10"));
         assert_eq!(s["n"], json!(3));
+        // Values for a pattern come from the pattern itself.
         let (d, _) = compile(&[decl(
             "{name: z, required: true, schema: {pattern: '^zz-[0-9]{9}$'}}",
+        )]);
+        let z = d.sample_variables().unwrap()["z"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(z.len() == 12 && z.starts_with("zz-"), "{z}");
+        let (d, _) = compile(&[decl(
+            "{name: z, required: true, schema: {pattern: '^[a-z]{9}$', maxLength: 5}}",
         )]);
         assert_eq!(d.sample_variables().unwrap_err(), "z");
     }

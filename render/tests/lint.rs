@@ -23,7 +23,7 @@ fn the_golden_fixture_is_clean() {
 #[test]
 fn names_in_untaken_branches_are_checked_statically() {
     let problems = lint_yaml(
-        "format: script\nvariables: [{name: used}]\ntemplate: |\n  #!/bin/sh\n  {{#if (eq machine.role \"nope\")}}\n    echo {{values.undeclared}} {{values.used}}\n  {{/if}}\n  {{#unless machine}}{{clustr.name}}{{/unless}}\n  {{#each cluster.network.pods}}{{this}} {{@root.values.other}}{{/each}}\n",
+        "format: script\nvariables: [{name: used}]\ntemplate: |\n  #!/bin/sh\n  {{#if (eq machine.role \"nope\")}}\n    echo {{values.undeclared}} {{shell_quote values.used}}\n  {{/if}}\n  {{#unless machine}}{{clustr.name}}{{/unless}}\n  {{#each cluster.network.pods}}{{this}} {{@root.values.other}}{{/each}}\n",
     );
     let messages: Vec<(String, Option<Position>)> = problems
         .iter()
@@ -33,21 +33,30 @@ fn names_in_untaken_branches_are_checked_statically() {
         messages,
         [
             (
-                "`values.undeclared` is not declared in spec.variables".to_owned(),
+                "`values.undeclared` is not declared in spec.variables (known: `used`)".to_owned(),
                 Some(Position { line: 3, column: 8 })
             ),
             (
-                "unknown name `clustr` (the render context has cluster, machine, join, certs, values, files, preCommands, postCommands)".to_owned(),
-                Some(Position { line: 5, column: 20 })
+                "unknown name `clustr`; did you mean `cluster`?".to_owned(),
+                Some(Position {
+                    line: 5,
+                    column: 20
+                })
             ),
             (
-                "`values.other` is not declared in spec.variables".to_owned(),
-                Some(Position { line: 6, column: 40 })
+                "`values.other` is not declared in spec.variables (known: `used`)".to_owned(),
+                Some(Position {
+                    line: 6,
+                    column: 40
+                })
             ),
             // The sample render takes the loop and finds it too.
             (
                 "undefined variable `@root.values.other`".to_owned(),
-                Some(Position { line: 6, column: 40 })
+                Some(Position {
+                    line: 6,
+                    column: 40
+                })
             ),
         ],
         "{problems:#?}"
@@ -62,7 +71,7 @@ fn names_in_untaken_branches_are_checked_statically() {
 #[test]
 fn unused_declarations_are_warnings() {
     let problems = lint_yaml(
-        "format: script\nvariables: [{name: used}, {name: unused, default: 1}]\ntemplate: \"#!/bin/sh\\n{{values.used}}\"\n",
+        "format: script\nvariables: [{name: used}, {name: unused, default: 1}]\ntemplate: \"#!/bin/sh\\n{{shell_quote values.used}}\"\n",
     );
     assert_eq!(problems.len(), 1, "{problems:#?}");
     assert_eq!(problems[0].severity, Severity::Warning);
@@ -82,6 +91,18 @@ fn role_specific_failures_name_the_role() {
     assert_eq!(
         found,
         [
+            // The whole-template analysis knows which roles lack `certs` and `join`...
+            (
+                None,
+                "spec.parts[0].files[0].content",
+                Some(Position { line: 1, column: 1 })
+            ),
+            (
+                None,
+                "spec.parts[0].files[1].content",
+                Some(Position { line: 2, column: 1 })
+            ),
+            // ...and the sample renders for those roles fail there.
             (
                 Some(Role::Init),
                 "spec.parts[0].files[1].content",
@@ -95,7 +116,22 @@ fn role_specific_failures_name_the_role() {
         ],
         "{problems:#?}"
     );
-    assert!(problems[0].message.contains("`join.token`"));
+    assert!(
+        problems[0]
+            .message
+            .contains("`certs.ca.key` is absent for workers")
+    );
+    assert!(
+        problems[1]
+            .message
+            .contains("`join.token` is absent for the init machine")
+    );
+    assert!(problems[2].message.contains("`join.token`"));
+    // Guarded, or in a part for the roles that have them: clean.
+    let guarded = lint_yaml(
+        "format: cloud-config\nparts:\n  - name: p\n    roles: [init, control-plane-join]\n    files:\n      - path: /etc/ca.key\n        content: \"{{certs.ca.key}}\"\n      - path: /etc/token\n        content: \"{{#if join}}{{join.token}}{{/if}}\"\n",
+    );
+    assert!(guarded.is_empty(), "{guarded:#?}");
 }
 
 #[test]
@@ -122,23 +158,22 @@ fn format_problems_show_for_every_role_once() {
 
 #[test]
 fn sample_values_and_given_configs() {
+    // Before, no sample fitted this pattern and every render was skipped with a warning; the
+    // value is now generated from the pattern, so the render runs and finds `values.nope`.
     let yaml = "format: script\nvariables:\n  - name: id\n    required: true\n    schema: {pattern: '^id-[0-9]{6}$'}\ntemplate: \"#!/bin/sh\\n{{values.id}} {{values.nope}}\"\n";
     let problems = lint_yaml(yaml);
-    // No sample can be made: a warning, and the render-time error is not found...
-    assert_eq!(
+    assert!(
         problems
             .iter()
-            .filter(|p| p.severity == Severity::Warning)
-            .count(),
-        1
+            .any(|p| p.message.starts_with("undefined variable `values.nope`")),
+        "{problems:#?}"
     );
     assert!(
         problems
             .iter()
-            .any(|p| p.message.contains("`id` has no default"))
+            .any(|p| p.message.starts_with("`values.nope` is not declared"))
     );
-    // ...but the static check still reports the undeclared name.
-    assert!(problems.iter().any(|p| p.message.contains("`values.nope`")));
+    assert!(problems.iter().all(|p| p.severity == Severity::Error));
 
     let spec = common::spec_yaml(&format!(
         "os: {{name: test}}\n{}",
@@ -150,5 +185,79 @@ fn sample_values_and_given_configs() {
     };
     assert!(lint(OBJECT, &spec, Some(&config)).is_empty());
     let compiled = CompiledTemplate::compile(OBJECT, &spec).unwrap();
-    assert_eq!(compiled.lint().len(), 1, "the compiled lint has no config");
+    assert!(compiled.lint().is_empty(), "{:#?}", compiled.lint());
+
+    // A schema no value fits is an error, not a skipped check.
+    let problems = lint_yaml(
+        "format: script\nvariables:\n  - name: id\n    required: true\n    schema: {pattern: '^[a-z]{9}$', maxLength: 3}\ntemplate: \"#!/bin/sh\\n{{values.id}}\"\n",
+    );
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].severity, Severity::Error);
+    assert_eq!(problems[0].field, "spec.variables[0].schema");
+}
+
+#[test]
+fn every_branch_partial_and_loop_is_checked_with_did_you_mean() {
+    // Before, these lint clean: the sample machine has no proxy and runs v1.31, so neither
+    // branch was rendered, and the partial is only included inside them.
+    let problems = lint_yaml(
+        "format: script\nvariables: [{name: httpProxy, schema: {type: string, pattern: '^http://.*$'}}]\npartials:\n  files: \"{{#each files}}{{shell_quote this.pth}}{{/each}}\"\ntemplate: |\n  #!/bin/sh\n  {{#if values.httpProxy}}\n  export HTTP_PROXY={{shel_quote values.httpProxy}}\n  {{/if}}\n  {{#if (version_at_least machine.version \"v1.99\")}}\n  echo {{shell_quote machine.versoin}} {{shell_quote values.httpProxy \"x\"}}\n  {{> files}}\n  {{/if}}\n",
+    );
+    let found: Vec<(&str, Option<Position>, &str, &str)> = problems
+        .iter()
+        .map(|p| (p.field.as_str(), p.position, p.code, p.message.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "spec.partials.files",
+                Some(Position {
+                    line: 1,
+                    column: 16
+                }),
+                "unknown-name",
+                "`this` has no field `pth`; did you mean `path`?"
+            ),
+            (
+                "spec.template",
+                Some(Position {
+                    line: 3,
+                    column: 19
+                }),
+                "unknown-helper",
+                "unknown helper `shel_quote`; did you mean `shell_quote`?"
+            ),
+            (
+                "spec.template",
+                Some(Position { line: 6, column: 6 }),
+                "unknown-name",
+                "`machine` has no field `versoin`; did you mean `version`?"
+            ),
+            (
+                "spec.template",
+                Some(Position {
+                    line: 6,
+                    column: 38
+                }),
+                "helper-arity",
+                "helper `shell_quote` takes 1 parameter: shell_quote VALUE"
+            ),
+        ],
+        "{problems:#?}"
+    );
+}
+
+#[test]
+fn unit_files_of_parts_are_read_as_systemd_reads_them() {
+    // Before, a unit line systemd ignores (here a setting without `=`) linted clean.
+    let problems = lint_yaml(
+        "format: cloud-config\nparts:\n  - name: p\n    units:\n      - name: a.service\n        content: \"[Service]\\nExecStart /bin/true\\n\"\n",
+    );
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].field, "spec.parts");
+    assert_eq!(
+        problems[0].message,
+        "not a valid systemd unit file: unit a.service: line 2: neither `[Section]`, `Key=Value` nor a comment (systemd ignores it)"
+    );
 }

@@ -391,7 +391,7 @@ fn five_mib_template_is_refused_by_lint() {
     std::fs::write(&path, serde_yaml::to_string(&template).unwrap()).unwrap();
     let started = Instant::now();
     let out = Command::new(testenv::controller::binary().unwrap())
-        .arg("lint")
+        .args(["lint", "--format", "short"])
         .arg(&path)
         .output()
         .unwrap();
@@ -436,8 +436,10 @@ async fn create_template(
     };
     let mut object = DynamicObject::new(name, &ar).data(json!({"spec": spec}));
     object.metadata.namespace = namespace.map(str::to_owned);
+    // As `kubectl apply` sends it: unknown fields are refused, not dropped with a warning.
+    let params = kube::api::PatchParams::apply("bootplate-corpus").validation_strict();
     api(client, &ar, namespace)
-        .create(&PostParams::default(), &object)
+        .patch(name, &params, &kube::api::Patch::Apply(&object))
         .await
         .map(drop)
 }

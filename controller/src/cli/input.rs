@@ -1,18 +1,24 @@
-//! Reading the YAML files the offline commands take, and mapping a field of a document (and a
-//! line and column inside that field's text) to a line and column of the file, so
-//! `bootplate lint` can print `FILE:LINE:COL`.
+//! Reading the YAML files the offline commands take, strictly: every document must be a known
+//! kind of the served `apiVersion`, and every field of a bootplate object must fit the kind's
+//! CRD schema (`crd_types::strict`), as `kubectl apply` with strict field validation demands.
+//! A field of a document (and a line and column inside that field's text) maps to a line and
+//! column of the file, so problems print as `FILE:LINE:COL`.
 //!
 //! serde_yaml reads the objects; it does not expose positions, so yaml-rust2's event parser,
 //! which marks every node, locates the fields.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 
 use crd_types::TemplateSpec;
-use render::Position;
+use crd_types::strict;
+use render::{Position, Severity};
 use serde::de::DeserializeOwned;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+use super::diagnostic::Diagnostic;
 
 /// A problem with the command's input: exit code 2.
 #[derive(Debug)]
@@ -24,69 +30,212 @@ impl std::fmt::Display for InputError {
     }
 }
 
-/// One YAML file: its text and documents.
+/// The kinds of CAPI objects `bootplate render` reads, and the API group they must be of.
+const CAPI_GROUP: &str = "cluster.x-k8s.io/";
+
+/// One YAML file: its text, documents and the positions of their nodes.
 pub struct YamlFile {
-    pub path: PathBuf,
+    /// The name shown in messages (`-` is standard input).
+    pub shown: String,
+    /// The file's text, for source snippets.
     pub text: String,
     pub documents: Vec<serde_yaml::Value>,
+    pub positions: Positions,
 }
 
 impl YamlFile {
-    /// Reads and parses `path`; unreadable files and YAML syntax errors are input errors.
-    pub fn read(path: &Path) -> Result<YamlFile, InputError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| InputError(format!("{}: cannot read: {e}", path.display())))?;
+    /// Reads and parses `path` (`-`: standard input); unreadable files are input errors, YAML
+    /// syntax errors a located diagnostic.
+    pub fn read(path: &Path) -> Result<YamlFile, ReadError> {
+        let shown = path.display().to_string();
+        let text = if path == Path::new("-") {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).map_err(|e| {
+                ReadError::Unreadable(InputError(format!(
+                    "{shown}: cannot read standard input: {e}"
+                )))
+            })?;
+            text
+        } else {
+            std::fs::read_to_string(path).map_err(|e| {
+                ReadError::Unreadable(InputError(format!("{shown}: cannot read: {e}")))
+            })?
+        };
         let mut documents = Vec::new();
         for document in serde_yaml::Deserializer::from_str(&text) {
             let value =
                 <serde_yaml::Value as serde::Deserialize>::deserialize(document).map_err(|e| {
-                    let at = e
-                        .location()
-                        .map(|l| format!("{}:{}:", l.line(), l.column()))
-                        .unwrap_or_default();
-                    InputError(format!("{}:{at} not valid YAML: {e}", path.display()))
+                    let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+                    let message = e.to_string();
+                    // serde_yaml appends " at line L column C"; the location is shown already.
+                    let message = message
+                        .split(" at line ")
+                        .next()
+                        .unwrap_or(&message)
+                        .to_owned();
+                    ReadError::Problems(vec![Diagnostic::new(
+                        &shown,
+                        (line, column),
+                        Severity::Error,
+                        "yaml-syntax",
+                        "",
+                        format!("not valid YAML: {message}"),
+                    )])
                 })?;
             if !value.is_null() {
                 documents.push(value);
             }
         }
+        let positions = Positions::new(&text);
         Ok(YamlFile {
-            path: path.to_owned(),
+            shown,
             text,
             documents,
+            positions,
         })
     }
 
-    /// The one document of one of `kinds` (a file may hold other objects too).
-    pub fn object<T: DeserializeOwned>(&self, kinds: &[&str]) -> Result<(usize, T), InputError> {
+    /// The index of the one document of one of `kinds` (a file may hold other objects too).
+    pub fn find(&self, kinds: &[&str]) -> Result<usize, InputError> {
         let found: Vec<usize> = (0..self.documents.len())
             .filter(|i| kinds.contains(&kind(&self.documents[*i])))
             .collect();
-        let index = match found.as_slice() {
-            [one] => *one,
-            [] => {
-                return Err(InputError(format!(
-                    "{}: no {} in this file",
-                    self.path.display(),
-                    kinds.join(" or ")
-                )));
-            }
-            _ => {
-                return Err(InputError(format!(
-                    "{}: more than one {} in this file",
-                    self.path.display(),
-                    kinds.join(" or ")
-                )));
-            }
-        };
-        let value = serde_yaml::from_value(self.documents[index].clone()).map_err(|e| {
-            InputError(format!(
-                "{}: not a valid {}: {e}",
-                self.path.display(),
-                kind(&self.documents[index])
-            ))
+        match found.as_slice() {
+            [one] => Ok(*one),
+            [] => Err(InputError(format!(
+                "{}: no {} in this file",
+                self.shown,
+                kinds.join(" or ")
+            ))),
+            _ => Err(InputError(format!(
+                "{}: more than one {} in this file",
+                self.shown,
+                kinds.join(" or ")
+            ))),
+        }
+    }
+
+    /// Document `index`, checked strictly and decoded: bootplate's kinds against their CRD
+    /// schema, CAPI's (`Machine`, `Cluster`) for their API group only (bootplate models a
+    /// fraction of their fields). Err holds every problem, located.
+    pub fn decode<T: DeserializeOwned>(&self, index: usize) -> Result<T, Vec<Diagnostic>> {
+        let document = &self.documents[index];
+        let json = serde_json::to_value(document).map_err(|e| {
+            vec![self.at(
+                index,
+                "",
+                false,
+                "not-json",
+                format!("not a JSON-compatible object: {e}"),
+            )]
         })?;
-        Ok((index, value))
+        let kind = kind(document);
+        if strict::KINDS.contains(&kind) {
+            let problems = strict::check(&json);
+            if !problems.is_empty() {
+                return Err(problems
+                    .into_iter()
+                    .map(|p| {
+                        let code = if p.at_key { "unknown-field" } else { "schema" };
+                        self.at(index, &p.path, p.at_key, code, p.message)
+                    })
+                    .collect());
+            }
+        } else {
+            let version = document
+                .get("apiVersion")
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
+            if !version.starts_with(CAPI_GROUP) {
+                return Err(vec![self.at(
+                    index,
+                    "apiVersion",
+                    false,
+                    "schema",
+                    format!("a {kind} of Cluster API has apiVersion `{CAPI_GROUP}v1beta2`, not `{version}`"),
+                )]);
+            }
+        }
+        serde_path_to_error::deserialize(json).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            vec![self.at(index, &path, false, "schema", e.into_inner().to_string())]
+        })
+    }
+
+    /// A diagnostic at `field` of document `index` (its key when `at_key`).
+    pub fn at(
+        &self,
+        index: usize,
+        field: &str,
+        at_key: bool,
+        code: &'static str,
+        message: String,
+    ) -> Diagnostic {
+        let location = if at_key {
+            self.positions.locate_key(index, field)
+        } else {
+            self.positions.locate(index, field, None)
+        };
+        Diagnostic::new(&self.shown, location, Severity::Error, code, field, message)
+    }
+
+    /// Checks that every document is one of `allowed` kinds (and, for bootplate's, of the
+    /// served apiVersion): a misspelled kind is an error, never a skipped document.
+    pub fn check_kinds(&self, allowed: &[&str]) -> Vec<Diagnostic> {
+        let mut out = Vec::new();
+        for (index, document) in self.documents.iter().enumerate() {
+            let kind = kind(document);
+            if allowed.contains(&kind) {
+                if strict::KINDS.contains(&kind) {
+                    let json = serde_json::to_value(document).unwrap_or_default();
+                    if let Err(p) = strict::kind_of(&json) {
+                        out.push(self.at(index, &p.path, false, "api-version", p.message));
+                    }
+                }
+                continue;
+            }
+            let message = if document.get("kind").is_none() {
+                format!(
+                    "the document has no kind (expected {})",
+                    allowed.join(" or ")
+                )
+            } else if strict::KINDS.contains(&kind) {
+                format!(
+                    "a {kind} is not read here (expected {})",
+                    allowed.join(" or ")
+                )
+            } else {
+                format!(
+                    "unknown kind `{}`{}",
+                    kind,
+                    strict::hint(kind, allowed.iter().copied())
+                )
+            };
+            out.push(self.at(index, "kind", false, "unknown-kind", message));
+        }
+        out
+    }
+}
+
+/// Why an input could not be used.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Missing, unreadable, not UTF-8, not the object asked for: the command could not run.
+    Unreadable(InputError),
+    /// Located problems of the file: YAML syntax, kinds, fields.
+    Problems(Vec<Diagnostic>),
+}
+
+impl From<InputError> for ReadError {
+    fn from(e: InputError) -> Self {
+        ReadError::Unreadable(e)
+    }
+}
+
+impl From<Vec<Diagnostic>> for ReadError {
+    fn from(d: Vec<Diagnostic>) -> Self {
+        ReadError::Problems(d)
     }
 }
 
@@ -97,10 +246,13 @@ pub fn kind(document: &serde_yaml::Value) -> &str {
 
 /// The kinds that hold a template spec.
 pub const TEMPLATE_KINDS: [&str; 2] = ["BootstrapTemplate", "ClusterBootstrapTemplate"];
+/// The kinds that hold a config spec (a `BootplateConfigTemplate` holds it at
+/// `spec.template.spec`).
+pub const CONFIG_KINDS: [&str; 2] = ["BootplateConfig", "BootplateConfigTemplate"];
 
-/// A template document: the name used in messages (`ClusterBootstrapTemplate ubuntu-2404`,
-/// `BootstrapTemplate ns/name`) and its spec.
-pub fn template(document: &serde_yaml::Value) -> Result<(String, TemplateSpec), String> {
+/// The name of a template in messages (`ClusterBootstrapTemplate ubuntu-2404`,
+/// `BootstrapTemplate ns/name`).
+pub fn template_name(document: &serde_yaml::Value) -> String {
     let kind = kind(document);
     let metadata = document.get("metadata");
     let field = |name: &str| {
@@ -111,16 +263,81 @@ pub fn template(document: &serde_yaml::Value) -> Result<(String, TemplateSpec), 
             .to_owned()
     };
     let (name, namespace) = (field("name"), field("namespace"));
-    let object = match (kind, namespace.is_empty()) {
+    match (kind, namespace.is_empty()) {
         ("BootstrapTemplate", false) => format!("{kind} {namespace}/{name}"),
         _ => format!("{kind} {name}"),
+    }
+}
+
+/// Template document `index` of `file`, strictly decoded: its name and spec.
+pub fn template(file: &YamlFile, index: usize) -> Result<(String, TemplateSpec), Vec<Diagnostic>> {
+    let name = template_name(&file.documents[index]);
+    let spec = match kind(&file.documents[index]) {
+        "ClusterBootstrapTemplate" => {
+            file.decode::<crd_types::ClusterBootstrapTemplate>(index)?
+                .spec
+                .0
+        }
+        _ => file.decode::<crd_types::BootstrapTemplate>(index)?.spec,
     };
-    let spec = document
-        .get("spec")
-        .cloned()
-        .ok_or_else(|| "the object has no spec".to_owned())?;
-    let spec: TemplateSpec = serde_yaml::from_value(spec).map_err(|e| format!("spec: {e}"))?;
-    Ok((object, spec))
+    Ok((name, spec))
+}
+
+/// A config read for `--config`: its spec, where that spec sits in the file (`spec`, or
+/// `spec.template.spec` in a `BootplateConfigTemplate`), and the file for locating problems.
+pub struct ConfigInput {
+    pub spec: crd_types::BootplateConfigSpec,
+    pub file: YamlFile,
+    pub index: usize,
+    pub spec_path: &'static str,
+}
+
+impl ConfigInput {
+    /// Reads the one BootplateConfig or BootplateConfigTemplate of `path`, strictly.
+    pub fn read(path: &Path) -> Result<ConfigInput, ReadError> {
+        let file = YamlFile::read(path)?;
+        let index = file.find(&CONFIG_KINDS)?;
+        let problems = file.check_kinds(&CONFIG_KINDS);
+        if !problems.is_empty() {
+            return Err(problems.into());
+        }
+        let (spec, spec_path) = match kind(&file.documents[index]) {
+            "BootplateConfig" => (
+                file.decode::<crd_types::BootplateConfig>(index)?.spec,
+                "spec",
+            ),
+            _ => (
+                file.decode::<crd_types::BootplateConfigTemplate>(index)?
+                    .spec
+                    .template
+                    .spec,
+                "spec.template.spec",
+            ),
+        };
+        Ok(ConfigInput {
+            spec,
+            file,
+            index,
+            spec_path,
+        })
+    }
+
+    /// A problem of the config's field `field` (relative to a config spec: `spec.variables.x`),
+    /// located in the config file.
+    pub fn locate(
+        &self,
+        field: &str,
+        severity: Severity,
+        code: &'static str,
+        message: String,
+    ) -> Diagnostic {
+        let field = match field.strip_prefix("spec") {
+            Some(rest) => format!("{}{rest}", self.spec_path),
+            None => field.to_owned(),
+        };
+        let location = self.file.positions.locate(self.index, &field, None);
+        Diagnostic::new(&self.file.shown, location, severity, code, &field, message)
+    }
 }
 
 /// Where a node of a document starts, and how its scalar is written.
@@ -137,14 +354,17 @@ enum Container {
     Sequence { index: usize },
 }
 
-/// Positions of every node of every document, by path (`spec.parts[1].commands[0]`).
+/// Positions of every node of every document, by path (`spec.parts[1].commands[0]`), and of
+/// every mapping key (for unknown fields, which are the key's fault).
 pub struct Positions {
     documents: Vec<BTreeMap<String, Node>>,
+    keys: Vec<BTreeMap<String, Marker>>,
     starts: Vec<Marker>,
 }
 
 struct Collector {
     documents: Vec<BTreeMap<String, Node>>,
+    keys: Vec<BTreeMap<String, Marker>>,
     starts: Vec<Marker>,
     /// Documents that are only a null scalar (empty, or comments only): serde_yaml skips them.
     nulls: Vec<bool>,
@@ -192,6 +412,7 @@ impl MarkedEventReceiver for Collector {
         match event {
             Event::DocumentStart => {
                 self.documents.push(BTreeMap::new());
+                self.keys.push(BTreeMap::new());
                 self.starts.push(mark);
                 self.nulls.push(false);
                 self.stack.clear();
@@ -206,6 +427,10 @@ impl MarkedEventReceiver for Collector {
                 }
                 if let Some((_, Container::Mapping { key: key @ None })) = self.stack.last_mut() {
                     *key = Some(value);
+                    let path = self.path();
+                    if let Some(keys) = self.keys.last_mut() {
+                        keys.entry(path).or_insert(mark);
+                    }
                 } else {
                     let leading_newlines = value.len() - value.trim_start_matches('\n').len();
                     self.record(Node {
@@ -245,6 +470,7 @@ impl Positions {
     pub fn new(text: &str) -> Positions {
         let mut collector = Collector {
             documents: Vec::new(),
+            keys: Vec::new(),
             starts: Vec::new(),
             nulls: Vec::new(),
             stack: Vec::new(),
@@ -252,19 +478,35 @@ impl Positions {
         let _ = Parser::new_from_str(text).load(&mut collector, true);
         // serde_yaml skips null documents; number the rest as YamlFile does.
         let mut documents = Vec::new();
+        let mut keys = Vec::new();
         let mut starts = Vec::new();
-        for ((doc, start), null) in collector
+        for (((doc, doc_keys), start), null) in collector
             .documents
             .into_iter()
+            .zip(collector.keys)
             .zip(collector.starts)
             .zip(collector.nulls)
         {
             if !null && !doc.is_empty() {
                 documents.push(doc);
+                keys.push(doc_keys);
                 starts.push(start);
             }
         }
-        Positions { documents, starts }
+        Positions {
+            documents,
+            keys,
+            starts,
+        }
+    }
+
+    /// The file line and column of the key of `field` (a mapping entry) in document
+    /// `document`; the field's value, or its nearest enclosing field, when the key is unknown.
+    pub fn locate_key(&self, document: usize, field: &str) -> (usize, usize) {
+        match self.keys.get(document).and_then(|k| k.get(field)) {
+            Some(mark) => (mark.line(), mark.col() + 1),
+            None => self.locate(document, field, None),
+        }
     }
 
     /// The file line and column (from 1) of `field` of document `document`, and of `position`

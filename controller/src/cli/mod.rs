@@ -4,9 +4,11 @@
 //! Exit codes: 0 success, 1 the template failed (render or lint), 2 bad usage or unreadable
 //! input (clap's usage errors exit with 2 too).
 
+pub mod diagnostic;
 pub mod input;
 pub mod lint;
 pub mod render;
+pub mod tools;
 
 use std::process::ExitCode;
 

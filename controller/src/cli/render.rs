@@ -10,7 +10,8 @@ use crd_types::capi::{Cluster, Machine};
 use crd_types::{BootplateConfigSpec, Role};
 use render::{Certificates, ClusterInfo, CompiledTemplate, JoinInfo, KeyPair, RenderContext};
 
-use super::input::{InputError, TEMPLATE_KINDS, YamlFile, template};
+use super::diagnostic::Diagnostic;
+use super::input::{ConfigInput, InputError, ReadError, TEMPLATE_KINDS, YamlFile, template};
 use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 
 /// Arguments of `bootplate render`.
@@ -21,6 +22,8 @@ Examples:
       --machine examples/machine-control-plane.yaml --cluster examples/cluster.yaml
   bootplate render --template t.yaml --machine m.yaml --cluster c.yaml \\
       --config examples/config.yaml --role worker --output user-data
+  bootplate render --template t.yaml --machine m.yaml --cluster c.yaml \\
+      --set httpProxy=http://proxy:3128 --role all --output out/
 
 Unless given --token, --ca-cert and --ca-key, the join token is random and the certificates
 (cluster CA, etcd CA, front-proxy CA, service-account key) are generated on the spot and thrown
@@ -42,13 +45,20 @@ pub struct RenderArgs {
     /// Files with contentFrom get placeholder content: Secrets are not read offline.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The role: init, control-plane-join or worker. Default: init for a Machine labelled
-    /// cluster.x-k8s.io/control-plane, worker otherwise.
+    /// The role: init, control-plane-join or worker, or `all` for one output per role (with
+    /// --output DIR). Default: init for a Machine labelled cluster.x-k8s.io/control-plane,
+    /// worker otherwise.
     #[arg(long, value_name = "ROLE")]
-    pub role: Option<Role>,
-    /// Write the user-data to FILE instead of standard output.
+    pub role: Option<RoleChoice>,
+    /// Write the user-data to FILE instead of standard output; with `--role all`, a directory
+    /// that gets one file per role (`user-data-init`, …).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Set a template variable, for a quick try without a config file: NAME=VALUE, repeatable,
+    /// over the config's variables. VALUE is read as YAML, so `maxPods=110`, `debug=true` and
+    /// `ntp=[a, b]` have their types; quote it (`name='"010"'`) to keep text.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
     /// The bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`). Default: a random one.
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
@@ -60,16 +70,49 @@ pub struct RenderArgs {
     pub ca_key: Option<PathBuf>,
 }
 
+/// `--role`: one role, or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleChoice {
+    One(Role),
+    All,
+}
+
+impl std::str::FromStr for RoleChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            Ok(RoleChoice::All)
+        } else {
+            s.parse::<Role>()
+                .map(RoleChoice::One)
+                .map_err(|e| format!("{e}, or all"))
+        }
+    }
+}
+
 /// Runs `bootplate render`.
 pub fn run(args: &RenderArgs) -> ExitCode {
+    if args.role == Some(RoleChoice::All) && args.output.is_none() {
+        eprintln!("bootplate render: --role all writes one file per role: give --output DIR");
+        return exit(EXIT_INPUT);
+    }
     match render(args) {
-        Ok(data) => {
-            let written = match &args.output {
-                Some(path) => std::fs::write(path, &data)
+        Ok(outputs) => {
+            let written = match (&args.output, args.role) {
+                (Some(dir), Some(RoleChoice::All)) => std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+                    .and_then(|()| {
+                        outputs.iter().try_for_each(|(role, data)| {
+                            let path = dir.join(format!("user-data-{role}"));
+                            std::fs::write(&path, data)
+                                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+                        })
+                    }),
+                (Some(path), _) => std::fs::write(path, &outputs[0].1)
                     .map_err(|e| format!("cannot write {}: {e}", path.display())),
-                None => std::io::stdout()
+                (None, _) => std::io::stdout()
                     .lock()
-                    .write_all(&data)
+                    .write_all(&outputs[0].1)
                     .map_err(|e| format!("cannot write the output: {e}")),
             };
             match written {
@@ -84,6 +127,12 @@ pub fn run(args: &RenderArgs) -> ExitCode {
             eprintln!("bootplate render: {e}");
             exit(EXIT_INPUT)
         }
+        Err(Failure::Problems(found)) => {
+            for d in found {
+                eprintln!("{d}");
+            }
+            exit(EXIT_INPUT)
+        }
         Err(Failure::Render(message)) => {
             eprintln!("bootplate render: {message}");
             exit(EXIT_FAILED)
@@ -93,6 +142,8 @@ pub fn run(args: &RenderArgs) -> ExitCode {
 
 enum Failure {
     Input(InputError),
+    /// Located problems of an input file.
+    Problems(Vec<Diagnostic>),
     Render(String),
 }
 
@@ -102,38 +153,64 @@ impl From<InputError> for Failure {
     }
 }
 
+impl From<ReadError> for Failure {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Unreadable(e) => Failure::Input(e),
+            ReadError::Problems(found) => Failure::Problems(found),
+        }
+    }
+}
+
 fn input(message: String) -> Failure {
     Failure::Input(InputError(message))
 }
 
-fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
+/// Reads the one object of `kinds` in `path`, strictly (every other document of the file must
+/// be of `kinds` too).
+fn read_object<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    kinds: &[&str],
+) -> Result<(YamlFile, usize, T), Failure> {
+    let file = YamlFile::read(path)?;
+    let index = file.find(kinds)?;
+    let problems = file.check_kinds(kinds);
+    if !problems.is_empty() {
+        return Err(ReadError::Problems(problems).into());
+    }
+    let object = file.decode(index).map_err(ReadError::Problems)?;
+    Ok((file, index, object))
+}
+
+/// The user-data of each role asked for.
+fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
     let template_file = YamlFile::read(&args.template)?;
-    let (object, spec) = match template_file
-        .documents
-        .iter()
-        .filter(|d| TEMPLATE_KINDS.contains(&super::input::kind(d)))
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [one] => template(one).map_err(|e| input(format!("{}: {e}", args.template.display())))?,
-        _ => {
-            return Err(input(format!(
-                "{}: expected exactly one BootstrapTemplate or ClusterBootstrapTemplate",
-                args.template.display()
-            )));
-        }
-    };
-    let (_, machine): (_, Machine) = YamlFile::read(&args.machine)?.object(&["Machine"])?;
-    let (_, cluster): (_, Cluster) = YamlFile::read(&args.cluster)?.object(&["Cluster"])?;
-    let config = match &args.config {
+    let index = template_file.find(&TEMPLATE_KINDS)?;
+    let problems = template_file.check_kinds(&TEMPLATE_KINDS);
+    if !problems.is_empty() {
+        return Err(ReadError::Problems(problems).into());
+    }
+    let (object, spec) = template(&template_file, index).map_err(ReadError::Problems)?;
+    let (_, _, machine): (_, _, Machine) = read_object(&args.machine, &["Machine"])?;
+    let (_, _, cluster): (_, _, Cluster) = read_object(&args.cluster, &["Cluster"])?;
+    let mut config = match &args.config {
         Some(path) => read_config(path)?,
         None => BootplateConfigSpec::default(),
     };
-    let role = args.role.unwrap_or(if machine.is_control_plane() {
-        Role::Init
-    } else {
-        Role::Worker
-    });
+    for assignment in &args.set {
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| input(format!("--set {assignment:?}: write NAME=VALUE")))?;
+        let value: serde_json::Value = serde_yaml::from_str(value)
+            .map_err(|e| input(format!("--set {name}: the value is not YAML: {e}")))?;
+        config.variables.insert(name.to_owned(), value);
+    }
+    let roles = match args.role {
+        Some(RoleChoice::All) => Role::ALL.to_vec(),
+        Some(RoleChoice::One(role)) => vec![role],
+        None if machine.is_control_plane() => vec![Role::Init],
+        None => vec![Role::Worker],
+    };
     let token = match &args.token {
         Some(t) if valid_token(t) => t.clone(),
         Some(_) => {
@@ -154,7 +231,7 @@ fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
             pki::ca_cert_hash(&ca.cert).map_err(|e| input(format!("--ca-cert: {e}")))?,
         ],
     };
-    let certs = if role.is_control_plane() {
+    let certs = if roles.iter().any(|r| r.is_control_plane()) {
         Some(Certificates {
             ca,
             etcd: throw_away_ca("bootplate render throw-away etcd CA")?,
@@ -165,13 +242,20 @@ fn render(args: &RenderArgs) -> Result<Vec<u8>, Failure> {
     } else {
         None
     };
-    let ctx = RenderContext::new(&cluster, &machine, role, Some(join), certs);
     let compiled =
         CompiledTemplate::compile(&object, &spec).map_err(|e| Failure::Render(e.to_string()))?;
-    let rendered = compiled
-        .render(&config, &ctx)
-        .map_err(|e| Failure::Render(e.to_string()))?;
-    Ok(rendered.data)
+    roles
+        .into_iter()
+        .map(|role| {
+            // RenderContext::new drops the certificates for a worker and the join data for init.
+            let ctx =
+                RenderContext::new(&cluster, &machine, role, Some(join.clone()), certs.clone());
+            let rendered = compiled
+                .render(&config, &ctx)
+                .map_err(|e| Failure::Render(format!("{e} (role {role})")))?;
+            Ok((role, rendered.data))
+        })
+        .collect()
 }
 
 /// The cluster CA of `--ca-cert` and `--ca-key`, or a throw-away one.
@@ -194,19 +278,10 @@ fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
     pki::generate_ca(name).map_err(|e| Failure::Render(e.to_string()))
 }
 
-/// A BootplateConfig's spec, or a BootplateConfigTemplate's `spec.template.spec`. Files read
-/// from Secrets get a placeholder: nothing is read from a cluster offline.
+/// A BootplateConfig's spec, or a BootplateConfigTemplate's `spec.template.spec`, read
+/// strictly. Files read from Secrets get a placeholder: nothing is read from a cluster offline.
 fn read_config(path: &Path) -> Result<BootplateConfigSpec, Failure> {
-    let file = YamlFile::read(path)?;
-    let mut spec = match file.object::<crd_types::BootplateConfig>(&["BootplateConfig"]) {
-        Ok((_, config)) => config.spec,
-        Err(first) => {
-            match file.object::<crd_types::BootplateConfigTemplate>(&["BootplateConfigTemplate"]) {
-                Ok((_, t)) => t.spec.template.spec,
-                Err(_) => return Err(first.into()),
-            }
-        }
-    };
+    let mut spec = ConfigInput::read(path)?.spec;
     for f in &mut spec.files {
         if let (None, Some(from)) = (&f.content, &f.content_from) {
             f.content = Some(format!(

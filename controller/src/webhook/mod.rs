@@ -100,9 +100,17 @@ async fn review(
     Json(response.into_review())
 }
 
+/// Decodes `object` strictly: every field must fit the kind's schema (`crd_types::strict`), so
+/// an object that reached the webhook past a lenient apiserver (field validation `Ignore` or
+/// `Warn`) is refused all the same, naming every bad field.
 fn decode<K: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<K, String> {
     let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
-    serde_json::from_value(value).map_err(|e| format!("not a valid {kind}: {e}"))
+    let problems = validate::strict(&value);
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("not a valid {kind}: {}: {}", e.path(), e.inner()))
 }
 
 /// The reasons to deny `request` (empty: admit).

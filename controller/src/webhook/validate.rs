@@ -8,6 +8,21 @@ use crate::k8s::templates::{
     check_one_content_source, check_secret_namespace, check_template_namespace,
 };
 
+/// Fields of a whole object (`apiVersion`, `kind`, `metadata`, `spec`) that do not fit its
+/// kind's schema: unknown fields (naming the field probably meant), wrong types, values outside
+/// an enum, missing required fields.
+pub fn strict(object: &serde_json::Value) -> Vec<String> {
+    // The apiserver adds status and managed fields; only what a user writes is checked.
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+    }
+    crd_types::strict::check(&object)
+        .into_iter()
+        .map(|p| p.to_string())
+        .collect()
+}
+
 /// Problems that make a template unusable: every template and partial compiles, variable
 /// declarations are unique and their defaults match their schema, `template` and `parts`
 /// are exclusive, part names are unique, and a sample render succeeds for every role.
@@ -106,5 +121,42 @@ pub fn config_update(old: &BootplateConfig, new: &BootplateConfig) -> Vec<String
         )]
     } else {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn objects_are_read_strictly() {
+        let mut object = json!({
+            "apiVersion": "bootstrap.bootplate.dev/v1alpha1",
+            "kind": "BootplateConfig",
+            "metadata": {"name": "c", "namespace": "a", "uid": "1", "resourceVersion": "2"},
+            "spec": {
+                "templateRef": {"kind": "BootstrapTemplate", "name": "t"},
+                "files": [{"path": "/k", "content": "k", "permision": "0600"}],
+            },
+            "status": {"ready": false},
+        });
+        assert_eq!(
+            super::strict(&object),
+            ["spec.files[0].permision: unknown field `permision`; did you mean `permissions`?"]
+        );
+        object["spec"]["files"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("permision");
+        assert!(super::strict(&object).is_empty());
+        // serde agrees: the types refuse unknown fields too.
+        object["spec"]["templateRef"]["nmae"] = json!("x");
+        let decoded = serde_json::from_value::<crd_types::BootplateConfig>(object);
+        assert!(
+            decoded
+                .unwrap_err()
+                .to_string()
+                .contains("unknown field `nmae`")
+        );
     }
 }

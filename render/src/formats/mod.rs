@@ -11,6 +11,7 @@ mod cloud_config;
 mod ignition;
 mod mime;
 mod script;
+mod shape;
 
 use crd_types::{FileEncoding, OutputFormat, Role};
 
@@ -97,6 +98,21 @@ fn all_commands(body: &Body) -> Vec<String> {
     commands
 }
 
+/// Checks the unit files and drop-ins of a structured body as systemd reads them; Err names the
+/// unit (and drop-in) and the line.
+pub(crate) fn check_units(body: &Body) -> Result<(), String> {
+    for u in &body.units {
+        if let Some(content) = &u.content {
+            shape::check_unit(content).map_err(|e| format!("unit {}: {e}", u.name))?;
+        }
+        for (name, content) in &u.drop_ins {
+            shape::check_unit(content)
+                .map_err(|e| format!("drop-in {name} of unit {}: {e}", u.name))?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks a raw `template` body's output against the declared format. The message describes
 /// what is wrong without quoting the output (it may hold a token).
 pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> {
@@ -110,7 +126,8 @@ pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> 
                 );
             }
             match serde_yaml::from_str::<serde_yaml::Value>(text) {
-                Ok(serde_yaml::Value::Mapping(_)) | Ok(serde_yaml::Value::Null) => Ok(()),
+                Ok(serde_yaml::Value::Null) => Ok(()),
+                Ok(document @ serde_yaml::Value::Mapping(_)) => check_cloud_config(&document),
                 Ok(_) => Err(
                     "the output is not a cloud-config: the YAML document is not a map".to_owned(),
                 ),
@@ -146,6 +163,28 @@ pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> 
                     .next()
                     .is_some_and(|p| p.chars().next().is_some_and(|c| c.is_ascii_digit()));
             if ok {
+                shape::check(&shape::IGNITION, &value, "", true)
+                    .map_err(|e| format!("the output is not a valid Ignition 3.x config: {e}"))?;
+                for (i, unit) in value
+                    .pointer("/systemd/units")
+                    .and_then(|u| u.as_array())
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    let texts = unit.get("contents").into_iter().chain(
+                        unit.get("dropins")
+                            .and_then(|d| d.as_array())
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|d| d.get("contents")),
+                    );
+                    for text in texts.filter_map(|t| t.as_str()) {
+                        shape::check_unit(text).map_err(|e| {
+                            format!("systemd.units[{i}] of the Ignition config is not a valid unit file: {e}")
+                        })?;
+                    }
+                }
                 Ok(())
             } else {
                 Err(
@@ -163,6 +202,43 @@ pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> 
         }
         OutputFormat::MimeMultipart => mime::check(text),
     }
+}
+
+/// The cloud-config modules bootplate's users write, with the types cloud-init reads them as,
+/// and every unit file `write_files` writes.
+fn check_cloud_config(document: &serde_yaml::Value) -> Result<(), String> {
+    let value: serde_json::Value = serde_json::to_value(document)
+        .map_err(|e| format!("the output is not a cloud-config: {e}"))?;
+    let Some(map) = value.as_object() else {
+        return Ok(());
+    };
+    for (module, shape) in shape::CLOUD_CONFIG_MODULES {
+        if let Some(v) = map.get(*module) {
+            shape::check(shape, v, module, false).map_err(|e| {
+                format!("the output is not a valid cloud-config (cloud-init skips the module): {e}")
+            })?;
+        }
+    }
+    for (i, file) in map
+        .get("write_files")
+        .and_then(|f| f.as_array())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let path = file.get("path").and_then(|p| p.as_str()).unwrap_or("");
+        let plain = file.get("encoding").is_none_or(|e| e == "text/plain");
+        if let (true, true, Some(content)) = (
+            shape::is_unit_path(path),
+            plain,
+            file.get("content").and_then(|c| c.as_str()),
+        ) {
+            shape::check_unit(content).map_err(|e| {
+                format!("write_files[{i}] ({path}) is not a valid systemd unit file: {e}")
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// serde_yaml's messages name positions and expectations, never document content; keep only
@@ -209,6 +285,25 @@ mod tests {
         assert!(check_raw(ig, r#"{"ignition":{}}"#).is_err());
         assert!(check_raw(ig, "{").unwrap_err().contains("not valid JSON"));
         assert!(check_raw(OutputFormat::Script, "#!/bin/sh\n").is_ok());
+        // As their consumers read them: cloud-init skips `packages: curl`, Ignition refuses
+        // `"enabled": "yes"`.
+        let e = check_raw(cc, "#cloud-config\npackages: curl\n").unwrap_err();
+        assert!(e.contains("`packages` must be a list, got a string"), "{e}");
+        let e = check_raw(
+            ig,
+            r#"{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"a.service","enabled":"yes"}]}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("`systemd.units[0].enabled` must be a boolean"),
+            "{e}"
+        );
+        let e = check_raw(
+            cc,
+            "#cloud-config\nwrite_files:\n- path: /etc/systemd/system/a.service\n  content: |\n    ExecStart=/bin/a\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("before the first `[Section]`"), "{e}");
         assert!(check_raw(OutputFormat::Script, "echo\n").is_err());
     }
 }

@@ -586,6 +586,9 @@ def check_units(d, report, calls):
     units = []
     names = [u["name"] for u in d.units]
     written = [f["path"].rsplit("/", 1)[1] for f in d.files if re.fullmatch(r"/etc/systemd/system/[^/]+\.[a-z]+", f["path"])]
+    # A unit that only gets drop-ins (its file comes with a package) is reported too.
+    written += [m.group(1) for f in d.files
+                if (m := re.fullmatch(r"/etc/systemd/system/([^/]+\.[a-z]+)\.d/[^/]+\.conf", f["path"]))]
     for n in enabled_by_command + written:
         if n not in names:
             names.append(n)
