@@ -472,7 +472,11 @@ pub async fn install_crds(
     Ok(())
 }
 
-async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) -> anyhow::Result<()> {
+/// Waits until CRD `name` is Established (30 s at most).
+pub async fn wait_established(
+    api: &Api<CustomResourceDefinition>,
+    name: &str,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let crd = api.get(name).await?;

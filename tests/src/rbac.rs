@@ -49,6 +49,17 @@ pub async fn install(server: &ApiServer) -> anyhow::Result<PathBuf> {
         None,
     )?;
     kubectl(&admin, &["apply", "-f", "-"], Some(&manifests))?;
+    impersonating_kubeconfig(server, namespace, name, "controller-kubeconfig")
+}
+
+/// Writes a kubeconfig (file `file` in the server's directory) with which the admin acts as
+/// ServiceAccount `namespace/name`: a process run with it has exactly that account's rights.
+pub fn impersonating_kubeconfig(
+    server: &ApiServer,
+    namespace: &str,
+    name: &str,
+    file: &str,
+) -> anyhow::Result<PathBuf> {
     let user = format!("system:serviceaccount:{namespace}:{name}");
     let impersonating = server.kubeconfig_yaml().replace(
         "    token: ",
@@ -56,7 +67,7 @@ pub async fn install(server: &ApiServer) -> anyhow::Result<PathBuf> {
             "    as: {user}\n    as-groups: [system:serviceaccounts, \"system:serviceaccounts:{namespace}\", system:authenticated]\n    token: "
         ),
     );
-    let path = server.dir().join("controller-kubeconfig");
+    let path = server.dir().join(file);
     std::fs::write(&path, impersonating)?;
     Ok(path)
 }

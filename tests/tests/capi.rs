@@ -304,11 +304,7 @@ async fn a_control_plane_and_a_machine_deployment_come_up_through_cluster_api() 
 
 /// Every BootplateConfig in [`NS`], by name.
 async fn env_configs(env: &CapiEnv) -> BTreeMap<String, DynamicObject> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        NS,
-        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
-    );
+    let api: Api<DynamicObject> = env.configs();
     api.list(&ListParams::default())
         .await
         .unwrap()
@@ -343,11 +339,7 @@ fn token_id(user_data: &str) -> Option<String> {
 /// Waits until none of `configs` nor their data Secrets exist any more, and no join token is
 /// left in the workload cluster.
 async fn wait_nothing_left(env: &CapiEnv, configs: &BTreeSet<String>) {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        NS,
-        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
-    );
+    let api: Api<DynamicObject> = env.configs();
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
     eventually(
         &format!("configs {configs:?}, their Secrets and every token gone"),
@@ -364,6 +356,28 @@ async fn wait_nothing_left(env: &CapiEnv, configs: &BTreeSet<String>) {
         },
     )
     .await;
+}
+
+/// Waits until every one of `old` is replaced by a new Machine at `version`, Running with a
+/// nodeRef (as many as before); returns the new ones.
+async fn wait_replaced(
+    env: &CapiEnv,
+    cluster: &str,
+    old: &[DynamicObject],
+    version_wanted: &str,
+) -> Vec<DynamicObject> {
+    let old_names = names(old);
+    let what = format!("{} new Machines at {version_wanted} Running", old.len());
+    wait_machines(env, cluster, &what, |machines| {
+        machines.len() == old.len()
+            && machines.iter().all(|m| {
+                !old_names.contains(&m.name_any())
+                    && version(m) == version_wanted
+                    && phase(m) == "Running"
+                    && has_node_ref(m)
+            })
+    })
+    .await
 }
 
 fn version(machine: &DynamicObject) -> &str {
@@ -393,22 +407,7 @@ async fn b_a_machine_deployment_rollout_renders_the_new_template() {
         }}}}),
     )
     .await;
-    let old_names = names(&old);
-    let new = wait_machines(
-        &env,
-        "beta",
-        "3 new Machines at v1.35.0 Running",
-        |machines| {
-            machines.len() == 3
-                && machines.iter().all(|m| {
-                    !old_names.contains(&m.name_any())
-                        && version(m) == "v1.35.0"
-                        && phase(m) == "Running"
-                        && has_node_ref(m)
-                })
-        },
-    )
-    .await;
+    let new = wait_replaced(&env, "beta", &old, "v1.35.0").await;
     for config in config_names(&new).into_values() {
         let secret = data_secret(&env, &config).await.expect("a data Secret");
         let user_data = user_data(&secret);
@@ -496,11 +495,7 @@ async fn d_a_paused_cluster_renders_nothing_until_unpaused() {
     publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
     create_cluster(&env, "delta", ControlPlane::Machines, true).await;
     create_control_plane_machine(&env, "delta", "delta-cp-0").await;
-    let configs: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        NS,
-        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
-    );
+    let configs: Api<DynamicObject> = env.configs();
     let paused = eventually("the config's Paused condition True", WAIT, || async {
         let config = configs.get("delta-cp-0").await.unwrap();
         let paused = condition(&config, "Paused")?;
@@ -616,11 +611,7 @@ async fn f_a_machine_health_check_remediation_takes_the_token_and_secret_along()
         "the remediated Machine's config, data Secret and token gone",
         WAIT,
         || async {
-            let configs: Api<DynamicObject> = Api::namespaced_with(
-                env.client.clone(),
-                NS,
-                &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
-            );
+            let configs: Api<DynamicObject> = env.configs();
             let gone = configs.get_opt(&config).await.unwrap().is_none()
                 && data_secret(&env, &config).await.is_none()
                 && tokens
@@ -765,22 +756,7 @@ async fn e_a_cluster_class_creates_and_rolls_out_bootplate_workers() {
         json!({"spec": {"topology": {"version": "v1.35.0"}}}),
     )
     .await;
-    let first_names = names(&first);
-    let upgraded = wait_machines(
-        &env,
-        "epsilon",
-        "2 new Machines at v1.35.0 Running",
-        |machines| {
-            machines.len() == 2
-                && machines.iter().all(|m| {
-                    !first_names.contains(&m.name_any())
-                        && version(m) == "v1.35.0"
-                        && phase(m) == "Running"
-                        && has_node_ref(m)
-                })
-        },
-    )
-    .await;
+    let upgraded = wait_replaced(&env, "epsilon", &first, "v1.35.0").await;
     for config in config_names(&upgraded).into_values() {
         let user_data = user_data(&data_secret(&env, &config).await.expect("a data Secret"));
         assert_eq!(rendered_role(&user_data), "worker", "{config}");
@@ -903,11 +879,7 @@ async fn g_clusterctl_move_takes_every_object_along_and_rewrites_nothing() {
         names(&machines),
         "the same Machines run on the target"
     );
-    let configs: Api<DynamicObject> = Api::namespaced_with(
-        target.client.clone(),
-        NS,
-        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
-    );
+    let configs: Api<DynamicObject> = target.configs();
     eventually("every moved config Ready on the target", WAIT, || async {
         let list = configs.list(&ListParams::default()).await.unwrap().items;
         let ready = list
@@ -932,13 +904,7 @@ async fn g_clusterctl_move_takes_every_object_along_and_rewrites_nothing() {
         ("BootplateConfigTemplate", "bootplateconfigtemplates"),
         ("BootplateConfig", "bootplateconfigs"),
     ] {
-        let on = |env: &CapiEnv| {
-            Api::<DynamicObject>::namespaced_with(
-                env.client.clone(),
-                NS,
-                &objects::bootplate_resource(kind.0, kind.1),
-            )
-        };
+        let on = |env: &CapiEnv| env.bootplate(kind.0, kind.1);
         let moved = on(&target)
             .list(&ListParams::default())
             .await

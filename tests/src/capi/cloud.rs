@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -106,19 +107,14 @@ pub fn capi_aggregated_role() -> Value {
     })
 }
 
-fn resource(group: &str, kind: &str) -> ApiResource {
+/// The API resource of one of the test providers' kinds.
+pub fn resource(group: &str, kind: &str) -> ApiResource {
     let plural = KINDS
         .iter()
         .find(|(g, k, _)| *g == group && *k == kind)
         .map(|(_, _, p)| *p)
         .expect("a kind of the test providers");
-    ApiResource {
-        group: group.to_owned(),
-        version: VERSION.to_owned(),
-        api_version: format!("{group}/{VERSION}"),
-        kind: kind.to_owned(),
-        plural: plural.to_owned(),
-    }
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, VERSION, kind), plural)
 }
 
 /// The dynamic API of one of the test providers' kinds in `namespace`.
@@ -132,13 +128,10 @@ fn api_all(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
 
 /// The Cluster API kinds the cloud reads (never writes): Machines.
 pub fn capi_resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "cluster.x-k8s.io".into(),
-        version: "v1beta2".into(),
-        api_version: "cluster.x-k8s.io/v1beta2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind),
+        plural,
+    )
 }
 
 /// What the cloud needs to know: both apiservers and the workload cluster's CA and endpoint.

@@ -26,8 +26,6 @@ const LEFT_OUT: [&str; 4] = ["Deployment", "Service", "Certificate", "Issuer"];
 pub fn manifests(webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
     let config = tools::capi_source()?.join("core/config/default");
     let built = kustomize(&config)?;
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let base_url = format!("https://127.0.0.1:{webhook_port}");
     let mut out = String::new();
     for document in serde_yaml::Deserializer::from_str(&built) {
         let mut object = serde::Deserialize::deserialize(document)?;
@@ -39,20 +37,30 @@ pub fn manifests(webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
             continue;
         }
         super::clusterctl::label(&mut object);
-        if let Some(annotations) = object["metadata"]["annotations"].as_mapping_mut() {
-            annotations.remove("cert-manager.io/inject-ca-from");
-        }
-        match kind.as_str() {
-            "CustomResourceDefinition" => point_conversion(&mut object, &base_url, &ca_bundle),
-            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
-                point_webhooks(&mut object, &base_url, &ca_bundle)?
-            }
-            _ => {}
-        }
+        for_loopback(&mut object, webhook_port, ca_pem)?;
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&object)?);
     }
     Ok(out)
+}
+
+/// Rewrites an object whose webhooks the apiserver calls through a Service (a CRD's
+/// conversion, a webhook configuration) to call `https://127.0.0.1:<port>` trusting `ca_pem`,
+/// and drops cert-manager's CA injection annotation; other objects are left as they are.
+pub fn for_loopback(object: &mut Value, port: u16, ca_pem: &str) -> anyhow::Result<()> {
+    if let Some(annotations) = object["metadata"]["annotations"].as_mapping_mut() {
+        annotations.remove("cert-manager.io/inject-ca-from");
+    }
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let base_url = format!("https://127.0.0.1:{port}");
+    match object["kind"].as_str().unwrap_or_default() {
+        "CustomResourceDefinition" => point_conversion(object, &base_url, &ca_bundle),
+        "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
+            point_webhooks(object, &base_url, &ca_bundle)?
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn kustomize(dir: &Path) -> anyhow::Result<String> {

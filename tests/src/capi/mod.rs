@@ -198,6 +198,20 @@ impl CapiEnv {
         Api::namespaced_with(self.client.clone(), NS, &cloud::capi_resource(kind, plural))
     }
 
+    /// A dynamic API for a bootplate kind in [`NS`].
+    pub fn bootplate(&self, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            NS,
+            &objects::bootplate_resource(kind, plural),
+        )
+    }
+
+    /// The BootplateConfigs in [`NS`].
+    pub fn configs(&self) -> Api<DynamicObject> {
+        self.bootplate("BootplateConfig", "bootplateconfigs")
+    }
+
     /// The Cluster API objects of `kind` in [`NS`] that belong to `cluster`.
     pub async fn capi_list(&self, kind: &str, plural: &str, cluster: &str) -> Vec<DynamicObject> {
         let selector = format!("cluster.x-k8s.io/cluster-name={cluster}");
@@ -256,12 +270,8 @@ impl CapiEnv {
                 out.push_str(&describe_object(kind, &object));
             }
         }
-        let configs: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            NS,
-            &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
-        );
-        for object in configs
+        for object in self
+            .configs()
             .list(&ListParams::default())
             .await
             .into_iter()
@@ -373,24 +383,6 @@ fn start_garbage_collector(server: &ApiServer) -> anyhow::Result<Process> {
     )
 }
 
-/// A kubeconfig that acts as `user` (impersonation by the admin, as in `crate::rbac`).
-fn impersonating_kubeconfig(
-    server: &ApiServer,
-    namespace: &str,
-    name: &str,
-) -> anyhow::Result<PathBuf> {
-    let user = format!("system:serviceaccount:{namespace}:{name}");
-    let yaml = server.kubeconfig_yaml().replace(
-        "    token: ",
-        &format!(
-            "    as: {user}\n    as-groups: [system:serviceaccounts, \"system:serviceaccounts:{namespace}\", system:authenticated]\n    token: "
-        ),
-    );
-    let path = server.dir().join(format!("{name}-kubeconfig"));
-    std::fs::write(&path, yaml)?;
-    Ok(path)
-}
-
 /// Installs Cluster API from its module's manifests and starts its manager, as the
 /// ServiceAccount those manifests bind, with the feature gates the scenarios use. Returns once
 /// its webhooks answer.
@@ -404,8 +396,12 @@ async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::
         &install::manifests(webhook_port, &webhook_ca.cert_pem)?,
     )?;
     wait_crds_established(client).await?;
-    let kubeconfig =
-        impersonating_kubeconfig(server, install::NAMESPACE, install::SERVICE_ACCOUNT)?;
+    let kubeconfig = crate::rbac::impersonating_kubeconfig(
+        server,
+        install::NAMESPACE,
+        install::SERVICE_ACCOUNT,
+        "capi-manager-kubeconfig",
+    )?;
     let (health, diagnostics) = (crate::free_port()?, crate::free_port()?);
     let mut process = Process::spawn(
         "capi-manager",
@@ -439,34 +435,14 @@ async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::
     }
 }
 
+/// Waits until every installed CRD is Established.
 async fn wait_crds_established(client: &Client) -> anyhow::Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let crds = api.list(&ListParams::default()).await?;
-        let pending: Vec<String> = crds
-            .items
-            .iter()
-            .filter(|crd| {
-                !crd.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| {
-                        c.iter()
-                            .any(|c| c.type_ == "Established" && c.status == "True")
-                    })
-            })
-            .filter_map(|crd| crd.metadata.name.clone())
-            .collect();
-        if pending.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("CRDs not established: {pending:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    for crd in api.list(&ListParams::default()).await? {
+        crate::wait_established(&api, &crd.metadata.name.unwrap_or_default()).await?;
     }
+    Ok(())
 }
 
 /// bootplate's webhook configuration from `deploy/webhook`, pointed at a loopback port with a
@@ -479,21 +455,7 @@ fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/webhook/validating_webhook.yaml");
     let mut config: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
-    if let Some(annotations) = config["metadata"]["annotations"].as_mapping_mut() {
-        annotations.remove("cert-manager.io/inject-ca-from");
-    }
-    use base64::Engine as _;
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&ca.cert_pem);
-    for webhook in config["webhooks"].as_sequence_mut().context("webhooks")? {
-        let path = webhook["clientConfig"]["service"]["path"]
-            .as_str()
-            .unwrap_or("/validate")
-            .to_owned();
-        webhook["clientConfig"] = serde_yaml::to_value(json!({
-            "url": format!("https://127.0.0.1:{port}{path}"),
-            "caBundle": ca_bundle,
-        }))?;
-    }
+    install::for_loopback(&mut config, port, &ca.cert_pem)?;
     kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
     Ok((port, cert_dir))
 }

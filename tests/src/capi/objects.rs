@@ -2,10 +2,11 @@
 //! providers' kinds), as JSON: only specs, the way a user applies them.
 
 use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use super::NS;
-use super::cloud::{CONTROL_PLANE_GROUP, INFRA_GROUP, VERSION, capi_resource};
+use super::cloud::{self, CONTROL_PLANE_GROUP, INFRA_GROUP, VERSION, capi_resource};
 
 /// The Kubernetes version of the scenarios' machines.
 pub const KUBERNETES_VERSION: &str = "v1.34.2";
@@ -28,48 +29,31 @@ pub fn cluster_class_resource() -> ApiResource {
     capi_resource("ClusterClass", "clusterclasses")
 }
 
-/// An API resource of one of the test providers' kinds.
-pub fn provider_resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: VERSION.into(),
-        api_version: format!("{group}/{VERSION}"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 pub fn dev_cluster_resource() -> ApiResource {
-    provider_resource(INFRA_GROUP, "DevCluster", "devclusters")
+    cloud::resource(INFRA_GROUP, "DevCluster")
 }
 pub fn dev_machine_resource() -> ApiResource {
-    provider_resource(INFRA_GROUP, "DevMachine", "devmachines")
+    cloud::resource(INFRA_GROUP, "DevMachine")
 }
 pub fn dev_machine_template_resource() -> ApiResource {
-    provider_resource(INFRA_GROUP, "DevMachineTemplate", "devmachinetemplates")
+    cloud::resource(INFRA_GROUP, "DevMachineTemplate")
 }
 pub fn dev_cluster_template_resource() -> ApiResource {
-    provider_resource(INFRA_GROUP, "DevClusterTemplate", "devclustertemplates")
+    cloud::resource(INFRA_GROUP, "DevClusterTemplate")
 }
 pub fn dev_control_plane_resource() -> ApiResource {
-    provider_resource(CONTROL_PLANE_GROUP, "DevControlPlane", "devcontrolplanes")
+    cloud::resource(CONTROL_PLANE_GROUP, "DevControlPlane")
 }
 pub fn dev_control_plane_template_resource() -> ApiResource {
-    provider_resource(
-        CONTROL_PLANE_GROUP,
-        "DevControlPlaneTemplate",
-        "devcontrolplanetemplates",
-    )
+    cloud::resource(CONTROL_PLANE_GROUP, "DevControlPlaneTemplate")
 }
 
 /// bootplate's kinds as dynamic resources.
 pub fn bootplate_resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: BOOTPLATE_GROUP.into(),
-        version: "v1alpha1".into(),
-        api_version: format!("{BOOTPLATE_GROUP}/v1alpha1"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(BOOTPLATE_GROUP, "v1alpha1", kind),
+        plural,
+    )
 }
 
 fn meta(name: &str) -> Value {
