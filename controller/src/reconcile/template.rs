@@ -24,23 +24,9 @@ pub async fn reconcile_namespaced(
     ctx: Arc<Context>,
 ) -> Result<Action> {
     let namespace = template.namespace().unwrap_or_default();
-    let display = display_of(template.as_ref());
-    let api: Api<BootstrapTemplate> = Api::namespaced(ctx.client.clone(), &namespace);
-    let desired = check(
-        &ctx,
-        &display,
-        &template.spec,
-        template.meta().generation,
-        template.status.as_ref(),
-    );
-    report(
-        &ctx,
-        &api,
-        template.as_ref(),
-        template.status.as_ref(),
-        desired,
-    )
-    .await
+    let api = Api::namespaced(ctx.client.clone(), &namespace);
+    let status = template.status.as_ref();
+    check_and_report(&ctx, &api, template.as_ref(), &template.spec, status).await
 }
 
 /// Reconciles a cluster-scoped template.
@@ -48,23 +34,25 @@ pub async fn reconcile_cluster(
     template: Arc<ClusterBootstrapTemplate>,
     ctx: Arc<Context>,
 ) -> Result<Action> {
-    let display = display_of(template.as_ref());
-    let api: Api<ClusterBootstrapTemplate> = Api::all(ctx.client.clone());
-    let desired = check(
-        &ctx,
-        &display,
-        &template.spec.0,
-        template.meta().generation,
-        template.status.as_ref(),
-    );
-    report(
-        &ctx,
-        &api,
-        template.as_ref(),
-        template.status.as_ref(),
-        desired,
-    )
-    .await
+    let api = Api::all(ctx.client.clone());
+    let status = template.status.as_ref();
+    check_and_report(&ctx, &api, template.as_ref(), &template.spec.0, status).await
+}
+
+/// Checks a template of either kind and reports what was found in its status.
+async fn check_and_report<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    template: &K,
+    spec: &TemplateSpec,
+    previous: Option<&BootstrapTemplateStatus>,
+) -> Result<Action>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let display = display_of(template);
+    let desired = check(ctx, &display, spec, template.meta().generation, previous);
+    report(ctx, api, template, previous, desired).await
 }
 
 /// Transient errors: retry soon.

@@ -69,15 +69,7 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
     };
     if !args.leader_elect {
         running.metrics.set_leader(true);
-        let Running {
-            client,
-            settings,
-            build,
-            metrics,
-            readiness,
-        } = running;
-        let settings = with_build(settings, build).await;
-        return run(client, settings, metrics, readiness, stopped()).await;
+        return running.start(stopped()).await;
     }
     lead(&args, running, stopped).await
 }
@@ -90,6 +82,24 @@ struct Running {
     build: tokio::task::JoinHandle<String>,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
+}
+
+impl Running {
+    /// Runs the controllers, once the build digest is known, until `shutdown`.
+    async fn start(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let settings = with_build(self.settings, self.build).await;
+        run(
+            self.client,
+            settings,
+            self.metrics,
+            self.readiness,
+            shutdown,
+        )
+        .await
+    }
 }
 
 async fn management_client(args: &crate::runtime::flags::RunArgs) -> anyhow::Result<Client> {
@@ -146,17 +156,10 @@ async fn lead(
             return Ok(());
         }
     };
-    let Running {
-        client,
-        settings,
-        build,
-        metrics,
-        readiness,
-    } = running;
-    let settings = with_build(settings, build).await;
-    readiness.set(false);
+    let metrics = running.metrics.clone();
+    running.readiness.set(false);
     metrics.set_leader(true);
-    let controllers = run(client, settings, metrics.clone(), readiness, stopped());
+    let controllers = running.start(stopped());
     let result = tokio::select! {
         result = controllers => result,
         _ = election.hold(acquired) => {
