@@ -50,20 +50,32 @@ mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm"
 mkdir -p "$root/run/bootplate" "$root/run/lock"
 hostname boot-proof
 
-# Stand-ins for what the images of the template's OS family have and a Debian root lacks.
+# Stand-ins for what the images of the template's OS family have and a Debian root lacks: the
+# directories their tools expect and the units their images ship (so that `systemctl enable` of
+# such a unit works as it does on the image, and of any other fails as it does there).
+image_units=(systemd-timesyncd.service)
 case "$os" in
   rocky | rhel | almalinux | centos | fedora | amazonlinux)
     mkdir -p "$root/etc/yum.repos.d" "$root/etc/dnf" "$root/etc/sysconfig" "$root/etc/pki/rpm-gpg" \
       "$root/etc/selinux"
     [[ -e $root/etc/selinux/config ]] || printf 'SELINUX=enforcing\nSELINUXTYPE=targeted\n' >"$root/etc/selinux/config"
+    image_units=(chronyd.service)
+    ;;
+  flatcar)
+    image_units=(containerd.service docker.service systemd-timesyncd.service)
     ;;
 esac
+for unit in "${image_units[@]}"; do
+  [[ -e $root/usr/lib/systemd/system/$unit ]] ||
+    printf '# boot-proof stand-in: a unit the %s image ships\n[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=multi-user.target\n' \
+      "${os:-OS}" >"$root/usr/lib/systemd/system/$unit"
+done
 
 # 2. The stubs and the boot proof's own files.
 bp=$root/usr/local/bootplate
 mkdir -p "$bp" "$root$stubs"
 cp "$out/user-data" "$out/case.json" "$here/check.py" "$here/trace.bash" "$bp/"
-cp "$boot/stubs/stub" "$bp/stub"
+cp "$boot/stubs/stub" "$boot/stubs/packages" "$bp/"
 while read -r name; do
   [[ -z $name || $name == \#* ]] && continue
   ln -s ../stub "$root$stubs/${name#!}"
@@ -131,16 +143,15 @@ else
       "$ignition" -platform file -stage files -root "$root" -config-cache "$out/ignition.json" ||
     ignition_failed=true
   # First boot: systemd applies the presets Ignition wrote, to the units that are installed (a
-  # unit with only drop-ins comes with a package or a download the stubs stood in for).
+  # unit with only drop-ins and no unit file in the image stays disabled, as on a real boot).
   preset=$root/etc/systemd/system-preset/20-ignition.preset
   if [[ -z ${ignition_failed-} && -f $preset ]]; then
     mapfile -t units < <(awk '$1 == "enable" || $1 == "disable" { print $2 }' "$preset")
     for unit in "${units[@]}"; do
       template=${unit%%@*}@.${unit##*.}
+      # systemd presets only the units that exist; check.py reports an enabled one that does not.
       if compgen -G "$root/@(etc|usr/lib)/systemd/system/@($unit|$template)" >/dev/null; then
         stage "systemctl preset $unit (first boot)" in_root /usr/bin/systemctl preset "$unit"
-      else
-        printf 'preset\t%s\n' "$unit" >>"$root/run/bootplate/systemctl-absent"
       fi
     done
   fi

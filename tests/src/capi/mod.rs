@@ -158,7 +158,8 @@ impl CapiEnv {
             &bootplate_webhook,
             &options.bootplate_args,
             "bootplate.log",
-        )?;
+        )
+        .await?;
         let cloud = cloud::Cloud::start(cloud::CloudConfig {
             management: client.clone(),
             workload: workload_client.clone(),
@@ -181,7 +182,7 @@ impl CapiEnv {
     }
 
     /// Stops bootplate (SIGKILL) and starts it again with the same flags, logging to `log`.
-    pub fn restart_bootplate(&mut self, args: &[String], log: &str) -> anyhow::Result<()> {
+    pub async fn restart_bootplate(&mut self, args: &[String], log: &str) -> anyhow::Result<()> {
         self.bootplate.kill();
         self.bootplate = start_bootplate(
             &self.management,
@@ -189,7 +190,8 @@ impl CapiEnv {
             &self.bootplate_webhook,
             args,
             log,
-        )?;
+        )
+        .await?;
         Ok(())
     }
 
@@ -460,7 +462,7 @@ fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf
     Ok((port, cert_dir))
 }
 
-fn start_bootplate(
+async fn start_bootplate(
     server: &ApiServer,
     kubeconfig: &Path,
     (webhook_port, cert_dir): &(u16, PathBuf),
@@ -473,13 +475,16 @@ fn start_bootplate(
     ];
     args.extend(extra.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let process = ControllerProcess::start(kubeconfig, &server.dir().join(log), &args)?;
+    let process = ControllerProcess::start(kubeconfig, &server.dir().join(log), &args).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", *webhook_port)).is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", *webhook_port))
+        .await
+        .is_err()
+    {
         if Instant::now() > deadline {
             bail!("bootplate's webhook does not listen:\n{}", process.log());
         }
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(process)
 }
