@@ -962,8 +962,10 @@ def check_kubeadm(report, c):
     for r in calls_:
         # A real kubeadm's own words say why it failed.
         if r.get("real") and r.get("status") != 0:
-            report.fail("kubeadm", f"the real `kubeadm {want}` exited {r.get('status')}: " + " | ".join(
-                line.strip() for line in r.get("outputTail", []) if line.strip()))
+            tail = [line.strip() for line in r.get("outputTail", []) if line.strip()]
+            errors = [line for line in tail if line.lower().startswith(("error", "[error"))]
+            report.fail("kubeadm", f"the real `kubeadm {want}` exited {r.get('status')}: "
+                        + " | ".join(errors or tail[-3:]))
     if want == "join" and any(r.get("real") and r.get("status") == 0 for r in calls_):
         check_kubelet(report)
     if not calls_:
