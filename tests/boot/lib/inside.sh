@@ -3,9 +3,10 @@
 # (`unshare --mount --uts --ipc --net --pid --fork`): this shell is PID 1 of the run, its mounts
 # and hostname are its own, and it has no network.
 #
-#   inside.sh ROOT OUT [OS]  ROOT: the cached root (read-only lower layer); OUT: the run's
-#                            directory holding user-data and case.json (the report goes to
-#                            OUT/report.json); OS: the template's spec.os.name
+#   inside.sh ROOT OUT [OS [REAL]]  ROOT: the cached root (read-only lower layer); OUT: the
+#                            run's directory holding user-data and case.json (the report goes
+#                            to OUT/report.json); OS: the template's spec.os.name; REAL: for real
+#                            joins, the directory of the real kubeadm and kubelet (see below)
 #
 # 1. A fresh root: an overlay of ROOT (upper layer in OUT), or a copy where overlays fail.
 # 2. /proc (with /proc/sys read-only), an empty tmpfs /run and /dev/shm; the stubs first on PATH
@@ -18,6 +19,16 @@
 #
 # Programs in the root run chrooted, with the capabilities to load kernel modules, reboot, set
 # the clock and do raw I/O dropped from their bounding set.
+#
+# Real joins (REAL given; run.sh then keeps the host's network namespace, so the kubelet reaches
+# the workload apiserver on loopback): the root gets what the install part's packages would have
+# put there, since the package managers stay stubs: the real kubeadm and kubelet (behind the
+# recording stubs, at /usr/bin as the packages install them), the kubelet unit with kubeadm's
+# drop-in, and the host's containerd and runc with containerd's unit. /sys (with the cgroup
+# hierarchies), /dev/kmsg and a writable /proc/sys are the machine's (the kubelet sets its kernel
+# settings; run.sh puts them back), and /var/lib/containerd is a tmpfs (its overlay snapshots
+# cannot live on the root's overlay). After the boot, the check waits (60 s at most) for the
+# kubelet to register its Node.
 set -euo pipefail
 shopt -s extglob
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +36,7 @@ boot=$(dirname "$here")
 lower=$1
 out=$2
 os=${3-}
+real=${4-}
 root=$out/root
 stubs=/usr/local/bootplate/stubs
 path=$stubs:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -43,8 +55,10 @@ if ! mount -t overlay overlay -o "lowerdir=$lower,upperdir=$out/upper,workdir=$o
   fi
 fi
 mount -t proc proc "$root/proc"
-mount --bind "$root/proc/sys" "$root/proc/sys"
-mount -o remount,bind,ro "$root/proc/sys"
+if [[ -z $real ]]; then
+  mount --bind "$root/proc/sys" "$root/proc/sys"
+  mount -o remount,bind,ro "$root/proc/sys"
+fi
 mount -t tmpfs -o mode=0755 tmpfs "$root/run"
 mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm"
 mkdir -p "$root/run/bootplate" "$root/run/lock"
@@ -88,6 +102,53 @@ while read -r name; do
     done
   fi
 done <"$boot/stubs/programs"
+
+if [[ -n $real ]]; then
+  # What the install part's packages would have installed (see the top of this file).
+  mount --rbind /sys "$root/sys"
+  touch "$root/dev/kmsg"
+  mount --bind /dev/kmsg "$root/dev/kmsg"
+  mkdir -p "$root/var/lib/containerd" && mount -t tmpfs tmpfs "$root/var/lib/containerd"
+  mkdir -p "$bp/real"
+  for program in kubeadm kubelet; do
+    touch "$bp/real/$program"
+    mount --bind -o ro "$real/$program" "$bp/real/$program"
+    ln -sf "$stubs/$program" "$root/usr/bin/$program"
+  done
+  for program in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
+    touch "$root$program"
+    mount --bind -o ro "$program" "$root$program"
+  done
+  units=$root/usr/lib/systemd/system
+  mkdir -p "$units/kubelet.service.d"
+  cp /lib/systemd/system/containerd.service "$units/containerd.service"
+  cat >"$units/kubelet.service" <<'UNIT'
+# The kubelet's unit as the Kubernetes packages install it (boot proof, real joins).
+[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  cat >"$units/kubelet.service.d/10-kubeadm.conf" <<'UNIT'
+# kubeadm's drop-in as the Kubernetes packages install it: the kubelet reads what kubeadm wrote.
+[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+UNIT
+fi
 
 in_root() {
   setpriv --bounding-set -sys_module,-sys_boot,-sys_time,-sys_rawio \
@@ -159,6 +220,16 @@ else
     in_root BASH_ENV=/usr/local/bootplate/trace.bash python3 /usr/local/bootplate/check.py run-units \
       >>"$stages_log" 2>&1 || true
   fi
+fi
+
+# Real joins: the kubelet registers its Node after kubeadm is done; wait for that (or give up).
+if [[ -n $real ]]; then
+  kubelet_log=$root/run/bootplate/daemons/kubelet.service.log
+  for _ in $(seq 300); do
+    [[ -f $kubelet_log ]] || break
+    grep -q 'Successfully registered node' "$kubelet_log" && break
+    sleep 0.2
+  done
 fi
 
 # 4. The check.
