@@ -16,9 +16,9 @@ use tracing::{debug, warn};
 
 use super::context::{Context, config_key};
 use super::joined::{self, Joined};
-use super::render::{self, Rendered};
+use super::render::{self, Rendered, Subject};
 use crate::core::blocked::Blocked;
-use crate::core::gate::{self, Path};
+use crate::core::gate::{self, Owner, Path};
 use crate::core::outcome::{self, ConfigState};
 use crate::core::status::{self, ConfigId, ReadyFacts};
 use crate::error::{Error, Result};
@@ -89,38 +89,71 @@ async fn reconcile_config(
     }
 }
 
-/// Finds the config's Machine and Cluster in the caches and goes the way the core says.
+/// Finds the config's owner and Cluster in the caches and goes the way the core says.
 async fn next_step(
     config: &BootplateConfig,
     ctx: &Context,
     previous: &BootplateConfigStatus,
 ) -> Result<Done> {
     let namespace = config.namespace().unwrap_or_default();
-    let Some(machine_name) = gate::owner_machine(config) else {
-        let machine = ctx
-            .stores
-            .machine_referencing(&namespace, &config.name_any());
-        let cluster = machine.and_then(|m| ctx.stores.cluster(&namespace, &m.spec.cluster_name));
-        let cluster = cluster
-            .as_ref()
-            .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
-        return Err(gate::unadopted(config, cluster).into());
-    };
-    let machine = ctx.stores.machine(&namespace, &machine_name);
-    let machine = gate::machine_found(&namespace, &machine_name, machine)?;
-    let cluster = ctx.stores.cluster(&namespace, &machine.spec.cluster_name);
-    let cluster = gate::cluster_found(&namespace, &machine, cluster)?;
-    let secret = ctx.stores.secret(&namespace, &config.name_any());
+    match gate::owner(config) {
+        Some(Owner::Machine(name)) => machine_step(config, ctx, previous, &namespace, &name).await,
+        Some(Owner::Pool(name)) => pool_step(config, ctx, previous, &namespace, &name).await,
+        None => {
+            let cluster = ctx
+                .stores
+                .cluster_referencing(&namespace, &config.name_any());
+            let cluster = cluster
+                .as_ref()
+                .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
+            Err(gate::unadopted(config, cluster).into())
+        }
+    }
+}
+
+/// The config of Machine `name`: rendered until the Machine joined, then frozen.
+async fn machine_step(
+    config: &BootplateConfig,
+    ctx: &Context,
+    previous: &BootplateConfigStatus,
+    namespace: &str,
+    name: &str,
+) -> Result<Done> {
+    let machine = ctx.stores.machine(namespace, name);
+    let machine = gate::owner_found("Machine", namespace, name, machine)?;
+    let cluster_name = &machine.spec.cluster_name;
+    let cluster = ctx.stores.cluster(namespace, cluster_name);
+    let cluster = gate::cluster_found(namespace, ("Machine", name), cluster_name, cluster)?;
+    let secret = ctx.stores.secret(namespace, &config.name_any());
     let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
     match gate::path(config, previous, &machine, &cluster, adopt)? {
         Path::Frozen { role, revision } => {
             let joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
             Ok(Done::Joined(joined))
         }
-        Path::Render => render::render(ctx, config, previous, &machine, &cluster)
+        Path::Render => render::render(ctx, config, previous, Subject::Machine(&machine), &cluster)
             .await
             .map(Done::Rendered),
     }
+}
+
+/// The config of MachinePool `name`: rendered for as long as the pool exists.
+async fn pool_step(
+    config: &BootplateConfig,
+    ctx: &Context,
+    previous: &BootplateConfigStatus,
+    namespace: &str,
+    name: &str,
+) -> Result<Done> {
+    let pool = ctx.stores.machine_pool(namespace, name);
+    let pool = gate::owner_found("MachinePool", namespace, name, pool)?;
+    let cluster_name = &pool.spec.cluster_name;
+    let cluster = ctx.stores.cluster(namespace, cluster_name);
+    let cluster = gate::cluster_found(namespace, ("MachinePool", name), cluster_name, cluster)?;
+    gate::pool_path(config, &cluster)?;
+    render::render(ctx, config, previous, Subject::Pool(&pool), &cluster)
+        .await
+        .map(Done::Rendered)
 }
 
 async fn report_rendered(
@@ -142,7 +175,8 @@ async fn report_rendered(
         ctx.remember(uid, record);
     }
     let token_in_use = done.role != Role::Init;
-    let action = outcome::ready_requeue(token_in_use, ctx.settings.bootstrap_token_ttl)
+    let ttl = ctx.settings.bootstrap_token_ttl;
+    let action = outcome::ready_requeue(token_in_use, done.cleanup_failed, ttl)
         .map_or_else(Action::await_change, Action::requeue);
     Ok((action, ConfigState::Ready))
 }
