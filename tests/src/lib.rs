@@ -131,6 +131,8 @@ impl ApiServer {
             Some(ca) => {
                 let certs = d.join("certs");
                 ca.write_serving(&certs)?;
+                // A workload cluster's kubelets join with bootstrap tokens, as kubeadm sets up.
+                extra.push("--enable-bootstrap-token-auth".to_owned());
                 extra.push(format!(
                     "--tls-cert-file={}",
                     certs.join("tls.crt").display()
