@@ -63,14 +63,9 @@ pub(crate) async fn ensure(
 ) -> Result<Ensured> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
     let now = Timestamp::now();
-    let derived = Token::derived(config_uid);
-    let derived_name = secret_name(&derived);
-    if first {
-        match create(&api, derived, config_uid, config_key, now, ttl).await {
-            Ok(created) => return Ok(created),
-            Err(e) if is_conflict(&e) => {}
-            Err(e) => return Err(workload_error(e)),
-        }
+    let derived_name = id_secret_name(&token::derived_id(config_uid));
+    if first && let Some(created) = create_derived(&api, config_uid, config_key, now, ttl).await? {
+        return Ok(created);
     }
     let by_name = read_twice(|| api.get_opt(&derived_name))
         .await
@@ -116,26 +111,9 @@ pub(crate) async fn ensure_pool(
 ) -> Result<PoolEnsured> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
     let now = Timestamp::now();
-    if first {
-        match create(
-            &api,
-            Token::derived(config_uid),
-            config_uid,
-            config_key,
-            now,
-            ttl,
-        )
-        .await
-        {
-            Ok(ensured) => {
-                return Ok(PoolEnsured {
-                    ensured,
-                    replaced: Vec::new(),
-                });
-            }
-            Err(e) if is_conflict(&e) => {}
-            Err(e) => return Err(workload_error(e)),
-        }
+    if first && let Some(ensured) = create_derived(&api, config_uid, config_key, now, ttl).await? {
+        let replaced = Vec::new();
+        return Ok(PoolEnsured { ensured, replaced });
     }
     let params = ListParams::default().labels(&selector(config_uid));
     let listed = read_twice(|| api.list(&params))
@@ -200,6 +178,23 @@ fn secret_name_id(name: &str) -> String {
     name.strip_prefix("bootstrap-token-")
         .unwrap_or(name)
         .to_owned()
+}
+
+/// Creates the first token of a config never rendered, under the ID derived from its UID;
+/// `None` when that name is taken (an interrupted creation, or another config's token).
+async fn create_derived(
+    api: &Api<Secret>,
+    config_uid: &str,
+    config_key: &str,
+    now: Timestamp,
+    ttl: SignedDuration,
+) -> Result<Option<Ensured>> {
+    let token = Token::derived(config_uid);
+    match create(api, token, config_uid, config_key, now, ttl).await {
+        Ok(created) => Ok(Some(created)),
+        Err(e) if is_conflict(&e) => Ok(None),
+        Err(e) => Err(workload_error(e)),
+    }
 }
 
 /// Creates `token` in the workload cluster.

@@ -89,20 +89,56 @@ async fn reconcile_config(
     }
 }
 
-/// Finds the config's owner and Cluster in the caches and goes the way the core says.
+/// Finds the config's owner and Cluster in the caches and goes the way the core says: a
+/// Machine's config renders until the Machine joined, then is frozen; a MachinePool's renders
+/// for as long as the pool exists.
 async fn next_step(
     config: &BootplateConfig,
     ctx: &Context,
     previous: &BootplateConfigStatus,
 ) -> Result<Done> {
-    let namespace = config.namespace().unwrap_or_default();
+    let namespace = &config.namespace().unwrap_or_default();
+    let name = &config.name_any();
     match gate::owner(config) {
-        Some(Owner::Machine(name)) => machine_step(config, ctx, previous, &namespace, &name).await,
-        Some(Owner::Pool(name)) => pool_step(config, ctx, previous, &namespace, &name).await,
+        Some(Owner::Machine(owner)) => {
+            let machine = ctx.stores.machine(namespace, &owner);
+            let machine = gate::owner_found("Machine", namespace, &owner, machine)?;
+            let cluster = cluster_of(
+                ctx,
+                namespace,
+                ("Machine", &owner),
+                &machine.spec.cluster_name,
+            )?;
+            let secret = ctx.stores.secret(namespace, name);
+            let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
+            match gate::path(config, previous, &machine, &cluster, adopt)? {
+                Path::Frozen { role, revision } => {
+                    let joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
+                    Ok(Done::Joined(joined))
+                }
+                Path::Render => {
+                    render::render(ctx, config, previous, Subject::Machine(&machine), &cluster)
+                        .await
+                        .map(Done::Rendered)
+                }
+            }
+        }
+        Some(Owner::Pool(owner)) => {
+            let pool = ctx.stores.machine_pool(namespace, &owner);
+            let pool = gate::owner_found("MachinePool", namespace, &owner, pool)?;
+            let cluster = cluster_of(
+                ctx,
+                namespace,
+                ("MachinePool", &owner),
+                &pool.spec.cluster_name,
+            )?;
+            gate::pool_path(config, &cluster)?;
+            render::render(ctx, config, previous, Subject::Pool(&pool), &cluster)
+                .await
+                .map(Done::Rendered)
+        }
         None => {
-            let cluster = ctx
-                .stores
-                .cluster_referencing(&namespace, &config.name_any());
+            let cluster = ctx.stores.cluster_referencing(namespace, name);
             let cluster = cluster
                 .as_ref()
                 .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
@@ -111,49 +147,20 @@ async fn next_step(
     }
 }
 
-/// The config of Machine `name`: rendered until the Machine joined, then frozen.
-async fn machine_step(
-    config: &BootplateConfig,
+/// The Cluster `cluster_name` of the owner (kind, name), from the cache.
+fn cluster_of(
     ctx: &Context,
-    previous: &BootplateConfigStatus,
     namespace: &str,
-    name: &str,
-) -> Result<Done> {
-    let machine = ctx.stores.machine(namespace, name);
-    let machine = gate::owner_found("Machine", namespace, name, machine)?;
-    let cluster_name = &machine.spec.cluster_name;
+    owner: (&str, &str),
+    cluster_name: &str,
+) -> Result<std::sync::Arc<crd_types::capi::Cluster>> {
     let cluster = ctx.stores.cluster(namespace, cluster_name);
-    let cluster = gate::cluster_found(namespace, ("Machine", name), cluster_name, cluster)?;
-    let secret = ctx.stores.secret(namespace, &config.name_any());
-    let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
-    match gate::path(config, previous, &machine, &cluster, adopt)? {
-        Path::Frozen { role, revision } => {
-            let joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
-            Ok(Done::Joined(joined))
-        }
-        Path::Render => render::render(ctx, config, previous, Subject::Machine(&machine), &cluster)
-            .await
-            .map(Done::Rendered),
-    }
-}
-
-/// The config of MachinePool `name`: rendered for as long as the pool exists.
-async fn pool_step(
-    config: &BootplateConfig,
-    ctx: &Context,
-    previous: &BootplateConfigStatus,
-    namespace: &str,
-    name: &str,
-) -> Result<Done> {
-    let pool = ctx.stores.machine_pool(namespace, name);
-    let pool = gate::owner_found("MachinePool", namespace, name, pool)?;
-    let cluster_name = &pool.spec.cluster_name;
-    let cluster = ctx.stores.cluster(namespace, cluster_name);
-    let cluster = gate::cluster_found(namespace, ("MachinePool", name), cluster_name, cluster)?;
-    gate::pool_path(config, &cluster)?;
-    render::render(ctx, config, previous, Subject::Pool(&pool), &cluster)
-        .await
-        .map(Done::Rendered)
+    Ok(gate::cluster_found(
+        namespace,
+        owner,
+        cluster_name,
+        cluster,
+    )?)
 }
 
 async fn report_rendered(

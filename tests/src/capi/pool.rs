@@ -119,13 +119,7 @@ async fn set_finalizers(
     if keep(FINALIZER) && !finalizers.iter().any(|f| f == FINALIZER) {
         finalizers.push(FINALIZER.to_owned());
     }
-    let namespace = pool.namespace().unwrap_or_default();
-    let api = cloud::api(
-        &config.management,
-        &namespace,
-        INFRA_GROUP,
-        "DevMachinePool",
-    );
+    let api = scale_sets(config, pool);
     let patch = json!({"metadata": {
         "finalizers": finalizers,
         "resourceVersion": pool.resource_version(),
@@ -180,6 +174,17 @@ async fn scale_pool(config: &CloudConfig, pool: &DynamicObject) -> anyhow::Resul
     report(config, pool, &instances, started + started_now).await
 }
 
+/// The DevMachinePools of `pool`'s namespace.
+fn scale_sets(config: &CloudConfig, pool: &DynamicObject) -> Api<DynamicObject> {
+    let namespace = pool.namespace().unwrap_or_default();
+    cloud::api(
+        &config.management,
+        &namespace,
+        INFRA_GROUP,
+        "DevMachinePool",
+    )
+}
+
 /// Writes the DevMachinePool's provider IDs and status.
 async fn report(
     config: &CloudConfig,
@@ -187,13 +192,7 @@ async fn report(
     instances: &[Instance],
     started: u64,
 ) -> anyhow::Result<()> {
-    let namespace = pool.namespace().unwrap_or_default();
-    let api = cloud::api(
-        &config.management,
-        &namespace,
-        INFRA_GROUP,
-        "DevMachinePool",
-    );
+    let api = scale_sets(config, pool);
     let provider_ids: Vec<&str> = instances.iter().map(|i| i.provider_id.as_str()).collect();
     api.patch(
         &pool.name_any(),
