@@ -28,6 +28,10 @@ pub mod reason {
     pub const WAITING_FOR_INIT_LOCK: &str = "WaitingForInitLock";
     /// The control plane is not initialized yet.
     pub const WAITING_FOR_CONTROL_PLANE: &str = "WaitingForControlPlane";
+    /// The config's owner asks for a role it cannot have: a MachinePool whose template carries
+    /// the control-plane label (a pool's instances share one data Secret; only `worker` can be
+    /// shared).
+    pub const ROLE_NOT_SUPPORTED: &str = "RoleNotSupported";
     /// The config was recreated (`clusterctl move`, a restore) next to the data Secret its
     /// Machine booted from; bootplate adopts that Secret once CAPI finds the Machine's Node.
     pub const WAITING_FOR_NODE: &str = "WaitingForNode";

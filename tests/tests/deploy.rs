@@ -66,7 +66,7 @@ const MANAGER_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "cluster.x-k8s.io",
-        &["machines", "clusters"],
+        &["machines", "machinepools", "clusters"],
         &["get", "list", "watch"],
     ),
     ("cluster.x-k8s.io", &["clusters/finalizers"], &["update"]),

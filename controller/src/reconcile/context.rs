@@ -25,7 +25,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconcile only objects whose `cluster.x-k8s.io/watch-filter` label has this value.
     pub watch_filter: Option<String>,
-    /// Lifetime of a bootstrap token; refreshed while the Machine has not joined.
+    /// Lifetime of a bootstrap token; refreshed while the Machine has not joined, rotated for
+    /// a MachinePool.
     pub bootstrap_token_ttl: Duration,
     /// Timeout for requests to workload clusters.
     pub workload_timeout: Duration,

@@ -54,7 +54,7 @@ impl Metrics {
         let secrets_written = IntCounter::new("bootplate_data_secrets_written_total", "Data Secrets created or updated.").expect("valid metric");
         let events = counter_vec(&r, "bootplate_events_total", "Kubernetes Events by outcome: published, failed (refused by the apiserver), dropped (the delivery queue was full).", &["result"]);
         let events_queued = IntGauge::new("bootplate_events_queued", "Events waiting for delivery.").expect("valid metric");
-        let tokens = counter_vec(&r, "bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, deleted) and errors managing them (error).", &["action"]);
+        let tokens = counter_vec(&r, "bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, rotated, deleted) and errors managing them (error).", &["action"]);
         let configs = gauge_vec(&r, "bootplate_configs", "Configs by state (ready, waiting, failed).", &["state"]);
         let templates = gauge_vec(&r, "bootplate_templates", "Templates by validity (valid, invalid).", &["validity"]);
         let time_to_ready = Histogram::with_opts(HistogramOpts::new("bootplate_config_time_to_ready_seconds", "Time from a config's creation until its data Secret was first written.").buckets(vec![1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0])).expect("valid metric");

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster, Machine, WATCH_FILTER_LABEL};
+use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster, Machine, MachinePool, WATCH_FILTER_LABEL};
 use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate, TemplateKind};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -230,6 +230,7 @@ struct Triggers {
     configs: BoxStream<'static, Result<BootplateConfig, watcher::Error>>,
     data_secrets: BoxStream<'static, Result<PartialObjectMeta<Secret>, watcher::Error>>,
     machines: BoxStream<'static, Result<Machine, watcher::Error>>,
+    machine_pools: BoxStream<'static, Result<MachinePool, watcher::Error>>,
     clusters: BoxStream<'static, Result<Cluster, watcher::Error>>,
     templates: BoxStream<'static, Result<BootstrapTemplate, watcher::Error>>,
     cluster_templates: BoxStream<'static, Result<ClusterBootstrapTemplate, watcher::Error>>,
@@ -242,6 +243,7 @@ fn watches(
     metrics: &Arc<Metrics>,
     caches: &Caches,
     deleted_configs: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,
+    pools_served: bool,
 ) -> (Stores, Triggers) {
     let compiled = &caches.compiled;
     let ns = settings.namespace.as_deref();
@@ -252,6 +254,8 @@ fn watches(
     let all = watcher::Config::default;
     let (machines, machine_events) =
         watch(api(client, ns), filtered(), strip, Deletions::Skip, |_| {});
+    let (machine_pools, machine_pool_events) =
+        pool_watch(pools_served.then(|| api(client, ns)), filtered());
     let (clusters, cluster_events) = watch(
         api(client, ns),
         filtered(),
@@ -296,6 +300,7 @@ fn watches(
         configs,
         machines,
         clusters,
+        machine_pools,
         templates,
         cluster_templates,
         secrets,
@@ -304,6 +309,7 @@ fn watches(
         configs: config_events.boxed(),
         data_secrets: data_secrets.boxed(),
         machines: machine_events.boxed(),
+        machine_pools: machine_pool_events,
         clusters: cluster_events.boxed(),
         templates: template_events.boxed(),
         cluster_templates: cluster_template_events.boxed(),
@@ -311,8 +317,8 @@ fn watches(
     (stores, triggers)
 }
 
-/// The config controller: a config is reconciled when it, its data Secret, its Machine, its
-/// Cluster or its template changes.
+/// The config controller: a config is reconciled when it, its data Secret, its Machine or
+/// MachinePool, its Cluster or its template changes.
 fn config_controller(
     triggers: Triggers,
     configs: Store<BootplateConfig>,
@@ -323,6 +329,7 @@ fn config_controller(
     Controller::for_stream(triggers.configs, configs)
         .owns_stream(triggers.data_secrets)
         .watches_stream(triggers.machines, machine_to_config)
+        .watches_stream(triggers.machine_pools, pool_to_config)
         .watches_stream(triggers.clusters, move |cluster: Cluster| {
             configs_of_cluster(&by_cluster, &cluster)
         })
@@ -356,7 +363,8 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let caches = Caches::default();
     let (deleted_tx, deleted_rx) = deleted::channel();
-    let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx);
+    let pools = machine_pools_served(&client).await?;
+    let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);
     let configs = stores.configs.clone();
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -494,9 +502,65 @@ fn strip<K: Resource>(object: &mut K) {
 
 /// A Machine's config, from `spec.bootstrap.configRef`.
 fn machine_to_config(machine: Machine) -> Option<ObjectRef<BootplateConfig>> {
-    let config_ref = machine.spec.bootstrap.config_ref.as_ref()?;
+    config_named(&machine.spec.bootstrap, machine.namespace())
+}
+
+/// A MachinePool's config, from `spec.template.spec.bootstrap.configRef`.
+fn pool_to_config(pool: MachinePool) -> Option<ObjectRef<BootplateConfig>> {
+    config_named(&pool.spec.template.spec.bootstrap, pool.namespace())
+}
+
+/// The BootplateConfig a bootstrap reference names, in `namespace`.
+fn config_named(
+    bootstrap: &crd_types::capi::MachineBootstrap,
+    namespace: Option<String>,
+) -> Option<ObjectRef<BootplateConfig>> {
+    let config_ref = bootstrap.config_ref.as_ref()?;
     (config_ref.kind == "BootplateConfig" && config_ref.api_group == crd_types::GROUP)
-        .then(|| ObjectRef::new(&config_ref.name).within(&machine.namespace().unwrap_or_default()))
+        .then(|| ObjectRef::new(&config_ref.name).within(&namespace.unwrap_or_default()))
+}
+
+/// Whether the management cluster serves `cluster.x-k8s.io/v1beta2` MachinePools (Cluster API
+/// installs the kind with its core components; a cluster without it gets no MachinePool watch,
+/// whose listing would never complete). Looked up once at start: a MachinePool kind installed
+/// later is watched after a restart.
+async fn machine_pools_served(client: &Client) -> anyhow::Result<bool> {
+    let served = match client
+        .list_api_group_resources(&MachinePool::api_version(&()))
+        .await
+    {
+        Ok(list) => list
+            .resources
+            .iter()
+            .any(|r| r.name == MachinePool::plural(&())),
+        Err(kube::Error::Api(status)) if status.code == 404 => false,
+        Err(e) => return Err(anyhow::Error::new(e).context("discovering cluster.x-k8s.io/v1beta2")),
+    };
+    if !served {
+        warn!(
+            "the management cluster serves no cluster.x-k8s.io/v1beta2 MachinePools: configs owned by MachinePools are not rendered until bootplate restarts with them served"
+        );
+    }
+    Ok(served)
+}
+
+/// The MachinePool watch; without `pools` (the kind is not served), a store that holds nothing
+/// and is ready at once, and no triggers.
+fn pool_watch(
+    pools: Option<Api<MachinePool>>,
+    config: watcher::Config,
+) -> (
+    Store<MachinePool>,
+    BoxStream<'static, Result<MachinePool, watcher::Error>>,
+) {
+    if let Some(pools) = pools {
+        let (store, events) = watch(pools, config, strip, Deletions::Skip, |_| {});
+        return (store, events.boxed());
+    }
+    let (store, mut writer) = reflector::store::<MachinePool>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    (store, futures::stream::empty().boxed())
 }
 
 /// The configs of a Cluster's machines, by the cluster-name label CAPI puts on configs, or,
