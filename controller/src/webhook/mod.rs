@@ -164,6 +164,10 @@ async fn check(
             }
             Ok(problems)
         }
+        "BootstrapGenerator" => {
+            let generator: crd_types::BootstrapGenerator = decode(object, "BootstrapGenerator")?;
+            Ok(validate::generator(&generator.spec))
+        }
         "BootplateConfigTemplate" => {
             let config_template: BootplateConfigTemplate =
                 decode(object, "BootplateConfigTemplate")?;

@@ -34,6 +34,15 @@ pub fn template(display: &str, spec: &TemplateSpec) -> Vec<String> {
         .collect()
 }
 
+/// Problems of a generator: its endpoint (one https URL or a Service) and its CA bundle (PEM
+/// certificates), as the controller builds its client.
+pub fn generator(spec: &crd_types::GeneratorSpec) -> Vec<String> {
+    match crate::generator::client::GeneratorClient::new(spec) {
+        Ok(_) => Vec::new(),
+        Err(problem) => vec![problem],
+    }
+}
+
 /// Problems of a config spec at `field` (`spec`, or `spec.template.spec` in a config template)
 /// in `namespace`, checked against its template when that exists.
 pub fn config(
