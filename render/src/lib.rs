@@ -368,6 +368,15 @@ impl CompiledTemplate {
         ))
     }
 
+    /// The config lint's sample renders use: `config`, or sample values for the required
+    /// variables (`None` when no value fits a variable's schema).
+    pub fn sample_config(
+        &self,
+        config: Option<&BootplateConfigSpec>,
+    ) -> Option<BootplateConfigSpec> {
+        lint::sample_config(self, config).ok()
+    }
+
     /// Serves `request` as a generator (`bootplate generator serve`): renders this template's
     /// parts that apply to the request's role with the request's context, and answers with their
     /// files, units and commands. The request's values reach the template's declared variables

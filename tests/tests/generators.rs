@@ -434,3 +434,178 @@ async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their
     );
     assert!(env.config("p-0").await.status.unwrap().ready);
 }
+
+/// A served template for the offline test: the machine's name and a value in a file.
+const SERVED: &str = r##"apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata:
+  name: netplan-generator
+spec:
+  os: {name: any}
+  format: cloud-config
+  variables:
+  - {name: site, required: true}
+  - {name: interface, required: true}
+  parts:
+  - name: netplan
+    files:
+    - path: /etc/netplan/60-{{values.interface}}.yaml
+      permissions: "0600"
+      content: "# {{machine.name}} in {{values.site}}\n"
+    commands: [netplan apply]
+"##;
+
+/// The calling template: its `site` value and the part's `interface` parameter reach the
+/// served template.
+const CALLING: &str = r#"apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: ClusterBootstrapTemplate
+metadata:
+  name: calling
+spec:
+  os: {name: ubuntu, version: "24.04"}
+  format: cloud-config
+  variables:
+  - {name: site, default: fra}
+  parts:
+  - name: network
+    commands: ["echo {{shell_quote values.site}}"]
+    generator:
+      name: netgen
+      parameters: {interface: ens3}
+"#;
+
+#[tokio::test]
+async fn generator_serve_answers_render_and_lint_with_bootplates_own_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("generator serve CA");
+    let certs = dir.path().join("certs");
+    ca.write_serving(&certs).unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let served = write("served.yaml", SERVED);
+    let calling = write("calling.yaml", CALLING);
+    let port = testenv::free_port().unwrap();
+    let bootplate = testenv::controller::binary().unwrap();
+    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+    let _server = KillOnDrop(
+        std::process::Command::new(&bootplate)
+            .args(["generator", "serve", "--template"])
+            .arg(&served)
+            .arg(format!("--addr=127.0.0.1:{port}"))
+            .arg("--cert-dir")
+            .arg(&certs)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("netgen=https://127.0.0.1:{port}/");
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let run = |args: &[&str]| {
+        std::process::Command::new(&bootplate)
+            .args(args)
+            .arg("--generator-ca")
+            .arg(certs.join("ca.crt"))
+            .output()
+            .unwrap()
+    };
+    let (machine, cluster) = (
+        examples.join("machine-worker.yaml"),
+        examples.join("cluster.yaml"),
+    );
+    let render = |generators: &[&str]| {
+        let mut args = vec![
+            "render",
+            "--template",
+            calling.to_str().unwrap(),
+            "--machine",
+            machine.to_str().unwrap(),
+            "--cluster",
+            cluster.to_str().unwrap(),
+        ];
+        args.extend(generators);
+        run(&args)
+    };
+    let out = eventually("bootplate generator serve answers", WAIT, || async {
+        let out = render(&["--generator", &url]);
+        out.status.success().then_some(out)
+    })
+    .await;
+    let user_data = String::from_utf8(out.stdout).unwrap();
+    let yaml: serde_yaml::Value =
+        serde_yaml::from_str(user_data.strip_prefix("#cloud-config\n").unwrap()).unwrap();
+    let machine_name =
+        serde_yaml::from_str::<serde_yaml::Value>(&std::fs::read_to_string(&machine).unwrap())
+            .unwrap()["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let file = &yaml["write_files"][0];
+    assert_eq!(file["path"], "/etc/netplan/60-ens3.yaml");
+    assert_eq!(file["permissions"], "0600");
+    assert_eq!(
+        file["content"].as_str().unwrap(),
+        format!("# {machine_name} in fra\n")
+    );
+    let runcmd = serde_yaml::to_string(&yaml["runcmd"]).unwrap();
+    assert!(
+        runcmd.find("fra").unwrap() < runcmd.find("netplan apply").unwrap(),
+        "{runcmd}"
+    );
+
+    // Without the generator, render says which flag is missing.
+    let missing = render(&[]);
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("spec.parts[0].generator") && stderr.contains("--generator netgen=URL"),
+        "{stderr}"
+    );
+
+    // lint: unchecked without --generator (a warning), clean with it, an error when the
+    // generator fails (the served template lacks a variable the request does not bring).
+    let lint = |extra: &[&str]| {
+        let mut args = vec!["lint", "--format", "short", calling.to_str().unwrap()];
+        args.extend(extra);
+        run(&args)
+    };
+    let unchecked = lint(&[]);
+    let stdout = String::from_utf8_lossy(&unchecked.stdout);
+    assert_eq!(unchecked.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("warning: spec.parts[0].generator: part `network` takes content from BootstrapGenerator netgen, whose answers are not checked"), "{stdout}");
+    let checked = lint(&["--generator", &url]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(0), "{stdout}");
+    assert!(stdout.trim().is_empty(), "{stdout}");
+    let without_parameter = CALLING.replace("parameters: {interface: ens3}", "parameters: {}");
+    let broken = write("broken.yaml", &without_parameter);
+    let out = run(&[
+        "lint",
+        "--format",
+        "short",
+        broken.to_str().unwrap(),
+        "--generator",
+        &url,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("error: spec.parts[0].generator: BootstrapGenerator netgen")
+            && stdout.contains("the generator refused")
+            && stdout.contains("interface"),
+        "{stdout}"
+    );
+}
+
+/// A child process killed when the test ends, also when it fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
