@@ -151,6 +151,34 @@ pub fn full_cluster_bootstrap_template(name: &str) -> ClusterBootstrapTemplate {
     }
 }
 
+/// A generator with every field set.
+pub fn full_bootstrap_generator(name: &str) -> crd_types::BootstrapGenerator {
+    crd_types::BootstrapGenerator::new(
+        name,
+        crd_types::GeneratorSpec {
+            client_config: crd_types::ClientConfig {
+                url: None,
+                service: Some(crd_types::ServiceReference {
+                    namespace: "infra".into(),
+                    name: "cmdb".into(),
+                    port: Some(8443),
+                    path: Some("/v1/generate".into()),
+                }),
+                ca_bundle: Some(
+                    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+                ),
+            },
+            timeout_seconds: Some(5),
+            max_response_bytes: Some(65536),
+            max_concurrency: Some(8),
+            secrets: crd_types::GeneratorSecrets {
+                join_token: true,
+                certificates: true,
+            },
+        },
+    )
+}
+
 /// A config spec with every field set.
 pub fn full_config_spec() -> BootplateConfigSpec {
     BootplateConfigSpec {

@@ -609,3 +609,90 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+#[tokio::test]
+async fn the_python_example_of_docs_generators_md_serves_bootplate_render() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/generators.md"),
+    )
+    .unwrap();
+    let example = doc
+        .split("```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/generators.md has a python example");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("python example CA");
+    let certs = dir.path().join("certs");
+    ca.write_serving(&certs).unwrap();
+    let script = dir.path().join("generator.py");
+    std::fs::write(&script, example).unwrap();
+    let port = testenv::free_port().unwrap();
+    // python3 comes with cloud-init, which tests/scripts/install-tools.sh installs.
+    let _server = KillOnDrop(
+        std::process::Command::new("python3")
+            .arg(&script)
+            .env("PORT", port.to_string())
+            .env("TLS_DIR", &certs)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("python.log")).unwrap())
+            .spawn()
+            .expect("python3 runs"),
+    );
+    let template = dir.path().join("calling.yaml");
+    std::fs::write(
+        &template,
+        CALLING
+            .replace("name: netgen", "name: cmdb")
+            .replace("echo {{shell_quote values.site}}", "echo ok"),
+    )
+    .unwrap();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let machine = dir.path().join("machine.yaml");
+    let worker = std::fs::read_to_string(examples.join("machine-worker.yaml")).unwrap();
+    let render = |machine_name: &str| {
+        std::fs::write(
+            &machine,
+            worker.replace("name: demo-md-0-abcde", &format!("name: {machine_name}")),
+        )
+        .unwrap();
+        std::process::Command::new(testenv::controller::binary().unwrap())
+            .arg("render")
+            .arg("--template")
+            .arg(&template)
+            .arg("--machine")
+            .arg(&machine)
+            .arg("--cluster")
+            .arg(examples.join("cluster.yaml"))
+            .arg("--generator")
+            .arg(format!("cmdb=https://127.0.0.1:{port}/"))
+            .arg("--generator-ca")
+            .arg(certs.join("ca.crt"))
+            .output()
+            .unwrap()
+    };
+    let out = eventually("the python generator answers", WAIT, || async {
+        let out = render("w-1");
+        out.status.success().then_some(out)
+    })
+    .await;
+    let user_data = String::from_utf8(out.stdout).unwrap();
+    let yaml: serde_yaml::Value =
+        serde_yaml::from_str(user_data.strip_prefix("#cloud-config\n").unwrap()).unwrap();
+    assert_eq!(
+        yaml["write_files"][0]["path"],
+        "/etc/netplan/60-static.yaml"
+    );
+    assert_eq!(
+        yaml["write_files"][0]["content"].as_str().unwrap(),
+        "network:\n  version: 2\n  ethernets:\n    ens3:\n      addresses: [10.1.0.11/24]\n"
+    );
+    let refused = render("w-9");
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("BootstrapGenerator cmdb")
+            && stderr.contains("the generator refused: no address for machine w-9"),
+        "{stderr}"
+    );
+}
