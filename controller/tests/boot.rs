@@ -215,6 +215,17 @@ impl Case {
             .collect()
     }
 
+    /// Whether a command of the user-data ran `systemctl enable` on `unit` (a unit declared
+    /// `enable: false` that the template's commands enable once its package is installed).
+    fn enabled_by_a_command(&self, unit: &str) -> bool {
+        let short = unit.strip_suffix(".service").unwrap_or(unit);
+        self.stub_calls().iter().any(|(program, args)| {
+            program == "systemctl"
+                && args.first().is_some_and(|verb| verb == "enable")
+                && args[1..].iter().any(|a| a == unit || a == short)
+        })
+    }
+
     /// `program arg...` of each stub call, for messages and exact comparisons.
     fn stub_lines(&self) -> Vec<String> {
         self.stub_calls()
@@ -329,11 +340,13 @@ fn check_against_template(case: &Case) {
         }
         let state = entry["state"].as_str().unwrap();
         if enabled {
-            assert!(
-                state == "enabled" || (!has_content && state == "no unit file"),
+            // Also a unit with only drop-ins: its file comes with a package the commands
+            // installed (the stubs put it in place), and a unit file missing there fails.
+            assert_eq!(
+                state, "enabled",
                 "{label}: {name} should be enabled: {entry}"
             );
-        } else {
+        } else if !case.enabled_by_a_command(&name) {
             assert_ne!(state, "enabled", "{label}: {name} should stay disabled");
         }
     }
@@ -405,8 +418,12 @@ fn check_kubeadm(case: &Case) {
             )
         });
     for (i, (program, args)) in calls.iter().enumerate() {
+        // kubeadm's preflight wants the kubelet installed and enabled; units that only get
+        // drop-ins (containerd's) may be enabled by the writer after the commands.
         let before = PACKAGE_MANAGERS.contains(&program.as_str())
-            || (program == "systemctl" && args.first().map(String::as_str) == Some("enable"));
+            || (program == "systemctl"
+                && args.first().map(String::as_str) == Some("enable")
+                && args.iter().any(|a| a.starts_with("kubelet")));
         assert!(
             !before || i < at,
             "{label}: `{program} {}` ran after kubeadm: {:#?}",
@@ -490,16 +507,18 @@ fn check_fixture_order(case: &Case) {
             [
                 "systemctl daemon-reload",
                 "systemctl enable proof-agent.service",
-                "systemctl enable kubelet.service",
             ]
             .map(str::to_owned),
         );
     }
     expected.extend(
         [
+            "curl -fsSL https://pkgs.k8s.io/core:/stable:/v1.31/deb/Release.key",
+            "gpg --dearmor -o /etc/apt/keyrings/kubernetes.gpg",
             "apt-get update -q",
-            "apt-get install -y -q kubelet kubeadm kubectl",
+            "apt-get install -y -q containerd kubelet kubeadm kubectl",
             "apt-mark hold kubelet kubeadm kubectl",
+            "systemctl enable kubelet",
             "modprobe overlay",
             "modprobe br_netfilter",
             "sysctl --system",
@@ -512,6 +531,9 @@ fn check_fixture_order(case: &Case) {
     } else {
         "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml".to_owned()
     });
+    // A unit with only drop-ins is enabled after the commands, in every format (its unit file
+    // comes with the package they install).
+    expected.push("systemctl enable containerd.service".to_owned());
     assert_eq!(case.stub_lines(), expected, "{}", case.label());
 }
 
@@ -605,6 +627,9 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
             "permissions-type",
             "permissions-type-ignition",
             "permissions-structured",
+            "enable-missing-unit",
+            "package-without-repository",
+            "repository-without-key",
         ]
         .map(|n| fixture(&format!("broken/{n}.yaml"))),
     );
@@ -617,7 +642,7 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
         proof.stderr
     );
     // (template, its first failure's step, words of that failure's message)
-    let expectations: [(&str, &str, &[&str]); 9] = [
+    let expectations: [(&str, &str, &[&str]); 12] = [
         (
             "failing-command",
             // runcmd[0] is the writer's `set -e`.
@@ -669,6 +694,29 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
             "permissions-structured",
             "render",
             &["spec.parts[0].files[0].permissions", "octal digits"],
+        ),
+        // The stubs fail where the real programs do: a unit nothing installed, a package from a
+        // repository never written, a repository whose key was never written.
+        (
+            "enable-missing-unit",
+            "runcmd[2]",
+            &["Failed to enable unit: Unit file proof-agent.service does not exist."],
+        ),
+        (
+            "package-without-repository",
+            "runcmd[2]",
+            &[
+                "Unable to locate package kubelet",
+                "no repository file in /etc/apt/sources.list.d names pkgs.k8s.io",
+            ],
+        ),
+        (
+            "repository-without-key",
+            "runcmd[2]",
+            &[
+                "Unable to locate package kubelet",
+                "signed with /etc/apt/keyrings/kubernetes.asc, which does not exist",
+            ],
         ),
     ];
     let cases = cases(&proof);
@@ -726,7 +774,12 @@ fn a_broken_template_fails_the_boot_proof_and_names_the_step() {
             assert!(sentinel_failure, "{template}: {failures:#?}");
             let steps = case.report["steps"].as_array().unwrap();
             assert_eq!(steps[2]["state"], "ok", "{template}: {steps:?}");
-        } else if template.starts_with("failing-command") {
+        } else if template.starts_with("failing-command")
+            || matches!(
+                template,
+                "enable-missing-unit" | "package-without-repository" | "repository-without-key"
+            )
+        {
             assert_eq!(
                 case.report["sentinel"], false,
                 "{template}: the bootstrap sentinel was written although a command failed"

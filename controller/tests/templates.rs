@@ -1699,6 +1699,8 @@ fn configured_value(name: &str) -> Value {
         "nodeTaints" => json!([{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]),
         "nodeNameFromHostname" => json!(false),
         "kubeadmIgnorePreflightErrors" => json!(["NumCPU"]),
+        "cgroupDriver" => json!("cgroupfs"),
+        "allowCgroupV1" => json!(true),
         "imageRepository" => json!("registry.example.com/k8s"),
         "apiServerCertSANs" => json!(["api.example.com", "10.0.0.100"]),
         "apiServerExtraArgs" => json!({"audit-log-maxage": "30"}),

@@ -424,7 +424,8 @@ pub struct Unit {
     /// Unit name, for example `kubelet.service`.
     #[schemars(regex(pattern = r"^[A-Za-z0-9:_.@-]+\.(service|socket|timer|path|mount|target)$"))]
     pub name: String,
-    /// Enable the unit. Default: true.
+    /// Enable the unit. Default: true. A unit without `content` is enabled after the commands:
+    /// its file comes with the image or with a package the commands install.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable: Option<bool>,
     /// The unit file (a handlebars template). Omit to only add drop-ins to an existing unit.

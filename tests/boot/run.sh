@@ -4,7 +4,7 @@
 # own, and checks what it did (tests/boot/lib/check.py).
 #
 #   tests/boot/run.sh --user-data FILE --out DIR [--label TEXT] [--role ROLE]
-#                     [--kubernetes-version VERSION] [--os NAME]
+#                     [--kubernetes-version VERSION] [--os NAME] [--real-kube DIR]
 #
 # DIR is emptied; DIR/report.json is the report (files, units, steps, stub calls, kubeadm
 # configurations, users, hostname, sentinel, failures), DIR/stages.log and DIR/cloud-init*.log
@@ -15,12 +15,18 @@
 # Debian root lacks (for rocky, rhel, almalinux, centos, fedora, amazonlinux: /etc/yum.repos.d,
 # /etc/dnf, /etc/sysconfig, /etc/pki/rpm-gpg and an SELinux config).
 #
+# --real-kube DIR: a real join. DIR holds the real `kubeadm` and `kubelet`; they run instead of
+# the stubs, with the host's containerd and runc, in the host's network namespace (the kubelet
+# reaches the cluster on loopback), and services start as processes (lib/inside.sh says what
+# else the root gets). One real run at a time per machine: the kubelet's ports are the host's. The
+# kernel settings the kubelet changes are put back afterwards, and the cgroups it made removed.
+#
 # Exit status: 0 proven; 1 the boot proof failed (each failure on stderr, prefixed with LABEL);
 # 2 the run could not be made (not root, the root cannot be built, a tool is missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME]" >&2; exit 2; }
-user_data="" out="" label="" role="" version="" os=""
+usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME] [--real-kube DIR]" >&2; exit 2; }
+user_data="" out="" label="" role="" version="" os="" real=""
 while (($#)); do
   case "$1" in
     --user-data) user_data=${2-}; shift 2 ;;
@@ -29,6 +35,7 @@ while (($#)); do
     --role) role=${2-}; shift 2 ;;
     --kubernetes-version) version=${2-}; shift 2 ;;
     --os) os=${2-}; shift 2 ;;
+    --real-kube) real=${2-}; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -53,8 +60,35 @@ python3 -c 'import json, sys; json.dump(dict(zip(["label", "role", "kubernetesVe
 # BOOTPLATE_BOOT_TIMEOUT seconds (default 600); --kill-child ends everything in its namespaces.
 timeout=${BOOTPLATE_BOOT_TIMEOUT:-600}
 status=0
-timeout --kill-after=10 "$timeout" unshare --mount --uts --ipc --net --pid --fork --kill-child \
-  --propagation private "$here/lib/inside.sh" "$lower" "$out" "$os" 2>"$out/inside.log" || status=$?
+namespaces=(--mount --uts --ipc --net --pid)
+if [[ -n $real ]]; then
+  for program in kubeadm kubelet; do
+    [[ -x $real/$program ]] || die "--real-kube $real: no $program there (tests/scripts/build-tools.sh builds it)"
+  done
+  for program in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
+    [[ -x $program ]] || die "$program is missing: run tests/scripts/install-tools.sh"
+  done
+  namespaces=(--mount --uts --ipc --pid)
+  # One real run at a time: the kubelet's ports and the kernel settings are the host's.
+  exec 8>/run/lock/bootplate-real-join.lock
+  flock 8
+  tunables=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+    kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+  saved=()
+  for t in "${tunables[@]}"; do saved+=("$(cat "/proc/sys/$t")"); done
+  cleanup_real() {
+    for i in "${!tunables[@]}"; do echo "${saved[i]}" >"/proc/sys/${tunables[i]}" || true; done
+    # The kubelet's cgroups (cgroupfs driver: kubepods under each hierarchy), deepest first.
+    local pods
+    for pods in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+      [[ -d $pods ]] && find "$pods" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    return 0
+  }
+  trap cleanup_real EXIT
+fi
+timeout --kill-after=10 "$timeout" unshare "${namespaces[@]}" --fork --kill-child \
+  --propagation private "$here/lib/inside.sh" "$lower" "$out" "$os" "$real" 2>"$out/inside.log" || status=$?
 if ((status == 124 || status == 137)); then
   last=$(grep '^== ' "$out/stages.log" 2>/dev/null | grep -v ': exit [0-9]*$' | tail -n 1 || true)
   echo "boot-proof: $label: FAILED: timeout: the run did not finish in $timeout s${last:+ (in ${last#== })}" >&2

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real peers the tests run against, from their Go modules (tests/tools/*/go.mod):
 # kube-apiserver and kube-controller-manager (k8s.io/kubernetes; its garbage collector removes
-# what ownerReferences say is orphaned, as in any real cluster), etcd (go.etcd.io/etcd/server/v3), the Cluster API manager,
-# clusterctl and the kubeadm bootstrap provider's manager (sigs.k8s.io/cluster-api).
+# what ownerReferences say is orphaned, as in any real cluster), kubeadm and kubelet (the same
+# module: the real joins run them on the machines bootplate's user-data sets up), etcd
+# (go.etcd.io/etcd/server/v3), the Cluster API manager, clusterctl and the kubeadm bootstrap
+# provider's manager (sigs.k8s.io/cluster-api).
 #
 # Idempotent and cached by version under ${BOOTPLATE_CACHE:-~/.cache/bootplate}: binaries in
 # bin/NAME-VERSION, the module and build caches in go/. Once cached it needs no network.
@@ -51,6 +53,8 @@ build() {
 
 build kube-apiserver "$kube_version" kube k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
 build kube-controller-manager "$kube_version" kube k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
+build kubeadm "$kube_version" kube k8s.io/kubernetes/cmd/kubeadm "$kube_ldflags"
+build kubelet "$kube_version" kube k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
 build etcd "$etcd_version" etcd . "-s -w"
 build capi-manager "$capi_version" capi sigs.k8s.io/cluster-api/core "$capi_ldflags"
 build clusterctl "$capi_version" capi sigs.k8s.io/cluster-api/cmd/clusterctl "$capi_ldflags"

@@ -69,15 +69,17 @@ impl Env {
     }
 
     /// Starts `bootplate run` as the ServiceAccount of deploy/rbac.
-    pub fn controller(&self, extra: &[&str]) -> ControllerProcess {
-        self.controller_logging_to("controller.log", extra)
+    pub async fn controller(&self, extra: &[&str]) -> ControllerProcess {
+        self.controller_logging_to("controller.log", extra).await
     }
 
     /// Starts `bootplate run` as the ServiceAccount of deploy/rbac, logging to `log` in the
     /// management apiserver's directory.
-    pub fn controller_logging_to(&self, log: &str, extra: &[&str]) -> ControllerProcess {
+    pub async fn controller_logging_to(&self, log: &str, extra: &[&str]) -> ControllerProcess {
         let log = self.management.dir().join(log);
-        ControllerProcess::start(&self.controller_kubeconfig, &log, extra).unwrap()
+        ControllerProcess::start(&self.controller_kubeconfig, &log, extra)
+            .await
+            .unwrap()
     }
 
     pub async fn cluster(&self, name: &str, paused: bool) {

@@ -56,6 +56,14 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body.to_owned()))
 }
 
+/// Whether `GET path` on loopback `port` answers at all. The blocking probe runs on the
+/// blocking pool, so a test on a single-threaded runtime keeps driving its other futures.
+pub async fn answers(port: u16, path: &'static str) -> bool {
+    tokio::task::spawn_blocking(move || http_get(port, path).is_some())
+        .await
+        .unwrap_or(false)
+}
+
 /// `text` without ANSI colour codes (the text log format colours field names).
 fn plain(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -80,10 +88,10 @@ impl ControllerProcess {
     /// endpoints on free loopback ports, logging to `log`, and waits until `/healthz` answers.
     /// A port is free when picked and bound by the process a moment later; another test may
     /// take it in between, so a process that cannot listen is started again on other ports.
-    pub fn start(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+    pub async fn start(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
         for _ in 0..5 {
             let logged_before = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
-            match Self::start_once(kubeconfig, log, extra)? {
+            match Self::start_once(kubeconfig, log, extra).await? {
                 Some(process) => return Ok(process),
                 None => {
                     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -98,7 +106,11 @@ impl ControllerProcess {
     }
 
     /// One start; `None` when the process exited before `/healthz` answered.
-    fn start_once(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Option<Self>> {
+    async fn start_once(
+        kubeconfig: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Option<Self>> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -129,7 +141,7 @@ impl ControllerProcess {
             pid_at_start,
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while http_get(health_port, "/healthz").is_none() {
+        while !answers(health_port, "/healthz").await {
             if !process.is_running() {
                 process.child = None;
                 return Ok(None);
@@ -137,7 +149,7 @@ impl ControllerProcess {
             if std::time::Instant::now() > deadline {
                 bail!("bootplate run did not come up; its log:\n{}", process.log());
             }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         Ok(Some(process))
     }

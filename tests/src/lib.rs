@@ -9,6 +9,7 @@ pub mod capi_env;
 pub mod controller;
 pub mod fixtures;
 pub mod generator;
+pub mod joins;
 pub mod pki;
 pub mod rbac;
 pub mod tools;
@@ -86,24 +87,34 @@ impl ApiServer {
     /// Starts etcd and kube-apiserver on free loopback ports with a fresh data directory and
     /// waits until `/readyz` answers.
     pub async fn start() -> anyhow::Result<ApiServer> {
-        Self::start_with(false, None).await
+        Self::start_with(false, None, &[]).await
     }
 
     /// [`ApiServer::start`] for a workload cluster whose CA is `ca`: the serving certificate is
     /// signed by it and client certificates it signed are accepted (the kubeconfig Cluster API
     /// generates from the `<cluster>-ca` Secret authenticates so).
     pub async fn start_with_ca(ca: &pki::TestCa) -> anyhow::Result<ApiServer> {
-        Self::start_with(false, Some(ca)).await
+        Self::start_with(false, Some(ca), &[]).await
+    }
+
+    /// [`ApiServer::start_with_ca`] for a cluster that machines join with kubeadm: bootstrap
+    /// tokens authenticate, and the Node authorizer (before RBAC) serves the kubelets.
+    pub async fn start_for_joins(ca: &pki::TestCa) -> anyhow::Result<ApiServer> {
+        Self::start_with(false, Some(ca), &joins::APISERVER_FLAGS).await
     }
 
     /// [`ApiServer::start`] with an audit log of every request (metadata level, one JSON line
     /// per request when it completes; watches also when they start) at [`ApiServer::audit_log`]:
     /// the benchmarks count the requests of one user from it.
     pub async fn start_audited() -> anyhow::Result<ApiServer> {
-        Self::start_with(true, None).await
+        Self::start_with(true, None, &[]).await
     }
 
-    async fn start_with(audit: bool, ca: Option<&pki::TestCa>) -> anyhow::Result<ApiServer> {
+    async fn start_with(
+        audit: bool,
+        ca: Option<&pki::TestCa>,
+        flags: &[&str],
+    ) -> anyhow::Result<ApiServer> {
         let binary = apiserver_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("bootplate-apiserver-")
@@ -125,7 +136,7 @@ impl ApiServer {
             d.join("tokens.csv"),
             format!("{ADMIN_TOKEN},admin,admin,system:masters\n"),
         )?;
-        let mut extra = Vec::new();
+        let mut extra: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
         // The CA clients verify the serving certificate with: the given one, or the
         // self-signed certificate the apiserver writes to its --cert-dir.
         let ca_path = match ca {
@@ -306,6 +317,16 @@ impl ApiServer {
 
 impl Launch {
     fn spawn(&self, d: &Path, port: u16) -> anyhow::Result<Child> {
+        // The authorizers are a list flag: given twice, it is refused rather than replaced.
+        let authorization = if self
+            .extra
+            .iter()
+            .any(|f| f.starts_with("--authorization-mode"))
+        {
+            None
+        } else {
+            Some("--authorization-mode=RBAC")
+        };
         spawn_logged(
             Command::new(&self.binary)
                 .arg(format!("--etcd-servers={}", self.etcd_url))
@@ -325,7 +346,7 @@ impl Launch {
                     "--token-auth-file={}",
                     d.join("tokens.csv").display()
                 ))
-                .arg("--authorization-mode=RBAC")
+                .args(authorization)
                 .arg("--service-cluster-ip-range=10.0.0.0/24")
                 .arg("--advertise-address=127.0.0.1")
                 // A current apiserver refuses a loopback address for the `kubernetes` Service's

@@ -1,6 +1,6 @@
 //! The real peers the tests run against, built from their Go modules by
-//! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, etcd, the Cluster
-//! API manager, clusterctl and the kubeadm bootstrap provider's manager.
+//! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, kubeadm, the kubelet,
+//! etcd, the Cluster API manager, clusterctl and the kubeadm bootstrap provider's manager.
 //!
 //! A tool's path comes from its `BOOTPLATE_*` variable (the README's test command exports them);
 //! otherwise the script runs once per test process and its `NAME=PATH` lines are used (it exits
@@ -15,12 +15,14 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 /// The tools `build-tools.sh` builds, with the variable that overrides each.
-const TOOLS: [(&str, &str); 6] = [
+const TOOLS: [(&str, &str); 8] = [
     ("kube-apiserver", "BOOTPLATE_KUBE_APISERVER"),
     (
         "kube-controller-manager",
         "BOOTPLATE_KUBE_CONTROLLER_MANAGER",
     ),
+    ("kubeadm", "BOOTPLATE_KUBEADM"),
+    ("kubelet", "BOOTPLATE_KUBELET"),
     ("etcd", "BOOTPLATE_ETCD"),
     ("capi-manager", "BOOTPLATE_CAPI_MANAGER"),
     ("clusterctl", "BOOTPLATE_CLUSTERCTL"),

@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use testenv::capi::objects::{self, KUBERNETES_VERSION};
 use testenv::capi::{CapiEnv, NS, Options};
-use testenv::eventually;
+use testenv::{eventually, joins};
 
 /// How long a scenario waits for Cluster API and bootplate together.
 const WAIT: Duration = Duration::from_secs(180);
@@ -948,4 +948,153 @@ async fn g_clusterctl_move_takes_every_object_along_and_rewrites_nothing() {
         target.tokens().await.is_empty(),
         "no token for bootstrapped machines"
     );
+}
+
+/// (i) Real joins: for every shipped kubeadm template at two Kubernetes minors, a worker Machine
+/// whose user-data bootplate rendered with the real token and CA hash of the workload cluster is
+/// booted by the boot proof with the real kubeadm and kubelet (tests/boot/run.sh --real-kube):
+/// kubeadm joins, the kubelet's CSR from `system:bootstrap:<token id>` is approved and signed by
+/// the real kube-controller-manager, the kubelet registers the Node under the Machine's name,
+/// Cluster API sets the Machine's nodeRef (the cloud only adds the provider ID, as a cloud
+/// controller manager does) and bootplate deletes the token. The token's groups and expiry are
+/// what kubeadm needed: the join is the proof.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i_every_kubeadm_template_joins_a_real_control_plane() {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    let env = CapiEnv::start(Options {
+        real_joins: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let version = joins::kube_version().unwrap();
+    let versions = [joins::previous_minor(&version), version.clone()];
+    let templates = joins::kubeadm_templates();
+    assert!(templates.len() >= 6, "the shipped kubeadm templates");
+    for t in &templates {
+        publish_shipped_template(&env, &t.file.to_string_lossy()).await;
+    }
+    create_cluster(&env, "iota", ControlPlane::Provider(&version), false).await;
+    let mut cases = Vec::new();
+    for t in &templates {
+        for v in &versions {
+            let name = format!(
+                "{}-{}",
+                t.name.trim_start_matches("kubeadm-"),
+                v.replace('.', "-")
+            );
+            let mut config = objects::bootplate_config(&name, &t.name);
+            config["spec"]["variables"] = joins::sandbox_variables();
+            env.apply(
+                &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+                config,
+            )
+            .await
+            .unwrap();
+            env.apply(
+                &objects::dev_machine_resource(),
+                objects::dev_machine(&name),
+            )
+            .await
+            .unwrap();
+            env.apply(
+                &objects::machine_resource(),
+                objects::worker_machine(&name, "iota", v),
+            )
+            .await
+            .unwrap();
+            cases.push((name, t, v.clone()));
+        }
+    }
+
+    let tokens: Api<Secret> = Api::namespaced(env.workload_client.clone(), "kube-system");
+    let csrs: Api<CertificateSigningRequest> = Api::all(env.workload_client.clone());
+    for (name, template, version) in &cases {
+        let secret = eventually(&format!("{name}'s data Secret"), WAIT, || async {
+            data_secret(&env, name).await
+        })
+        .await;
+        let config = env.configs().get(name).await.unwrap();
+        let selector = format!(
+            "bootstrap.bootplate.dev/config-uid={}",
+            config.uid().unwrap()
+        );
+        let token = tokens
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(token.len(), 1, "{name}: one token in the workload cluster");
+        let field =
+            |key: &str| String::from_utf8(token[0].data.as_ref().unwrap()[key].0.clone()).unwrap();
+        let token_id = field("token-id");
+        assert!(
+            field("auth-extra-groups").contains(joins::BOOTSTRAPPERS),
+            "{name}"
+        );
+
+        let user_data = secret.data.as_ref().unwrap()["value"].0.clone();
+        let (case, role, os) = (format!("capi-{name}"), "worker", template.os.clone());
+        let version = version.clone();
+        let boot = tokio::task::spawn_blocking(move || {
+            joins::boot(&user_data, &case, role, &version, &os)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(boot.status, Some(0), "{name}: {}", boot.explain());
+        assert_eq!(
+            boot.kubeadm_status("join"),
+            Some(0),
+            "{name}: {}",
+            boot.explain()
+        );
+        assert_eq!(
+            boot.registered_node(),
+            Some(name.as_str()),
+            "{name}: {}",
+            boot.explain()
+        );
+        assert_eq!(
+            boot.report["sentinel"],
+            json!(true),
+            "{name}: {}",
+            boot.explain()
+        );
+
+        let requester = format!("system:bootstrap:{token_id}");
+        let approved = csrs
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .any(|csr| {
+                csr.spec.username.as_deref() == Some(requester.as_str())
+                    && csr.status.as_ref().is_some_and(|s| {
+                        s.certificate.is_some()
+                            && s.conditions
+                                .iter()
+                                .flatten()
+                                .any(|c| c.type_ == "Approved" && c.status == "True")
+                    })
+            });
+        assert!(
+            approved,
+            "{name}: no approved and signed CSR from {requester}"
+        );
+    }
+
+    let machines = wait_running(&env, "iota", cases.len()).await;
+    for machine in &machines {
+        assert_eq!(
+            machine.data["status"]["nodeRef"]["name"],
+            json!(machine.name_any()),
+            "the Node the real kubelet registered"
+        );
+    }
+    eventually("every join token deleted", WAIT, || async {
+        env.tokens().await.is_empty().then_some(())
+    })
+    .await;
 }

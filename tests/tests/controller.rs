@@ -23,7 +23,7 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.cluster("c1", false).await;
-    let mut controller = env.controller(&["--bootstrap-token-ttl", "60s"]);
+    let mut controller = env.controller(&["--bootstrap-token-ttl", "60s"]).await;
 
     let control_planes = ["cp-0", "cp-1", "cp-2"];
     let workers = ["w-0", "w-1", "w-2", "w-3", "w-4"];
@@ -256,7 +256,7 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     // re-renders with the tokens it finds by label, and creates no second token.
     controller.kill();
     publish_cluster_template(&env.client, "probe", "v2").await;
-    let mut controller = env.controller(&["--bootstrap-token-ttl", "60s"]);
+    let mut controller = env.controller(&["--bootstrap-token-ttl", "60s"]).await;
     eventually("w-2 re-rendered with the new revision", WAIT, || async {
         env.user_data("w-2").await.contains("# v2").then_some(())
     })
@@ -308,7 +308,7 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     controller.terminate().unwrap();
     let untouched = Untouched::take(&env, &everyone).await;
     let tokens_before = token_names(&env).await;
-    let restarted = env.controller(&["--bootstrap-token-ttl", "60s"]);
+    let restarted = env.controller(&["--bootstrap-token-ttl", "60s"]).await;
     untouched.check(&env, &restarted).await;
     assert_eq!(
         token_names(&env).await,
@@ -334,7 +334,7 @@ async fn pause_missing_and_broken_templates() {
     env.set_cluster_status("live", true, true).await;
     env.cluster_ca("paused").await;
     env.cluster_ca("live").await;
-    let controller = env.controller(&[]);
+    let controller = env.controller(&[]).await;
 
     // Paused cluster: nothing is written until it is unpaused.
     env.machine("paused", "p-0", false, cluster_template("good"))
@@ -622,7 +622,9 @@ async fn namespace_and_watch_filter_scope_the_controller() {
     use crd_types::capi::Cluster;
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    let controller = env.controller(&["--namespace", NS, "--watch-filter", "blue"]);
+    let controller = env
+        .controller(&["--namespace", NS, "--watch-filter", "blue"])
+        .await;
     let clusters = Api::<Cluster>::namespaced(env.client.clone(), NS);
     let machines = Api::<Machine>::namespaced(env.client.clone(), NS);
     let configs = Api::<BootplateConfig>::namespaced(env.client.clone(), NS);
@@ -694,7 +696,7 @@ async fn a_restart_over_ready_configs_needs_nothing_from_the_workload_cluster() 
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.cluster("r1", false).await;
-    let mut controller = env.controller(&[]);
+    let mut controller = env.controller(&[]).await;
     env.machine("r1", "r-cp", true, cluster_template("probe"))
         .await;
     for name in ["r-w0", "r-w1"] {
@@ -729,7 +731,7 @@ async fn a_restart_over_ready_configs_needs_nothing_from_the_workload_cluster() 
     // The restarted controller finds every config as it left it (the data Secrets' hints:
     // same inputs, tokens young enough) and asks the workload cluster nothing, so nothing
     // fails and nothing is written.
-    let restarted = env.controller(&[]);
+    let restarted = env.controller(&[]).await;
     untouched.check(&env, &restarted).await;
 
     // The control: a config that does need the workload cluster now fails, with its reason.
@@ -795,7 +797,7 @@ async fn the_controller_carries_on_across_a_management_apiserver_restart() {
     let mut env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.initialized_cluster("a1").await;
-    let mut controller = env.controller(&[]);
+    let mut controller = env.controller(&[]).await;
     for name in ["a-w0", "a-w1"] {
         env.machine("a1", name, false, cluster_template("probe"))
             .await;
@@ -831,7 +833,7 @@ async fn a_workload_apiserver_restart_fails_no_render() {
     let mut env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.initialized_cluster("b1").await;
-    let controller = env.controller(&[]);
+    let controller = env.controller(&[]).await;
     env.machine("b1", "b-w0", false, cluster_template("probe"))
         .await;
     env.wait_ready("b-w0").await;
@@ -863,7 +865,7 @@ async fn init_lock_released_when_machine_has_node_ref_before_control_plane_initi
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.cluster("n1", false).await;
     env.set_cluster_status("n1", true, false).await;
-    let _controller = env.controller(&[]);
+    let _controller = env.controller(&[]).await;
     env.machine("n1", "n-cp", true, cluster_template("probe"))
         .await;
     env.wait_ready("n-cp").await;
@@ -899,7 +901,7 @@ async fn edited_data_secret_value_is_restored_after_a_restart() {
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.initialized_cluster("e1").await;
-    let mut controller = env.controller(&[]);
+    let mut controller = env.controller(&[]).await;
     env.machine("e1", "e-0", false, cluster_template("probe"))
         .await;
     env.wait_ready("e-0").await;
@@ -919,7 +921,7 @@ async fn edited_data_secret_value_is_restored_after_a_restart() {
         .unwrap();
     assert_eq!(env.user_data("e-0").await, tampered);
 
-    let _restarted = env.controller_logging_to("restarted.log", &[]);
+    let _restarted = env.controller_logging_to("restarted.log", &[]).await;
     eventually("the user-data rendered again", WAIT, || async {
         (env.user_data("e-0").await != tampered).then_some(())
     })

@@ -619,7 +619,7 @@ async fn every_bad_input_gets_its_reason_and_the_controller_keeps_serving() {
     let env = env().await;
     fixtures::namespace(&env.client, OTHER_NS).await.unwrap();
     // Short workload timeouts keep the unreachable-cluster cases quick.
-    let mut controller = env.controller(&["--workload-timeout=3s"]);
+    let mut controller = env.controller(&["--workload-timeout=3s"]).await;
 
     for fixture in &corpus.clusters {
         create_cluster(&env, fixture).await;

@@ -262,7 +262,7 @@ async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their
 
     env.initialized_cluster("c1").await;
     control_plane_secrets(&env, "c1").await;
-    let controller = env.controller(&[]);
+    let controller = env.controller(&[]).await;
     for name in ["w-0", "w-1"] {
         env.machine("c1", name, false, cluster_template("netplan"))
             .await;
@@ -418,7 +418,7 @@ async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their
     let mut controller = controller;
     controller.terminate().unwrap();
     let secrets_before = secret_versions(&env, &ready).await;
-    let restarted = env.controller(&[]);
+    let restarted = env.controller(&[]).await;
     for name in ready {
         env.settled(&restarted, name).await;
     }

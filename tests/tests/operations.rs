@@ -43,8 +43,8 @@ async fn one_leader_reconciles_and_a_standby_takes_over() {
         "--leader-elect-retry-period",
         "1s",
     ];
-    let mut a = env.controller_logging_to("a.log", &flags);
-    let mut b = env.controller_logging_to("b.log", &flags);
+    let mut a = env.controller_logging_to("a.log", &flags).await;
+    let mut b = env.controller_logging_to("b.log", &flags).await;
     let first = eventually("a leader", WAIT, || async { holder(&env).await }).await;
     let (leader, standby) = if first.ends_with(&format!("-{}", a.pid())) {
         (&mut a, &mut b)
@@ -89,7 +89,7 @@ async fn one_leader_reconciles_and_a_standby_takes_over() {
 
     // SIGKILL: a third instance stands by; the dead leader's Lease expires and it finishes the
     // configs created meanwhile.
-    let mut c = env.controller_logging_to("c.log", &flags);
+    let mut c = env.controller_logging_to("c.log", &flags).await;
     eventually("the third instance stands by", WAIT, || async {
         (c.readyz() == Some(200)).then_some(())
     })
@@ -194,13 +194,15 @@ async fn leader_cut_off_by_a_stalling_proxy_stops_before_a_standby_takes_over() 
     let proxy = StallingProxy::start(env.management.port()).await;
     let kubeconfig = through_port(&env, env.controller_kubeconfig(), proxy.port);
     let log = env.management.dir().join("cut-off.log");
-    let mut old = ControllerProcess::start(&kubeconfig, &log, &flags).unwrap();
+    let mut old = ControllerProcess::start(&kubeconfig, &log, &flags)
+        .await
+        .unwrap();
     let pid = format!("-{}", old.pid());
     eventually("the proxied replica leads", WAIT, || async {
         holder(&env).await.filter(|h| h.ends_with(&pid))
     })
     .await;
-    let new = env.controller_logging_to("standby.log", &flags);
+    let new = env.controller_logging_to("standby.log", &flags).await;
     eventually("the standby stands by", WAIT, || async {
         (new.readyz() == Some(200)).then_some(())
     })
@@ -238,10 +240,12 @@ async fn metrics_count_what_happened_and_logs_hold_no_secret() {
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.initialized_cluster("c1").await;
     // Everything the controller and its libraries log, at the most verbose level.
-    let controller = env.controller_logging_to(
-        "trace.log",
-        &["--log-level", "trace", "--log-format", "json"],
-    );
+    let controller = env
+        .controller_logging_to(
+            "trace.log",
+            &["--log-level", "trace", "--log-format", "json"],
+        )
+        .await;
     let workers = ["w-0", "w-1", "w-2"];
     for name in workers {
         env.machine("c1", name, false, cluster_template("probe"))

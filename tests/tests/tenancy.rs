@@ -126,7 +126,7 @@ async fn a_config_never_reaches_into_another_namespace() {
         )
         .await
         .unwrap();
-    let controller = env.controller(&[]);
+    let controller = env.controller(&[]).await;
 
     // 1. A Secret of team-b, named with its namespace: refused, and the condition says why.
     machine(

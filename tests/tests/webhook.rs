@@ -92,6 +92,7 @@ async fn webhook_denies_bad_objects_over_tls() {
             cert_dir.to_str().unwrap(),
         ],
     )
+    .await
     .unwrap();
 
     use base64::Engine as _;

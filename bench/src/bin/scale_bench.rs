@@ -359,7 +359,7 @@ impl Bench {
         Ok(seconds)
     }
 
-    fn start_controller(&self, log: &str) -> anyhow::Result<ControllerProcess> {
+    async fn start_controller(&self, log: &str) -> anyhow::Result<ControllerProcess> {
         let concurrency = self.args.concurrency.to_string();
         let mut extra = vec![
             "--namespace",
@@ -375,6 +375,7 @@ impl Bench {
             &self.management.dir().join(log),
             &extra,
         )
+        .await
     }
 
     async fn controller_phase(&self, n: usize) -> anyhow::Result<ControllerRun> {
@@ -406,7 +407,7 @@ impl Bench {
         let audit = self.audit_offsets()?;
         let cpu = self.servers_cpu();
         let started = Instant::now();
-        let mut controller = self.start_controller("controller.log")?;
+        let mut controller = self.start_controller("controller.log").await?;
         let pid = controller.pid();
         let deadline = Duration::from_secs(3600);
         tokio::time::timeout(deadline, ready_rx.wait_for(|ready| *ready >= n))
@@ -449,7 +450,7 @@ impl Bench {
     async fn restart_phase(&self, n: usize) -> anyhow::Result<()> {
         let audit = self.audit_offsets()?;
         let started = Instant::now();
-        let controller = self.start_controller("controller-restart.log")?;
+        let controller = self.start_controller("controller-restart.log").await?;
         let pid = controller.pid();
         while controller.readyz() != Some(200) {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -130,6 +130,9 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
 fn commands_script(meta: &Meta<'_>, body: &Body) -> String {
     let mut out = script::header(meta);
     let mut commands = body.commands.clone();
+    // Ignition's `enabled` presets a unit at first boot only if its file exists then; a unit
+    // with only drop-ins may come from a package the commands install.
+    commands.extend(super::enable_commands(body, false));
     commands.extend(SENTINEL.iter().map(|s| (*s).to_owned()));
     commands.push(format!("touch {DONE_MARKER}"));
     script::commands(&mut out, &commands);

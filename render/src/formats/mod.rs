@@ -3,9 +3,10 @@
 //!
 //! Common to the writers: files first, then systemd units (written under
 //! `/etc/systemd/system`, then `daemon-reload` and `enable`; Ignition declares them natively),
-//! then the commands (config pre-commands, part commands, config post-commands), and last the
-//! Cluster API bootstrap sentinel `/run/cluster-api/bootstrap-success.complete`, which some
-//! infrastructure providers wait for.
+//! then the commands (config pre-commands, part commands, config post-commands), then `enable`
+//! for the enabled units the template gives only drop-ins (their unit file comes with the image
+//! or a package the commands install), and last the Cluster API bootstrap sentinel
+//! `/run/cluster-api/bootstrap-success.complete`, which some infrastructure providers wait for.
 
 mod cloud_config;
 mod ignition;
@@ -74,26 +75,36 @@ fn unit_files(body: &Body) -> Vec<File> {
     files
 }
 
-/// `daemon-reload` and one `systemctl enable` per enabled unit (units are enabled, not started:
-/// the commands start what they need, as kubeadm does with the kubelet).
+/// `daemon-reload` and one `systemctl enable` per enabled unit whose file the template writes
+/// (units are enabled, not started: the commands start what they need, as kubeadm does with the
+/// kubelet).
 fn unit_commands(body: &Body) -> Vec<String> {
     if body.units.is_empty() {
         return Vec::new();
     }
     let mut commands = vec!["systemctl daemon-reload".to_owned()];
-    commands.extend(
-        body.units
-            .iter()
-            .filter(|u| u.enable)
-            .map(|u| format!("systemctl enable {}", crate::helpers::quote(&u.name))),
-    );
+    commands.extend(enable_commands(body, true));
     commands
 }
 
-/// Everything run after the files are in place: units, commands, the sentinel.
+/// `systemctl enable` for the enabled units whose file the template writes (`written`) or, for
+/// `!written`, those it only adds drop-ins to. Such a unit's file comes with the image or with a
+/// package the commands install, so it is enabled after the commands: enabling it before would
+/// fail on a machine where the install has not run yet, as `systemctl enable` does for a unit
+/// file that does not exist.
+fn enable_commands(body: &Body, written: bool) -> impl Iterator<Item = String> + '_ {
+    body.units
+        .iter()
+        .filter(move |u| u.enable && u.content.is_some() == written)
+        .map(|u| format!("systemctl enable {}", crate::helpers::quote(&u.name)))
+}
+
+/// Everything run after the files are in place: units, commands, the units the commands
+/// install, the sentinel.
 fn all_commands(body: &Body) -> Vec<String> {
     let mut commands = unit_commands(body);
     commands.extend(body.commands.iter().cloned());
+    commands.extend(enable_commands(body, false));
     commands.extend(SENTINEL.iter().map(|s| (*s).to_owned()));
     commands
 }
@@ -256,6 +267,86 @@ fn json_error_kind(e: &serde_json::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::body::Unit;
+
+    #[test]
+    fn units_with_only_drop_ins_are_enabled_after_the_commands() {
+        let unit = |name: &str, enable, content: Option<&str>| Unit {
+            name: name.to_owned(),
+            enable,
+            content: content.map(str::to_owned),
+            drop_ins: vec![("10-x.conf".to_owned(), "[Service]\n".to_owned())],
+        };
+        let body = Body {
+            files: Vec::new(),
+            units: vec![
+                unit(
+                    "written.service",
+                    true,
+                    Some("[Service]\nExecStart=/bin/true\n"),
+                ),
+                unit("packaged.service", true, None),
+                unit("quiet.service", false, None),
+            ],
+            commands: vec!["apt-get install -y packaged".to_owned()],
+        };
+        assert_eq!(
+            all_commands(&body),
+            [
+                "systemctl daemon-reload",
+                "systemctl enable 'written.service'",
+                "apt-get install -y packaged",
+                "systemctl enable 'packaged.service'",
+                SENTINEL[0],
+                SENTINEL[1],
+            ]
+        );
+        // Ignition presets the written unit natively; the script enables the packaged one.
+        let ignition = write(
+            OutputFormat::Ignition,
+            &Meta {
+                object: "t",
+                revision: "r",
+                role: Role::Worker,
+            },
+            &body,
+        );
+        let config: serde_json::Value = serde_json::from_str(&ignition).unwrap();
+        let script = config["storage"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == "/etc/bootplate/bootstrap.sh")
+            .unwrap()["contents"]["source"]
+            .as_str()
+            .unwrap();
+        let script = percent_decode(script.strip_prefix("data:,").unwrap());
+        let install = script.find("apt-get install -y packaged").unwrap();
+        let enable = script.find("systemctl enable 'packaged.service'").unwrap();
+        assert!(install < enable, "{script}");
+        assert!(!script.contains("written.service"), "{script}");
+        let written = &config["systemd"]["units"][0];
+        assert_eq!(
+            (written["name"].as_str(), written["enabled"].as_bool()),
+            (Some("written.service"), Some(true))
+        );
+    }
+
+    fn percent_decode(text: &str) -> String {
+        let mut bytes = Vec::new();
+        let mut rest = text.as_bytes();
+        while let Some((&b, tail)) = rest.split_first() {
+            if b == b'%' {
+                let hex = std::str::from_utf8(&tail[..2]).unwrap();
+                bytes.push(u8::from_str_radix(hex, 16).unwrap());
+                rest = &tail[2..];
+            } else {
+                bytes.push(b);
+                rest = tail;
+            }
+        }
+        String::from_utf8(bytes).unwrap()
+    }
 
     #[test]
     fn raw_checks() {

@@ -67,11 +67,11 @@ ExecStart=/usr/local/bin/bootplate-hello
 BOOTPLATE_EOF
 
 systemctl daemon-reload
-systemctl enable 'containerd.service'
 echo pre-command
 apt-get update
 apt-get install -y kubelet='1.31.0'-* kubeadm='1.31.0'-*
 kubeadm join --config /run/kubeadm/kubeadm.yaml
 echo post-command
+systemctl enable 'containerd.service'
 mkdir -p /run/cluster-api
 echo success > /run/cluster-api/bootstrap-success.complete

@@ -7,13 +7,17 @@ own python3 (which has PyYAML and cloud-init's modules) in the run's namespaces.
                               `runcmd` entries of the script cloud-init wrote (see below)
   check.py run-units          after Ignition: start the enabled oneshot units as systemd would
   check.py run-unit UNIT      run a oneshot unit now (the systemctl stub's `start`)
+  check.py start-daemon UNIT  real joins: start a service's ExecStart as a supervised process,
+                              as systemd would (Restart=, Type=notify); `stop-daemon UNIT`,
+                              `daemon-active UNIT` stop it and ask whether it runs
   check.py check              after the run: compare the root with what the user-data declares;
                               print the report (JSON) on stdout
 
 Inputs: /usr/local/bootplate/user-data (the exact bytes under test), /usr/local/bootplate/case.json
 (label, role, Kubernetes version), and what the run left in /run/bootplate: stages.tsv (each
 stage's exit status), stubs.log (tests/boot/stubs/stub), errors (tests/boot/lib/trace.bash),
-runcmd-steps, units.tsv, kubeadm.jsonl.
+runcmd-steps, units.tsv, kubeadm.jsonl, and for real joins daemons/ (each started service's
+process group, log and restarts).
 
 runcmd markers: cloud-init writes all `runcmd` entries into one /bin/sh script, where a failing
 entry does not stop the next ones unless the script `set -e`. To tell which entry failed, the
@@ -420,6 +424,28 @@ def run_units():
         run_unit(unit)
 
 
+def unit_environment(settings):
+    """The environment a unit's commands run with: Environment= and EnvironmentFile= (a `-`
+    prefix: the file may be missing), the stubs first on PATH. Returns (env, the first required
+    EnvironmentFile that is missing, else None)."""
+    env = dict(os.environ)
+    for s, k, v in settings:
+        if s == "Service" and k == "Environment":
+            for assignment in shlex.split(v):
+                key, _, value = assignment.partition("=")
+                env[key] = value
+        elif s == "Service" and k == "EnvironmentFile":
+            text = read(v.lstrip("-"))
+            if text is None and not v.startswith("-"):
+                return env, v
+            for line in (text or "").splitlines():
+                if "=" in line and not line.lstrip().startswith("#"):
+                    key, _, value = line.partition("=")
+                    env[key.strip()] = value.strip().strip("\"'")
+    env["PATH"] = f"{BP}/stubs:" + env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    return env, None
+
+
 def run_unit(unit):
     """Runs a oneshot unit as systemd would: each ExecStartPre/ExecStart/ExecStartPost line (a
     `-` prefix ignores its failure), with Environment= and EnvironmentFile=, skipped when a
@@ -434,22 +460,10 @@ def run_unit(unit):
             if k == "ConditionPathExists" and os.path.exists(v.lstrip("!")) == v.startswith("!"):
                 log.write(f"{unit}\tskipped\t0\tConditionPathExists={v}\n")
                 return 0
-        env = dict(os.environ)
-        for s, k, v in settings:
-            if s == "Service" and k == "Environment":
-                for assignment in shlex.split(v):
-                    key, _, value = assignment.partition("=")
-                    env[key] = value
-            elif s == "Service" and k == "EnvironmentFile":
-                text = read(v.lstrip("-"))
-                if text is None and not v.startswith("-"):
-                    log.write(f"{unit}\tEnvironmentFile={v}\t1\tno such file\n")
-                    return 1
-                for line in (text or "").splitlines():
-                    if "=" in line and not line.lstrip().startswith("#"):
-                        key, _, value = line.partition("=")
-                        env[key.strip()] = value.strip().strip("\"'")
-        env["PATH"] = f"{BP}/stubs:" + env.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        env, missing = unit_environment(settings)
+        if missing:
+            log.write(f"{unit}\tEnvironmentFile={missing}\t1\tno such file\n")
+            return 1
         for key in ("ExecStartPre", "ExecStart", "ExecStartPost"):
             for s, k, v in settings:
                 if s != "Service" or k != key or not v:
@@ -465,6 +479,146 @@ def run_unit(unit):
                 if status != 0 and not v.startswith("-"):
                     return status
     return 0
+
+
+# --- Real joins: services as supervised processes ----------------------------------------------
+#
+# With real kubeadm and kubelet (tests/boot/run.sh --real-kube), `systemctl start` of a service
+# that is not a oneshot runs its ExecStart as systemd would, without systemd: a supervisor process
+# (its own session, so `stop` ends the whole group) restarts it as Restart= says, and for
+# Type=notify, start waits for the service's READY=1 on NOTIFY_SOCKET, as systemctl does.
+
+DAEMONS = f"{RUN}/daemons"
+
+
+def expand_exec(line, env):
+    """An Exec line's argv as systemd builds it: `$NAME` alone is split into words, `${NAME}` and
+    `$NAME` inside a word are replaced by the value."""
+    argv = []
+    for word in shlex.split(line.lstrip("-@+!:")):
+        whole = re.fullmatch(r"\$(\w+)", word)
+        if whole:
+            argv += env.get(whole.group(1), "").split()
+        else:
+            argv.append(re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m.group(1) or m.group(2), ""), word))
+    return argv
+
+
+def daemon_group(unit):
+    try:
+        return int(read(f"{DAEMONS}/{unit}.pgid").strip())
+    except (AttributeError, ValueError):
+        return None
+
+
+def daemon_active(unit):
+    group = daemon_group(unit)
+    if group is None:
+        return False
+    try:
+        os.killpg(group, 0)
+        return True
+    except OSError:
+        return False
+
+
+def stop_daemon(unit):
+    import signal
+    import time
+    group = daemon_group(unit)
+    if group is None:
+        return 0
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(group, sig)
+        except OSError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and daemon_active(unit):
+            time.sleep(0.1)
+        if not daemon_active(unit):
+            break
+    os.remove(f"{DAEMONS}/{unit}.pgid")
+    return 0
+
+
+def start_daemon(unit):
+    """Starts (or restarts) `unit`'s ExecStart under a supervisor. Returns its status: 0 started
+    (and ready, for Type=notify), else what systemctl would fail with."""
+    import time
+    settings = unit_settings(unit)
+    execs = [v for s, k, v in settings if s == "Service" and k == "ExecStart"]
+    # An empty ExecStart= resets the list (drop-ins replace the command so).
+    while "" in execs:
+        execs = execs[execs.index("") + 1:]
+    # A oneshot ran to its end already (run-unit); a unit without a command has nothing to run.
+    if not unit_path(unit) or not execs or ("Service", "Type", "oneshot") in settings:
+        return 0
+    stop_daemon(unit)
+    env, missing = unit_environment(settings)
+    if missing:
+        print(f"{unit}: EnvironmentFile={missing}: no such file", file=sys.stderr)
+        return 1
+    os.makedirs(DAEMONS, exist_ok=True)
+    notify = ("Service", "Type", "notify") in settings
+    restart = next((v for s, k, v in reversed(settings) if s == "Service" and k == "Restart"), "no")
+    delay = next((v for s, k, v in reversed(settings) if s == "Service" and k == "RestartSec"), "0.1")
+    ready = f"{DAEMONS}/{unit}.ready"
+    if os.path.exists(ready):
+        os.remove(ready)
+    argv = [sys.executable, os.path.abspath(__file__), "supervise", unit, restart,
+            delay.rstrip("s") or "0", json.dumps(expand_exec(execs[-1], env)), str(notify)]
+    with open(f"{DAEMONS}/{unit}.log", "a") as log:
+        child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 start_new_session=True, close_fds=True)
+    with open(f"{DAEMONS}/{unit}.pgid", "w") as f:
+        f.write(str(child.pid))
+    deadline = time.monotonic() + 60
+    while notify and not os.path.exists(ready):
+        if child.poll() is not None or time.monotonic() > deadline:
+            print(f"{unit}: did not report READY=1 (its log: {DAEMONS}/{unit}.log)", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    return 0
+
+
+def supervise(unit, restart, delay, argv, notify):
+    """The supervisor of one service: runs argv, again after `delay` s when Restart= says so."""
+    import time
+    env = dict(os.environ)
+    sock = None
+    if notify == "True":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        path = f"{DAEMONS}/{unit}.notify"
+        if os.path.exists(path):
+            os.remove(path)
+        sock.bind(path)
+        env["NOTIFY_SOCKET"] = path
+    while True:
+        print(f"bootplate boot proof: starting {unit}: {' '.join(argv)}", flush=True)
+        try:
+            child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            print(f"{unit}: {e}", flush=True)
+            return 203
+        while child.poll() is None:
+            if sock is not None:
+                sock.settimeout(0.2)
+                try:
+                    if b"READY=1" in sock.recv(4096):
+                        open(f"{DAEMONS}/{unit}.ready", "w").close()
+                except OSError:
+                    pass
+            else:
+                time.sleep(0.2)
+        status = child.returncode
+        print(f"bootplate boot proof: {unit} exited {status}", flush=True)
+        with open(f"{DAEMONS}/{unit}.restarts", "a") as f:
+            f.write(f"{status}\n")
+        if restart == "always" or (restart == "on-failure" and status != 0):
+            time.sleep(float(delay))
+            continue
+        return status
 
 
 # --- The check -------------------------------------------------------------------------------
@@ -582,7 +736,6 @@ def check_units(d, report, calls):
             words = [a for a in c["args"] if not a.startswith("-")]
             if words and words[0] == "enable":
                 enabled_by_command += [w if "." in w else f"{w}.service" for w in words[1:]]
-    absent = {line.split("\t")[1] for line in lines(f"{RUN}/systemctl-absent")}
     units = []
     names = [u["name"] for u in d.units]
     written = [f["path"].rsplit("/", 1)[1] for f in d.files if re.fullmatch(r"/etc/systemd/system/[^/]+\.[a-z]+", f["path"])]
@@ -605,9 +758,7 @@ def check_units(d, report, calls):
                 report.fail(source, f"{name} should be masked, systemctl is-enabled says {state!r}")
         elif want is True:
             if state == "no unit file":
-                if name not in absent:
-                    report.fail(source, f"{name} should be enabled but has no unit file")
-                entry["note"] = "no unit file: it comes with a package the stubbed package manager did not install"
+                report.fail(source, f"{name} should be enabled but has no unit file")
             elif state not in ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated"):
                 report.fail(source, f"{name} should be enabled, systemctl is-enabled says {state!r}")
         elif want is False and state == "enabled":
@@ -805,6 +956,15 @@ def check_kubeadm(report, c):
         return
     want = "init" if role == "init" else "join"
     calls_ = [r for r in records if r["subcommand"] == want]
+    for r in calls_:
+        # A real kubeadm's own words say why it failed.
+        if r.get("real") and r.get("status") != 0:
+            tail = [line.strip() for line in r.get("outputTail", []) if line.strip()]
+            errors = [line for line in tail if line.lower().startswith(("error", "[error"))]
+            report.fail("kubeadm", f"the real `kubeadm {want}` exited {r.get('status')}: "
+                        + " | ".join(errors or tail[-3:]))
+    if want == "join" and any(r.get("real") and r.get("status") == 0 for r in calls_):
+        check_kubelet(report)
     if not calls_:
         report.fail("kubeadm", f"kubeadm {want} was not run (role {role})")
         return
@@ -815,6 +975,18 @@ def check_kubeadm(report, c):
             for doc in r["documents"]:
                 if str(doc["apiVersion"]).startswith("kubeadm.k8s.io/") and doc["apiVersion"] != expected:
                     report.fail("kubeadm", f"{r['config']}: {doc['kind']} is {doc['apiVersion']}, Kubernetes {version} reads {expected}")
+
+
+def check_kubelet(report):
+    """After a real join: the kubelet runs and registered its Node (inside.sh waited for it)."""
+    log = read(f"{DAEMONS}/kubelet.service.log") or ""
+    registered = re.search(r'Successfully registered node" node="([^"]+)"', log)
+    report.data["kubelet"] = {"registered": registered.group(1) if registered else None,
+                              "restarts": lines(f"{DAEMONS}/kubelet.service.restarts")}
+    if not registered:
+        tail = [line for line in log.splitlines() if line.startswith(("E", "F"))][-5:]
+        report.fail("kubelet", "the kubelet did not register its Node within 60 s after kubeadm join: "
+                    + (" | ".join(tail) or "(no error in its log)"))
 
 
 def users(d):
@@ -895,10 +1067,18 @@ def main():
         run_units()
     elif command == "run-unit" and len(sys.argv) == 3:
         sys.exit(run_unit(sys.argv[2]))
+    elif command == "start-daemon" and len(sys.argv) == 3:
+        sys.exit(start_daemon(sys.argv[2]))
+    elif command == "stop-daemon" and len(sys.argv) == 3:
+        sys.exit(stop_daemon(sys.argv[2]))
+    elif command == "daemon-active" and len(sys.argv) == 3:
+        sys.exit(0 if daemon_active(sys.argv[2]) else 3)
+    elif command == "supervise" and len(sys.argv) == 7:
+        sys.exit(supervise(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]), sys.argv[6]))
     elif command == "check":
         check()
     else:
-        sys.exit(f"usage: {sys.argv[0]} kind|instrument-runcmd|run-units|check")
+        sys.exit(f"usage: {sys.argv[0]} kind|instrument-runcmd|run-units|run-unit|start-daemon|stop-daemon|daemon-active|check")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 # (`unshare --mount --uts --ipc --net --pid --fork`): this shell is PID 1 of the run, its mounts
 # and hostname are its own, and it has no network.
 #
-#   inside.sh ROOT OUT [OS]  ROOT: the cached root (read-only lower layer); OUT: the run's
-#                            directory holding user-data and case.json (the report goes to
-#                            OUT/report.json); OS: the template's spec.os.name
+#   inside.sh ROOT OUT [OS [REAL]]  ROOT: the cached root (read-only lower layer); OUT: the
+#                            run's directory holding user-data and case.json (the report goes
+#                            to OUT/report.json); OS: the template's spec.os.name; REAL: for real
+#                            joins, the directory of the real kubeadm and kubelet (see below)
 #
 # 1. A fresh root: an overlay of ROOT (upper layer in OUT), or a copy where overlays fail.
 # 2. /proc (with /proc/sys read-only), an empty tmpfs /run and /dev/shm; the stubs first on PATH
@@ -18,6 +19,16 @@
 #
 # Programs in the root run chrooted, with the capabilities to load kernel modules, reboot, set
 # the clock and do raw I/O dropped from their bounding set.
+#
+# Real joins (REAL given; run.sh then keeps the host's network namespace, so the kubelet reaches
+# the workload apiserver on loopback): the root gets what the install part's packages would have
+# put there, since the package managers stay stubs: the real kubeadm and kubelet (behind the
+# recording stubs, at /usr/bin as the packages install them), the kubelet unit with kubeadm's
+# drop-in, and the host's containerd and runc with containerd's unit. /sys (with the cgroup
+# hierarchies), /dev/kmsg and a writable /proc/sys are the machine's (the kubelet sets its kernel
+# settings; run.sh puts them back), and /var/lib/containerd is a tmpfs (its overlay snapshots
+# cannot live on the root's overlay). After the boot, the check waits (60 s at most) for the
+# kubelet to register its Node.
 set -euo pipefail
 shopt -s extglob
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +36,7 @@ boot=$(dirname "$here")
 lower=$1
 out=$2
 os=${3-}
+real=${4-}
 root=$out/root
 stubs=/usr/local/bootplate/stubs
 path=$stubs:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -43,27 +55,41 @@ if ! mount -t overlay overlay -o "lowerdir=$lower,upperdir=$out/upper,workdir=$o
   fi
 fi
 mount -t proc proc "$root/proc"
-mount --bind "$root/proc/sys" "$root/proc/sys"
-mount -o remount,bind,ro "$root/proc/sys"
+if [[ -z $real ]]; then
+  mount --bind "$root/proc/sys" "$root/proc/sys"
+  mount -o remount,bind,ro "$root/proc/sys"
+fi
 mount -t tmpfs -o mode=0755 tmpfs "$root/run"
 mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm"
 mkdir -p "$root/run/bootplate" "$root/run/lock"
 hostname boot-proof
 
-# Stand-ins for what the images of the template's OS family have and a Debian root lacks.
+# Stand-ins for what the images of the template's OS family have and a Debian root lacks: the
+# directories their tools expect and the units their images ship (so that `systemctl enable` of
+# such a unit works as it does on the image, and of any other fails as it does there).
+image_units=(systemd-timesyncd.service)
 case "$os" in
   rocky | rhel | almalinux | centos | fedora | amazonlinux)
     mkdir -p "$root/etc/yum.repos.d" "$root/etc/dnf" "$root/etc/sysconfig" "$root/etc/pki/rpm-gpg" \
       "$root/etc/selinux"
     [[ -e $root/etc/selinux/config ]] || printf 'SELINUX=enforcing\nSELINUXTYPE=targeted\n' >"$root/etc/selinux/config"
+    image_units=(chronyd.service)
+    ;;
+  flatcar)
+    image_units=(containerd.service docker.service systemd-timesyncd.service)
     ;;
 esac
+for unit in "${image_units[@]}"; do
+  [[ -e $root/usr/lib/systemd/system/$unit ]] ||
+    printf '# boot-proof stand-in: a unit the %s image ships\n[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=multi-user.target\n' \
+      "${os:-OS}" >"$root/usr/lib/systemd/system/$unit"
+done
 
 # 2. The stubs and the boot proof's own files.
 bp=$root/usr/local/bootplate
 mkdir -p "$bp" "$root$stubs"
 cp "$out/user-data" "$out/case.json" "$here/check.py" "$here/trace.bash" "$bp/"
-cp "$boot/stubs/stub" "$bp/stub"
+cp "$boot/stubs/stub" "$boot/stubs/packages" "$bp/"
 while read -r name; do
   [[ -z $name || $name == \#* ]] && continue
   ln -s ../stub "$root$stubs/${name#!}"
@@ -76,6 +102,53 @@ while read -r name; do
     done
   fi
 done <"$boot/stubs/programs"
+
+if [[ -n $real ]]; then
+  # What the install part's packages would have installed (see the top of this file).
+  mount --rbind /sys "$root/sys"
+  touch "$root/dev/kmsg"
+  mount --bind /dev/kmsg "$root/dev/kmsg"
+  mkdir -p "$root/var/lib/containerd" && mount -t tmpfs tmpfs "$root/var/lib/containerd"
+  mkdir -p "$bp/real"
+  for program in kubeadm kubelet; do
+    touch "$bp/real/$program"
+    mount --bind -o ro "$real/$program" "$bp/real/$program"
+    ln -sf "$stubs/$program" "$root/usr/bin/$program"
+  done
+  for program in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
+    touch "$root$program"
+    mount --bind -o ro "$program" "$root$program"
+  done
+  units=$root/usr/lib/systemd/system
+  mkdir -p "$units/kubelet.service.d"
+  cp /lib/systemd/system/containerd.service "$units/containerd.service"
+  cat >"$units/kubelet.service" <<'UNIT'
+# The kubelet's unit as the Kubernetes packages install it (boot proof, real joins).
+[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  cat >"$units/kubelet.service.d/10-kubeadm.conf" <<'UNIT'
+# kubeadm's drop-in as the Kubernetes packages install it: the kubelet reads what kubeadm wrote.
+[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+UNIT
+fi
 
 in_root() {
   setpriv --bounding-set -sys_module,-sys_boot,-sys_time,-sys_rawio \
@@ -131,16 +204,15 @@ else
       "$ignition" -platform file -stage files -root "$root" -config-cache "$out/ignition.json" ||
     ignition_failed=true
   # First boot: systemd applies the presets Ignition wrote, to the units that are installed (a
-  # unit with only drop-ins comes with a package or a download the stubs stood in for).
+  # unit with only drop-ins and no unit file in the image stays disabled, as on a real boot).
   preset=$root/etc/systemd/system-preset/20-ignition.preset
   if [[ -z ${ignition_failed-} && -f $preset ]]; then
     mapfile -t units < <(awk '$1 == "enable" || $1 == "disable" { print $2 }' "$preset")
     for unit in "${units[@]}"; do
       template=${unit%%@*}@.${unit##*.}
+      # systemd presets only the units that exist; check.py reports an enabled one that does not.
       if compgen -G "$root/@(etc|usr/lib)/systemd/system/@($unit|$template)" >/dev/null; then
         stage "systemctl preset $unit (first boot)" in_root /usr/bin/systemctl preset "$unit"
-      else
-        printf 'preset\t%s\n' "$unit" >>"$root/run/bootplate/systemctl-absent"
       fi
     done
   fi
@@ -148,6 +220,16 @@ else
     in_root BASH_ENV=/usr/local/bootplate/trace.bash python3 /usr/local/bootplate/check.py run-units \
       >>"$stages_log" 2>&1 || true
   fi
+fi
+
+# Real joins: the kubelet registers its Node after kubeadm is done; wait for that (or give up).
+if [[ -n $real ]]; then
+  kubelet_log=$root/run/bootplate/daemons/kubelet.service.log
+  for _ in $(seq 300); do
+    [[ -f $kubelet_log ]] || break
+    grep -q 'Successfully registered node' "$kubelet_log" && break
+    sleep 0.2
+  done
 fi
 
 # 4. The check.

@@ -1,6 +1,7 @@
 //! The parts of a real installation that are not Cluster API and not bootplate, played by test
 //! code: a cloud (a test-only infrastructure provider with its `DevCluster`/`DevMachine` kinds),
-//! the kubelets (Node objects in the workload apiserver) and, for the usual production shape, a
+//! the kubelets (Node objects in the workload apiserver; with real joins the real kubelets
+//! register them and the cloud only sets their provider IDs) and, for the usual production shape, a
 //! control-plane provider stand-in (`DevControlPlane`) that reports the control plane initialized
 //! and owns the `<cluster>-ca` and `<cluster>-kubeconfig` Secrets, as KubeadmControlPlane does.
 //!
@@ -141,6 +142,8 @@ pub struct CloudConfig {
     pub workload: Client,
     pub workload_port: u16,
     pub cluster_ca: TestCa,
+    /// Real kubelets register the Nodes: the cloud only gives each its provider ID.
+    pub real_kubelets: bool,
 }
 
 /// The running cloud, kubelets and control-plane stand-in; stopped on drop.
@@ -414,6 +417,10 @@ async fn register_nodes(config: &CloudConfig) -> anyhow::Result<()> {
             continue;
         };
         let node_name = capi_machine.name_any();
+        if config.real_kubelets {
+            set_provider_id(&nodes, &node_name, provider_id).await?;
+            continue;
+        }
         if capi_machine.labels().contains_key(NO_NODE_LABEL)
             || capi_machine.metadata.deletion_timestamp.is_some()
         {
@@ -446,6 +453,24 @@ async fn register_nodes(config: &CloudConfig) -> anyhow::Result<()> {
                 &node_name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// What a cloud controller manager does for a Node its kubelet registered: sets the provider ID
+/// of the machine it runs on (Cluster API matches Machines to Nodes by it).
+async fn set_provider_id(nodes: &Api<Node>, name: &str, provider_id: &str) -> anyhow::Result<()> {
+    let Some(node) = nodes.get_opt(name).await? else {
+        return Ok(());
+    };
+    if node.spec.and_then(|s| s.provider_id).is_none() {
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
             )
             .await?;
     }

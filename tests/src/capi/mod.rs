@@ -38,7 +38,11 @@ pub struct Process {
 }
 
 impl Process {
-    fn spawn(name: &'static str, command: &mut Command, log: &Path) -> anyhow::Result<Process> {
+    pub(crate) fn spawn(
+        name: &'static str,
+        command: &mut Command,
+        log: &Path,
+    ) -> anyhow::Result<Process> {
         let file = std::fs::File::create(log)?;
         let child = command
             .stdin(Stdio::null())
@@ -105,6 +109,9 @@ pub struct CapiEnv {
     pub workload_client: Client,
     /// The workload cluster's CA (the `<cluster>-ca` pair).
     pub cluster_ca: TestCa,
+    /// With [`Options::real_joins`]: what real kubeadm and kubelets join the workload cluster
+    /// through (dropped before the workload apiserver).
+    pub joins: Option<crate::joins::JoinServices>,
     bootplate_kubeconfig: PathBuf,
     bootplate_webhook: (u16, PathBuf),
 }
@@ -114,12 +121,24 @@ pub struct CapiEnv {
 pub struct Options {
     /// Extra `bootplate run` arguments.
     pub bootplate_args: Vec<String>,
+    /// Machines join the workload cluster with the real kubeadm and kubelet
+    /// ([`crate::joins`]): the workload cluster takes bootstrap tokens and signs kubelet
+    /// certificates, and the cloud leaves registering Nodes to the kubelets (it only gives each
+    /// Node its provider ID, as a cloud controller manager does).
+    pub real_joins: bool,
 }
 
 impl CapiEnv {
     /// Starts both apiservers, the garbage collector, Cluster API, bootplate and the cloud.
     pub async fn start(options: Options) -> anyhow::Result<CapiEnv> {
         let cluster_ca = TestCa::new("kubernetes");
+        if options.real_joins {
+            let workload = Arc::new(ApiServer::start_for_joins(&cluster_ca).await?);
+            let joins = crate::joins::JoinServices::start(&workload, &cluster_ca).await?;
+            let mut env = Self::start_managing(options, workload, cluster_ca).await?;
+            env.joins = Some(joins);
+            return Ok(env);
+        }
         let workload = Arc::new(ApiServer::start_with_ca(&cluster_ca).await?);
         Self::start_managing(options, workload, cluster_ca).await
     }
@@ -158,12 +177,14 @@ impl CapiEnv {
             &bootplate_webhook,
             &options.bootplate_args,
             "bootplate.log",
-        )?;
+        )
+        .await?;
         let cloud = cloud::Cloud::start(cloud::CloudConfig {
             management: client.clone(),
             workload: workload_client.clone(),
             workload_port: workload.port(),
             cluster_ca: cluster_ca.clone(),
+            real_kubelets: options.real_joins,
         });
         Ok(CapiEnv {
             _cloud: cloud,
@@ -175,13 +196,14 @@ impl CapiEnv {
             client,
             workload_client,
             cluster_ca,
+            joins: None,
             bootplate_kubeconfig,
             bootplate_webhook,
         })
     }
 
     /// Stops bootplate (SIGKILL) and starts it again with the same flags, logging to `log`.
-    pub fn restart_bootplate(&mut self, args: &[String], log: &str) -> anyhow::Result<()> {
+    pub async fn restart_bootplate(&mut self, args: &[String], log: &str) -> anyhow::Result<()> {
         self.bootplate.kill();
         self.bootplate = start_bootplate(
             &self.management,
@@ -189,7 +211,8 @@ impl CapiEnv {
             &self.bootplate_webhook,
             args,
             log,
-        )?;
+        )
+        .await?;
         Ok(())
     }
 
@@ -460,7 +483,7 @@ fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf
     Ok((port, cert_dir))
 }
 
-fn start_bootplate(
+async fn start_bootplate(
     server: &ApiServer,
     kubeconfig: &Path,
     (webhook_port, cert_dir): &(u16, PathBuf),
@@ -473,13 +496,16 @@ fn start_bootplate(
     ];
     args.extend(extra.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let process = ControllerProcess::start(kubeconfig, &server.dir().join(log), &args)?;
+    let process = ControllerProcess::start(kubeconfig, &server.dir().join(log), &args).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", *webhook_port)).is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", *webhook_port))
+        .await
+        .is_err()
+    {
         if Instant::now() > deadline {
             bail!("bootplate's webhook does not listen:\n{}", process.log());
         }
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(process)
 }

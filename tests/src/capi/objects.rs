@@ -153,6 +153,24 @@ pub fn control_plane_machine(name: &str, cluster: &str) -> Value {
     })
 }
 
+/// A worker Machine of `cluster` at `version` on the DevMachine and BootplateConfig named `name`.
+pub fn worker_machine(name: &str, cluster: &str, version: &str) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Machine",
+        "metadata": {
+            "name": name, "namespace": NS,
+            "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+        },
+        "spec": {
+            "clusterName": cluster,
+            "version": version,
+            "bootstrap": {"configRef": ref_to(BOOTPLATE_GROUP, "BootplateConfig", name)},
+            "infrastructureRef": ref_to(INFRA_GROUP, "DevMachine", name),
+        },
+    })
+}
+
 /// A MachineDeployment of `replicas` workers bootstrapped from the BootplateConfigTemplate
 /// `config_template`, on the DevMachineTemplate `infra_template`.
 pub fn machine_deployment(
