@@ -138,6 +138,25 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_generator_needs_one_https_endpoint_and_a_pem_ca_bundle() {
+        let spec = |client_config: serde_json::Value| -> crd_types::GeneratorSpec {
+            serde_json::from_value(json!({ "clientConfig": client_config })).unwrap()
+        };
+        let ca = crate::pki::generate_ca("generator CA").unwrap().cert;
+        let good = spec(json!({"url": "https://cmdb.example/gen", "caBundle": ca}));
+        assert!(super::generator(&good).is_empty());
+        let service = spec(json!({"service": {"namespace": "infra", "name": "cmdb"}}));
+        assert!(super::generator(&service).is_empty());
+        let plain = super::generator(&spec(json!({"url": "http://cmdb.example/gen"})));
+        assert!(plain[0].contains("HTTPS only"), "{plain:?}");
+        let base64 = super::generator(&spec(json!({"url": "https://a/", "caBundle": "TUlJQg=="})));
+        assert!(
+            base64[0].starts_with("spec.clientConfig.caBundle"),
+            "{base64:?}"
+        );
+    }
+
+    #[test]
     fn objects_are_read_strictly() {
         let mut object = json!({
             "apiVersion": "bootstrap.bootplate.dev/v1alpha1",
