@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crd_types::Role;
 use crd_types::capi::{Cluster, Machine, MachinePool};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What the engine renders a template with, minus `values` (built from the template's
 /// declarations and the config's variables) and `files` (the config's files).
@@ -28,7 +28,7 @@ pub struct RenderContext {
 }
 
 /// The Cluster, as templates see it.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterInfo {
     /// Name.
@@ -74,8 +74,24 @@ impl Serialize for Endpoint {
     }
 }
 
+impl<'de> Deserialize<'de> for Endpoint {
+    // `address` is derived from host and port; a reader ignores it.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            host: String,
+            port: i32,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        Ok(Endpoint {
+            host: wire.host,
+            port: wire.port,
+        })
+    }
+}
+
 /// Cluster networks.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Network {
     /// Pod CIDR blocks.
@@ -88,7 +104,7 @@ pub struct Network {
 
 /// The Machine, or the MachinePool whose instances all boot from one user-data, as templates
 /// see it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineInfo {
     /// Name: the Machine's (templates use it as the node name), or the pool's (shared by every
@@ -136,7 +152,7 @@ impl std::fmt::Debug for JoinInfo {
 }
 
 /// The cluster's certificates, PEM-encoded.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Certificates {
     /// The cluster CA (`<cluster>-ca`).
@@ -150,7 +166,7 @@ pub struct Certificates {
 }
 
 /// A PEM certificate (or public key) and its PEM private key.
-#[derive(Clone, Default, Serialize, PartialEq)]
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct KeyPair {
     /// Certificate (or public key), PEM.
     pub cert: String,

@@ -8,6 +8,7 @@ pub mod capi;
 pub mod capi_env;
 pub mod controller;
 pub mod fixtures;
+pub mod generator;
 pub mod joins;
 pub mod pki;
 pub mod rbac;

@@ -61,7 +61,7 @@ const MANAGER_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "bootstrap.bootplate.dev",
-        &["bootplateconfigtemplates"],
+        &["bootplateconfigtemplates", "bootstrapgenerators"],
         &["get", "list", "watch"],
     ),
     (
@@ -93,7 +93,7 @@ const ALL_VERBS: [&str; 8] = [
     "delete",
     "deletecollection",
 ];
-const CLUSTER_SCOPED: [&str; 1] = ["clusterbootstraptemplates"];
+const CLUSTER_SCOPED: [&str; 2] = ["clusterbootstraptemplates", "bootstrapgenerators"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

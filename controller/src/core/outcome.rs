@@ -65,10 +65,21 @@ pub(crate) fn joined(cleanup_failed: bool) -> (ConfigState, Option<Duration>) {
     (ConfigState::Ready, cleanup_failed.then_some(CLEANUP_RETRY))
 }
 
-/// The state and the next look for a blocked config.
-pub(crate) fn blocked(why: &Blocked) -> (ConfigState, Duration) {
+/// How long before trying a busy generator again: its calls take seconds at most.
+pub(crate) const GENERATOR_BUSY_REQUEUE: Duration = Duration::from_secs(2);
+
+/// The state and the next look for a blocked config. `generator_retry` is the backoff delay
+/// of a config whose generator failed (it doubles per consecutive failure: a generator that
+/// is down is not hammered, one that is back is used again soon).
+pub(crate) fn blocked(why: &Blocked, generator_retry: Duration) -> (ConfigState, Duration) {
+    if why.reason == reason::WAITING_FOR_GENERATOR {
+        return (ConfigState::Waiting, GENERATOR_BUSY_REQUEUE);
+    }
     if why.waiting {
         return (ConfigState::Waiting, WAIT_REQUEUE);
+    }
+    if why.reason == reason::GENERATOR_FAILED {
+        return (ConfigState::Failed, generator_retry);
     }
     // contentFrom Secrets are not watched (they carry no label to select them by), and the
     // usual fix, creating the Secret, is often just late: look again soon.
@@ -182,9 +193,17 @@ mod tests {
                 WAIT_REQUEUE,
             ),
         ];
+        let backoff = Duration::from_secs(20);
         for (why, state, requeue) in cases {
-            assert_eq!(blocked(&why), (state, requeue), "{why:?}");
+            assert_eq!(blocked(&why, backoff), (state, requeue), "{why:?}");
         }
+        let failed = Blocked::failed(reason::GENERATOR_FAILED, "cmdb down");
+        assert_eq!(blocked(&failed, backoff), (ConfigState::Failed, backoff));
+        let busy = Blocked::waiting(reason::WAITING_FOR_GENERATOR, "cmdb busy");
+        assert_eq!(
+            blocked(&busy, backoff),
+            (ConfigState::Waiting, GENERATOR_BUSY_REQUEUE)
+        );
     }
 
     #[test]

@@ -147,6 +147,10 @@ pub(crate) struct Inputs<'a> {
     pub seen: RenderContext,
     /// The resourceVersions of the certificate Secrets the role reads.
     pub secret_versions: Vec<String>,
+    /// The generators the render calls, with their spec generations (left out when none, so
+    /// configs without generators keep their digests).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub generators: Vec<(String, Option<i64>)>,
 }
 
 /// A digest of `inputs`.
@@ -286,6 +290,7 @@ mod tests {
             role: Role::Worker,
             seen: RenderContext::new(&cluster, &machine, Role::Worker, None, None),
             secret_versions: vec!["5".into()],
+            generators: Vec::new(),
         };
         let same = inputs_digest(&inputs("build-a"));
         assert_eq!(same, inputs_digest(&inputs("build-a")));
@@ -293,6 +298,15 @@ mod tests {
         let mut other = inputs("build-a");
         other.secret_versions = vec!["6".into()];
         assert_ne!(same, inputs_digest(&other), "a rotated certificate counts");
+        let mut generated = inputs("build-a");
+        generated.generators = vec![("cmdb".into(), Some(1))];
+        let first = inputs_digest(&generated);
+        generated.generators = vec![("cmdb".into(), Some(2))];
+        assert_ne!(
+            first,
+            inputs_digest(&generated),
+            "a changed generator spec counts"
+        );
     }
 
     #[test]

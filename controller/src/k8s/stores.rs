@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crd_types::capi::{Cluster, Machine, MachinePool};
-use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate};
+use crd_types::{BootplateConfig, BootstrapGenerator, BootstrapTemplate, ClusterBootstrapTemplate};
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -23,6 +23,8 @@ pub struct Stores {
     pub templates: Store<BootstrapTemplate>,
     /// Cluster-scoped templates.
     pub cluster_templates: Store<ClusterBootstrapTemplate>,
+    /// Generators (cluster-scoped).
+    pub generators: Store<BootstrapGenerator>,
     /// Metadata only (no data, no managedFields) of the Secrets labelled
     /// `cluster.x-k8s.io/cluster-name`: CAPI's `<cluster>-ca` and `<cluster>-kubeconfig` and
     /// the data Secrets. Their resourceVersions tell when a cached CA hash, workload client or
@@ -42,6 +44,7 @@ impl Stores {
         let _ = self.machine_pools.wait_until_ready().await;
         let _ = self.templates.wait_until_ready().await;
         let _ = self.cluster_templates.wait_until_ready().await;
+        let _ = self.generators.wait_until_ready().await;
         let _ = self.secrets.wait_until_ready().await;
     }
 
@@ -99,6 +102,11 @@ impl Stores {
                 .clone(),
         };
         self.cluster(namespace, &cluster_name)
+    }
+
+    /// The generator `name`.
+    pub fn generator(&self, name: &str) -> Option<Arc<BootstrapGenerator>> {
+        self.generators.get(&ObjectRef::new(name))
     }
 
     /// The Cluster `name` in `namespace`.

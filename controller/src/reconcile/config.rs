@@ -178,8 +178,11 @@ async fn report_rendered(
         let desired = status::ready(&config_id(config), previous, &facts, Timestamp::now());
         apply_status(ctx, config, &desired).await?;
     }
-    if let (Some(record), Some(uid)) = (done.record, config.uid()) {
-        ctx.remember(uid, record);
+    if let Some(uid) = config.uid() {
+        ctx.generator_failures.succeeded(&uid);
+        if let Some(record) = done.record {
+            ctx.remember(uid, record);
+        }
     }
     let token_in_use = done.role != Role::Init;
     let ttl = ctx.settings.bootstrap_token_ttl;
@@ -224,7 +227,13 @@ async fn report_blocked(
     if why.reason == crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR {
         ctx.metrics.token("error");
     }
-    let (state, retry) = outcome::blocked(&why);
+    let generator_retry = match config.uid() {
+        Some(uid) if why.reason == crd_types::conditions::reason::GENERATOR_FAILED => {
+            ctx.generator_failures.failed(&uid, || ctx.live_configs())
+        }
+        _ => super::retry::FIRST,
+    };
+    let (state, retry) = outcome::blocked(&why, generator_retry);
     match state {
         ConfigState::Waiting => {
             debug!(reason = why.reason, message = %why.message, "config waiting")

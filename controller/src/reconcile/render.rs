@@ -9,10 +9,12 @@ use crd_types::{BootplateConfig, BootplateConfigStatus, Role};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use render::generator::Generated;
 use render::{Endpoint, JoinInfo, MachineInfo, RenderContext};
 use tracing::{debug, info, warn};
 
 use super::context::{Context, config_key};
+use super::generate::{Calls, Phase};
 use crate::core::gate;
 use crate::core::outcome::{self, RenderFacts};
 use crate::core::role::{self, RoleDecision, RoleFacts};
@@ -103,7 +105,7 @@ pub(crate) async fn render(
     debug!(%role, template = %template.display, "role decided");
     let endpoint = gate::endpoint(cluster)?;
     let revision = template.compiled.revision().to_owned();
-    let inputs = inputs_digest(ctx, config, subject, cluster, role, &revision);
+    let inputs = inputs_digest(ctx, config, subject, cluster, role, &template);
     let inputs_ref = inputs.as_deref();
     if let Some(done) = unchanged(ctx, config, previous, inputs_ref, subject, role, &revision) {
         debug!(%role, "unchanged since the last render");
@@ -161,7 +163,7 @@ fn inputs_digest(
     subject: Subject<'_>,
     cluster: &Cluster,
     role: Role,
-    revision: &str,
+    template: &ResolvedTemplate,
 ) -> Option<String> {
     if config.spec.files.iter().any(|f| f.content_from.is_some()) {
         return None;
@@ -172,14 +174,28 @@ fn inputs_digest(
         .map(|name| ctx.stores.secret_version(&namespace, name))
         .collect::<Option<Vec<String>>>()?;
     let uid = config.uid();
+    // A generator's spec (its endpoint, its grant) counts; its answers are not known here.
+    let generators = template
+        .compiled
+        .generator_calls(&config.spec, role)
+        .into_iter()
+        .map(|call| {
+            let generation = ctx.stores.generator(&call.generator);
+            (
+                call.generator,
+                generation.and_then(|g| g.metadata.generation),
+            )
+        })
+        .collect();
     Some(skip::inputs_digest(&Inputs {
         build: &ctx.settings.build,
         config_uid: uid.as_deref(),
         generation: config.metadata.generation,
-        revision,
+        revision: template.compiled.revision(),
         role,
         seen: RenderContext::with_machine(cluster, subject.info(role), None, None),
         secret_versions,
+        generators,
     }))
 }
 
@@ -240,26 +256,40 @@ struct Made {
 async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let certs = control_plane_certs(ctx, scene.cluster, scene.role).await?;
     let spec = files::resolve(&ctx.client, scene.config).await?;
+    let context = |join: Option<JoinInfo>| {
+        let machine = scene.subject.info(scene.role);
+        RenderContext::with_machine(scene.cluster, machine, join, certs.clone())
+    };
     // `trial`: a render whose output is thrown away; its failure counts, its time does not
     // (the duration histogram counts one render per user-data produced).
-    let render = |join: Option<JoinInfo>, trial: bool| {
-        let machine = scene.subject.info(scene.role);
-        let context = RenderContext::with_machine(scene.cluster, machine, join, certs.clone());
+    let render = |context: &RenderContext, generated: &Generated, trial: bool| {
         let started = Instant::now();
         let template = &scene.template;
-        let rendered = template.compiled.render(&spec, &context).map_err(|e| {
-            ctx.metrics.render_failed(&template.reference, e.reason());
-            Error::failed(e.reason(), e.to_string())
-        })?;
+        let rendered = template
+            .compiled
+            .render_generated(&spec, context, generated)
+            .map_err(|e| {
+                ctx.metrics.render_failed(&template.reference, e.reason());
+                Error::failed(e.reason(), e.to_string())
+            })?;
         if !trial {
             ctx.metrics.rendered(&template.reference, started.elapsed());
         }
         Ok::<_, Error>(rendered)
     };
+    let calls = scene.template.compiled.generator_calls(&spec, scene.role);
+    let generators = Calls {
+        ctx,
+        config: scene.config,
+        template: &scene.template,
+        spec: &spec,
+        calls: &calls,
+    };
     if scene.role == Role::Init {
-        let user_data = render(None, false)?;
+        let context = context(None);
+        let generated = generators.run(&context, Phase::All).await?;
         return Ok(Made {
-            user_data,
+            user_data: render(&context, &generated, false)?,
             token_expires: None,
             created_token: None,
             replaced: Vec::new(),
@@ -271,15 +301,20 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
         api_server_endpoint: scene.endpoint.address(),
         ca_cert_hashes: vec![ca_hash.clone()],
     };
-    // A trial render with a stand-in of the same length first: a config whose template,
-    // variables or size fail gets an error, and no token in the workload cluster.
-    render(Some(join(&Token::placeholder())), true)?;
+    // A trial render with a stand-in token of the same length first, with the parts of the
+    // generators not granted the token: a config whose template, variables, generators or
+    // size fail gets an error, and no token in the workload cluster.
+    let trial = context(Some(join(&Token::placeholder())));
+    let mut generated = generators.run(&trial, Phase::BeforeToken).await?;
+    render(&trial, &generators.with_stand_ins(&generated), true)?;
     let pool = scene.subject.is_pool();
     let ((token, action, expires), replaced) =
         bootstrap_token(ctx, scene.config, scene.cluster, pool).await?;
     let created = matches!(action, TokenAction::Created | TokenAction::Rotated);
+    let context = context(Some(join(&token)));
+    generated.extend(generators.run(&context, Phase::AfterToken).await?);
     Ok(Made {
-        user_data: render(Some(join(&token)), false)?,
+        user_data: render(&context, &generated, false)?,
         token_expires: Some(expires),
         created_token: created.then(|| token.id.clone()),
         replaced,

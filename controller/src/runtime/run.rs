@@ -4,7 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster, Machine, MachinePool, WATCH_FILTER_LABEL};
-use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate, TemplateKind};
+use crd_types::{
+    BootplateConfig, BootstrapGenerator, BootstrapTemplate, ClusterBootstrapTemplate, TemplateKind,
+};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
@@ -234,6 +236,7 @@ struct Triggers {
     clusters: BoxStream<'static, Result<Cluster, watcher::Error>>,
     templates: BoxStream<'static, Result<BootstrapTemplate, watcher::Error>>,
     cluster_templates: BoxStream<'static, Result<ClusterBootstrapTemplate, watcher::Error>>,
+    generators: BoxStream<'static, Result<BootstrapGenerator, watcher::Error>>,
 }
 
 /// Starts the watches: the stores reconciles read, and the streams that trigger them.
@@ -251,7 +254,6 @@ fn watches(
         Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
         None => watcher::Config::default(),
     };
-    let all = watcher::Config::default;
     let (machines, machine_events) =
         watch(api(client, ns), filtered(), strip, Deletions::Skip, |_| {});
     let (machine_pools, machine_pool_events) =
@@ -263,20 +265,9 @@ fn watches(
         Deletions::Skip,
         forget_cluster(caches),
     );
-    let (templates, template_events) = watch(
-        api(client, ns),
-        all(),
-        |_| {},
-        Deletions::Include,
-        forget_template(metrics, compiled),
-    );
-    let (cluster_templates, cluster_template_events) = watch(
-        Api::all(client.clone()),
-        all(),
-        |_| {},
-        Deletions::Include,
-        forget_template(metrics, compiled),
-    );
+    let ((templates, template_events), (cluster_templates, cluster_template_events)) =
+        watch_templates(client, ns, metrics, compiled);
+    let (generators, generator_events) = watch_generators(client, caches);
     // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
     // kubeconfig Secrets, and the data Secrets, which also trigger their config's reconcile).
     let (secrets, secret_events) = watch(
@@ -303,6 +294,7 @@ fn watches(
         machine_pools,
         templates,
         cluster_templates,
+        generators,
         secrets,
     };
     let triggers = Triggers {
@@ -313,19 +305,77 @@ fn watches(
         clusters: cluster_events.boxed(),
         templates: template_events.boxed(),
         cluster_templates: cluster_template_events.boxed(),
+        generators: generator_events.boxed(),
     };
     (stores, triggers)
 }
 
+/// The watches of both template kinds, every one of them (any config may name any template);
+/// a deleted template's compiled form and metrics are dropped.
+#[allow(clippy::type_complexity)]
+fn watch_templates(
+    client: &Client,
+    ns: Option<&str>,
+    metrics: &Arc<Metrics>,
+    compiled: &Arc<CompiledCache>,
+) -> (
+    (
+        Store<BootstrapTemplate>,
+        impl futures::Stream<Item = Result<BootstrapTemplate, watcher::Error>> + Send + 'static,
+    ),
+    (
+        Store<ClusterBootstrapTemplate>,
+        impl futures::Stream<Item = Result<ClusterBootstrapTemplate, watcher::Error>> + Send + 'static,
+    ),
+) {
+    let namespaced = watch(
+        api(client, ns),
+        watcher::Config::default(),
+        |_| {},
+        Deletions::Include,
+        forget_template(metrics, compiled),
+    );
+    let cluster = watch(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        |_| {},
+        Deletions::Include,
+        forget_template(metrics, compiled),
+    );
+    (namespaced, cluster)
+}
+
+/// The watch of BootstrapGenerators; a deleted one's client is dropped.
+fn watch_generators(
+    client: &Client,
+    caches: &Caches,
+) -> (
+    Store<BootstrapGenerator>,
+    impl futures::Stream<Item = Result<BootstrapGenerator, watcher::Error>> + Send + 'static,
+) {
+    let generators = caches.generators.clone();
+    let forget = move |g: &BootstrapGenerator| generators.forget(&g.name_any());
+    let config = watcher::Config::default();
+    watch(
+        Api::all(client.clone()),
+        config,
+        strip,
+        Deletions::Include,
+        forget,
+    )
+}
+
 /// The config controller: a config is reconciled when it, its data Secret, its Machine or
-/// MachinePool, its Cluster or its template changes.
+/// MachinePool, its Cluster, its template or a generator its template names changes.
 fn config_controller(
     triggers: Triggers,
-    configs: Store<BootplateConfig>,
+    stores: &Stores,
     concurrency: u16,
 ) -> Controller<BootplateConfig> {
+    let configs = stores.configs.clone();
     let (by_cluster, by_template, by_cluster_template) =
         (configs.clone(), configs.clone(), configs.clone());
+    let by_generator = stores.clone();
     Controller::for_stream(triggers.configs, configs)
         .owns_stream(triggers.data_secrets)
         .watches_stream(triggers.machines, machine_to_config)
@@ -349,6 +399,9 @@ fn config_controller(
                 configs_of_template(&by_cluster_template, kind, None, &template.name_any())
             },
         )
+        .watches_stream(triggers.generators, move |generator: BootstrapGenerator| {
+            configs_of_generator(&by_generator, &generator.name_any())
+        })
         .trigger_backoff(NoSharedBackoff)
         .with_config(controller::Config::default().concurrency(concurrency))
 }
@@ -365,7 +418,7 @@ pub async fn run(
     let (deleted_tx, deleted_rx) = deleted::channel();
     let pools = machine_pools_served(&client).await?;
     let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);
-    let configs = stores.configs.clone();
+    let controller = config_controller(triggers, &stores, settings.concurrency);
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings.clone(),
@@ -387,7 +440,7 @@ pub async fn run(
             let _ = rx.recv().await;
         }
     };
-    let configs_done = config_controller(triggers, configs, settings.concurrency)
+    let configs_done = controller
         .graceful_shutdown_on(signal(&shutdown_tx))
         .run(
             config_controller::reconcile,
@@ -624,6 +677,40 @@ fn forget_config(
             let _ = deleted.send(config);
         }
     }
+}
+
+/// The configs whose template has a part naming generator `name`.
+fn configs_of_generator(stores: &Stores, name: &str) -> Vec<ObjectRef<BootplateConfig>> {
+    let names_it = |spec: &crd_types::TemplateSpec| {
+        spec.parts
+            .iter()
+            .any(|p| p.generator.as_ref().is_some_and(|g| g.name == name))
+    };
+    let mut configs = Vec::new();
+    for template in stores.templates.state() {
+        if names_it(&template.spec) {
+            let kind = TemplateKind::BootstrapTemplate;
+            let found = configs_of_template(
+                &stores.configs,
+                kind,
+                template.namespace(),
+                &template.name_any(),
+            );
+            configs.extend(found);
+        }
+    }
+    for template in stores.cluster_templates.state() {
+        if names_it(&template.spec) {
+            let kind = TemplateKind::ClusterBootstrapTemplate;
+            configs.extend(configs_of_template(
+                &stores.configs,
+                kind,
+                None,
+                &template.name_any(),
+            ));
+        }
+    }
+    configs
 }
 
 /// The configs referencing a template.
