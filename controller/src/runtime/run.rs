@@ -464,12 +464,7 @@ pub async fn run(
         caches,
     ));
     tokio::spawn(deleted::delete_tokens(ctx.clone(), deleted_rx));
-    let synced = ctx.clone();
-    tokio::spawn(async move {
-        synced.watch_stores().await;
-        readiness.set(true);
-        info!("caches synced");
-    });
+    tokio::spawn(ready_once_synced(ctx.clone(), readiness));
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = |tx: &tokio::sync::broadcast::Sender<()>| {
         let mut rx = tx.subscribe();
@@ -524,6 +519,13 @@ pub async fn run(
         warn!(undelivered, "stopping with Events not yet published");
     }
     Ok(())
+}
+
+/// Marks the process ready once every store has its first list.
+async fn ready_once_synced(ctx: Arc<Context>, readiness: Arc<Readiness>) {
+    ctx.watch_stores().await;
+    readiness.set(true);
+    info!("caches synced");
 }
 
 /// How long a stopping controller waits for its queued Events.
