@@ -112,6 +112,11 @@ impl ApiServer {
         Self::start_with(true, None, &[]).await
     }
 
+    /// [`ApiServer::start_with_ca`] with [`ApiServer::start_audited`]'s audit log.
+    pub async fn start_audited_with_ca(ca: &pki::TestCa) -> anyhow::Result<ApiServer> {
+        Self::start_with(true, Some(ca), &["--enable-bootstrap-token-auth"]).await
+    }
+
     async fn start_with(
         audit: bool,
         ca: Option<&pki::TestCa>,

@@ -26,6 +26,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use bootplate_bench::measure::{Requests, cpu_seconds, file_len, per, rss_kib};
 use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster};
 use crd_types::{
     BootplateConfig, BootplateConfigSpec, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec,
@@ -37,7 +38,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use testenv::controller::ControllerProcess;
 use testenv::{ApiServer, fixtures};
 
@@ -104,15 +105,10 @@ struct Bench {
     args: Args,
 }
 
-fn per(part: f64, whole: f64) -> f64 {
-    if whole > 0.0 { part / whole } else { f64::NAN }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = args()?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    machine_line();
+    bootplate_bench::start();
     let started = Instant::now();
     let (management, workload) =
         tokio::join!(ApiServer::start_audited(), ApiServer::start_audited());
@@ -140,31 +136,6 @@ async fn main() -> anyhow::Result<()> {
     };
     eprintln!("apiservers up in {:.1?}", started.elapsed());
     bench.run().await
-}
-
-fn machine_line() {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpu
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_default();
-    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kib: f64 = mem
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "machine: {} cores, {:.0} GiB, {model}; load average at start {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        mem_kib / 1048576.0,
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
 }
 
 impl Bench {
@@ -438,6 +409,11 @@ impl Bench {
         );
         let requests = self.requests_since(&audit)?;
         requests.print("controller", n);
+        println!(
+            "RESULT N={n} requests per config {:.2} (writes {:.2})",
+            per(requests.total() as f64, n as f64),
+            per(requests.writes() as f64, n as f64)
+        );
 
         if !self.args.skip_restart {
             let status = controller.terminate()?;
@@ -502,8 +478,8 @@ impl Bench {
 
     fn audit_offsets(&self) -> anyhow::Result<[u64; 2]> {
         Ok([
-            file_len(&self.management.audit_log())?,
-            file_len(&self.workload.audit_log())?,
+            file_len(&self.management.audit_log()),
+            file_len(&self.workload.audit_log()),
         ])
     }
 
@@ -512,114 +488,21 @@ impl Bench {
         // The audit backend writes as requests complete; let the last ones land.
         std::thread::sleep(Duration::from_millis(500));
         let mut requests = Requests::default();
-        let mut seen = HashSet::new();
-        for (cluster, path, user, offset) in [
-            (
-                "management",
-                self.management.audit_log(),
-                self.controller_user.as_str(),
-                offsets[0],
-            ),
-            (
-                "workload",
-                self.workload.audit_log(),
-                WORKLOAD_USER,
-                offsets[1],
-            ),
-        ] {
-            let text = std::fs::read(&path)?;
-            let text = String::from_utf8_lossy(&text[offset as usize..]);
-            for line in text.lines() {
-                let Ok(event) = serde_json::from_str::<Value>(line) else {
-                    continue;
-                };
-                let who = event["impersonatedUser"]["username"]
-                    .as_str()
-                    .or(event["user"]["username"].as_str());
-                if who != Some(user) {
-                    continue;
-                }
-                let verb = event["verb"].as_str().unwrap_or_default();
-                // One count per request: a watch has two events (started, completed).
-                let id = event["auditID"].as_str().unwrap_or_default().to_owned();
-                if !seen.insert(id) {
-                    continue;
-                }
-                let object = &event["objectRef"];
-                let mut resource = object["resource"].as_str().unwrap_or("-").to_owned();
-                if let Some(sub) = object["subresource"].as_str() {
-                    resource = format!("{resource}/{sub}");
-                }
-                *requests
-                    .by_kind
-                    .entry((cluster, verb.to_owned(), resource))
-                    .or_default() += 1;
-            }
-        }
+        requests.add_from(
+            "management",
+            &self.management.audit_log(),
+            offsets[0],
+            |e| Requests::user(e) == Some(self.controller_user.as_str()),
+        )?;
+        requests.add_from("workload", &self.workload.audit_log(), offsets[1], |e| {
+            Requests::user(e) == Some(WORKLOAD_USER)
+        })?;
         Ok(requests)
     }
 }
 
 struct ControllerRun {
     seconds: f64,
-}
-
-#[derive(Default)]
-struct Requests {
-    by_kind: BTreeMap<(&'static str, String, String), u64>,
-}
-
-impl Requests {
-    fn count(&self, f: impl Fn(&str) -> bool) -> u64 {
-        self.by_kind
-            .iter()
-            .filter(|((_, verb, _), _)| f(verb))
-            .map(|(_, n)| n)
-            .sum()
-    }
-
-    fn writes(&self) -> u64 {
-        self.count(|v| {
-            matches!(
-                v,
-                "create" | "update" | "patch" | "delete" | "deletecollection"
-            )
-        })
-    }
-
-    fn reads(&self) -> u64 {
-        self.count(|v| matches!(v, "get" | "list"))
-    }
-
-    fn watches(&self) -> u64 {
-        self.count(|v| v == "watch")
-    }
-
-    fn print(&self, phase: &str, n: usize) {
-        let total = self.count(|_| true);
-        println!(
-            "{phase}: API requests {total} ({:.2} per config): writes {} ({:.2}/config), reads {} ({:.2}/config), watches {}",
-            per(total as f64, n as f64),
-            self.writes(),
-            per(self.writes() as f64, n as f64),
-            self.reads(),
-            per(self.reads() as f64, n as f64),
-            self.watches()
-        );
-        for ((cluster, verb, resource), count) in &self.by_kind {
-            println!(
-                "  {cluster:<10} {verb:<7} {resource:<34} {count:>7}  ({:.3}/config)",
-                per(*count as f64, n as f64)
-            );
-        }
-        if phase == "controller" {
-            println!(
-                "RESULT N={n} requests per config {:.2} (writes {:.2})",
-                per(total as f64, n as f64),
-                per(self.writes() as f64, n as f64)
-            );
-        }
-    }
 }
 
 fn template_ref() -> TemplateRef {
@@ -719,45 +602,6 @@ async fn client_from_yaml(yaml: &str) -> anyhow::Result<Client> {
     )
     .await?;
     Ok(Client::try_from(config)?)
-}
-
-fn file_len(path: &Path) -> anyhow::Result<u64> {
-    Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
-}
-
-/// CPU seconds (user + system) process `pid` has used so far, from /proc/PID/stat.
-fn cpu_seconds(pid: u32) -> f64 {
-    static TICKS_PER_SECOND: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    let ticks_per_second = *TICKS_PER_SECOND.get_or_init(|| {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
-            .unwrap_or(100.0)
-    });
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name (field 2) may hold spaces; the fields after it start with the state
-    // (field 3), so utime and stime (fields 14 and 15) are the 12th and 13th after it.
-    let after_name: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let field = |i: usize| after_name.get(i).and_then(|v| v.parse::<f64>().ok());
-    match (field(11), field(12)) {
-        (Some(user), Some(system)) => (user + system) / ticks_per_second,
-        _ => f64::NAN,
-    }
-}
-
-/// A field of /proc/PID/status in KiB (VmHWM: peak resident set; VmRSS: current).
-fn rss_kib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 /// The Events the controller has queued and not yet published (they trail the reconciles).

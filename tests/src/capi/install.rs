@@ -17,6 +17,9 @@ use crate::tools;
 /// The namespace and ServiceAccount the manifests give the manager.
 pub const NAMESPACE: &str = "capi-system";
 pub const SERVICE_ACCOUNT: &str = "capi-manager";
+/// The namespace and ServiceAccount the kubeadm bootstrap provider's manifests give its manager.
+pub const KUBEADM_BOOTSTRAP_NAMESPACE: &str = "capi-kubeadm-bootstrap-system";
+pub const KUBEADM_BOOTSTRAP_SERVICE_ACCOUNT: &str = "capi-kubeadm-bootstrap-manager";
 
 /// Kinds the release ships that a manager running as a process does not need.
 const LEFT_OUT: [&str; 4] = ["Deployment", "Service", "Certificate", "Issuer"];
@@ -24,8 +27,17 @@ const LEFT_OUT: [&str; 4] = ["Deployment", "Service", "Certificate", "Issuer"];
 /// The manifests of the release, rewritten so the apiserver reaches the manager's webhooks on
 /// `https://127.0.0.1:<webhook_port>` trusting `ca_pem`. Multi-document YAML.
 pub fn manifests(webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
-    let config = tools::capi_source()?.join("core/config/default");
-    let built = kustomize(&config)?;
+    manifests_of("core/config/default", webhook_port, ca_pem)
+}
+
+/// [`manifests`] of the kubeadm bootstrap provider (`bootstrap/kubeadm/config/default` of the
+/// same module): its CRDs, RBAC (the role aggregated into Cluster API's among it) and webhooks.
+pub fn kubeadm_bootstrap_manifests(webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
+    manifests_of("bootstrap/kubeadm/config/default", webhook_port, ca_pem)
+}
+
+fn manifests_of(config: &str, webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
+    let built = kustomize(&tools::capi_source()?.join(config))?;
     let mut out = String::new();
     for document in serde_yaml::Deserializer::from_str(&built) {
         let mut object = serde::Deserialize::deserialize(document)?;

@@ -10,6 +10,7 @@
 pub mod cloud;
 pub mod clusterctl;
 pub mod install;
+pub mod kubeadm_bootstrap;
 pub mod objects;
 pub mod pool;
 pub mod token_watch;
@@ -64,6 +65,22 @@ impl Process {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the process with SIGTERM, as a Pod's container is stopped, and waits for it.
+    pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let status = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill {} failed", self.child.id());
+        }
+        Ok(self.child.wait()?)
     }
 
     fn exited(&mut self) -> bool {
@@ -128,6 +145,9 @@ pub struct Options {
     /// certificates, and the cloud leaves registering Nodes to the kubelets (it only gives each
     /// Node its provider ID, as a cloud controller manager does).
     pub real_joins: bool,
+    /// Both apiservers keep an audit log ([`ApiServer::start_audited`]): the benchmarks count
+    /// each provider's requests from it.
+    pub audited: bool,
 }
 
 impl CapiEnv {
@@ -141,8 +161,12 @@ impl CapiEnv {
             env.joins = Some(joins);
             return Ok(env);
         }
-        let workload = Arc::new(ApiServer::start_with_ca(&cluster_ca).await?);
-        Self::start_managing(options, workload, cluster_ca).await
+        let workload = if options.audited {
+            ApiServer::start_audited_with_ca(&cluster_ca).await?
+        } else {
+            ApiServer::start_with_ca(&cluster_ca).await?
+        };
+        Self::start_managing(options, Arc::new(workload), cluster_ca).await
     }
 
     /// A second management cluster for the same workload cluster: the target of a
@@ -156,7 +180,11 @@ impl CapiEnv {
         workload: Arc<ApiServer>,
         cluster_ca: TestCa,
     ) -> anyhow::Result<CapiEnv> {
-        let management = ApiServer::start().await?;
+        let management = if options.audited {
+            ApiServer::start_audited().await?
+        } else {
+            ApiServer::start().await?
+        };
         let client = management.client().await?;
         let workload_client = workload.client().await?;
         let garbage_collector = start_garbage_collector(&management)?;
@@ -434,7 +462,7 @@ async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::
         "capi-manager-kubeconfig",
     )?;
     let (health, diagnostics) = (crate::free_port()?, crate::free_port()?);
-    let mut process = Process::spawn(
+    let process = Process::spawn(
         "capi-manager",
         Command::new(tools::path("capi-manager")?)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
@@ -450,6 +478,17 @@ async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::
             .env("POD_NAME", "capi-manager"),
         &server.dir().join("capi-manager.log"),
     )?;
+    wait_manager_ready(process, health, webhook_port, "the Cluster API manager").await
+}
+
+/// Returns `process`, a controller-runtime manager, once its `/readyz` on `health` is OK and
+/// its webhooks listen on `webhook_port`; fails with its log when it exits or takes 90 s.
+async fn wait_manager_ready(
+    mut process: Process,
+    health: u16,
+    webhook_port: u16,
+    what: &str,
+) -> anyhow::Result<Process> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let ready = http_get(health, "/readyz").is_some_and(|(status, _)| status == 200);
@@ -457,12 +496,9 @@ async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::
             return Ok(process);
         }
         if process.exited() || Instant::now() > deadline {
-            bail!(
-                "the Cluster API manager did not become ready:\n{}",
-                process.log_tail(40)
-            );
+            bail!("{what} did not become ready:\n{}", process.log_tail(40));
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -1,0 +1,612 @@
+//! bootplate side by side with the kubeadm bootstrap provider (CABPK) on the same real Cluster
+//! API, not a test: run by hand, see docs/benchmarks.md.
+//!
+//! One management and one workload apiserver (audited), Cluster API's manager, the test
+//! infrastructure provider and control-plane stand-in of the real-Cluster-API tier. Each run
+//! gets a fresh namespace with `--machines / --per-deployment` Clusters whose control plane is
+//! initialized, then starts one bootstrap provider alone and creates one MachineDeployment of
+//! `--per-deployment` workers per Cluster: with a `KubeadmConfigTemplate` for CABPK (run with
+//! its Deployment's defaults, and once more with bootplate's concurrency) and with a
+//! `BootplateConfigTemplate` for bootplate (the shipped `kubeadm-ubuntu-2404` template, a
+//! kubeadm join cloud-config). Measured per run:
+//!
+//! - time from the MachineDeployments' creation until every Machine names its bootstrap data
+//!   Secret (`spec.bootstrap.dataSecretName`, set by Cluster API once the provider is done);
+//! - the provider's CPU seconds and peak RSS (`/proc`);
+//! - its API requests per machine, from both apiservers' audit logs: in the management cluster
+//!   by its ServiceAccount; in the workload cluster by the `<cluster>-kubeconfig` user and the
+//!   provider's user agent (Cluster API's manager uses the same kubeconfig);
+//! - restart: SIGTERM, start again over the ready machines, the requests in the next
+//!   `RESTART_WINDOW` after it is ready (writes should be none).
+//!
+//! The order of the providers is reversed every other round.
+//!
+//! ```text
+//! cargo build --release -p bootplate -p bootplate-bench
+//! set -a; . <(tests/scripts/build-tools.sh); set +a
+//! target/release/capi-bench --machines 1000 --rounds 2
+//! ```
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bootplate_bench::measure::{Requests, cpu_seconds, file_len, load_average, per, rss_kib};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use testenv::capi::kubeadm_bootstrap::{self, KubeadmBootstrap};
+use testenv::capi::objects::{self, KUBERNETES_VERSION};
+use testenv::capi::{CapiEnv, Options, Process, cloud};
+use testenv::controller::ControllerProcess;
+
+/// The shipped template bootplate's machines use.
+const TEMPLATE_FILE: &str = "templates/kubeadm-ubuntu-2404.yaml";
+const TEMPLATE_NAME: &str = "kubeadm-ubuntu-2404";
+/// How long a provider settles after the last Machine got its data, before its requests are
+/// counted (the reconciles its own writes trigger count too).
+const SETTLE: Duration = Duration::from_secs(10);
+/// How long requests are counted after a restarted provider is ready.
+const RESTART_WINDOW: Duration = Duration::from_secs(20);
+/// The user the `<cluster>-kubeconfig` Secrets of the control-plane stand-in authenticate as.
+const WORKLOAD_USER: &str = "kubernetes-admin";
+
+struct Args {
+    machines: usize,
+    per_deployment: usize,
+    rounds: usize,
+    concurrency: usize,
+    skip_restart: bool,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut parsed = Args {
+        machines: 1000,
+        per_deployment: 50,
+        rounds: 2,
+        concurrency: 16,
+        skip_restart: false,
+    };
+    let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] \
+                 [--concurrency N] [--skip-restart]";
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--machines" => parsed.machines = value()?.parse()?,
+            "--per-deployment" => parsed.per_deployment = value()?.parse()?,
+            "--rounds" => parsed.rounds = value()?.parse()?,
+            "--concurrency" => parsed.concurrency = value()?.parse()?,
+            "--skip-restart" => parsed.skip_restart = true,
+            "-h" | "--help" => {
+                println!("{usage}");
+                std::process::exit(0);
+            }
+            _ => bail!("{usage}"),
+        }
+    }
+    if parsed.machines == 0 || parsed.per_deployment == 0 || parsed.rounds == 0 {
+        bail!("--machines, --per-deployment and --rounds must be more than zero");
+    }
+    if !parsed.machines.is_multiple_of(parsed.per_deployment) {
+        bail!("--machines must be a multiple of --per-deployment");
+    }
+    Ok(parsed)
+}
+
+/// The providers compared.
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    /// CABPK with its Deployment's defaults.
+    CabpkDefaults,
+    /// CABPK with `--kubeadmconfig-concurrency` set to bootplate's concurrency.
+    CabpkConcurrency,
+    Bootplate,
+}
+
+impl Variant {
+    const ALL: [Variant; 3] = [
+        Variant::CabpkDefaults,
+        Variant::CabpkConcurrency,
+        Variant::Bootplate,
+    ];
+
+    fn label(self, concurrency: usize) -> String {
+        match self {
+            Variant::CabpkDefaults => "CABPK (defaults)".into(),
+            Variant::CabpkConcurrency => format!("CABPK (concurrency {concurrency})"),
+            Variant::Bootplate => format!("bootplate (concurrency {concurrency})"),
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Variant::CabpkDefaults => "cabpk",
+            Variant::CabpkConcurrency => "cabpkc",
+            Variant::Bootplate => "bootplate",
+        }
+    }
+}
+
+/// What one run of one provider measured.
+struct Run {
+    variant: Variant,
+    seconds: f64,
+    cpu_at_ready: f64,
+    cpu_settled: f64,
+    peak_rss_mib: f64,
+    requests: Requests,
+    restart: Option<Requests>,
+}
+
+/// A running provider: bootplate (the environment's process) or CABPK's manager.
+enum Provider {
+    Bootplate,
+    Cabpk(Process),
+}
+
+impl Provider {
+    fn pid(&self, env: &CapiEnv) -> u32 {
+        match self {
+            Provider::Bootplate => env.bootplate.pid(),
+            Provider::Cabpk(process) => process.pid(),
+        }
+    }
+
+    /// SIGTERM, as Kubernetes stops a Pod.
+    fn stop(&mut self, env: &mut CapiEnv) -> anyhow::Result<()> {
+        match self {
+            Provider::Bootplate => env.bootplate.terminate().map(drop),
+            Provider::Cabpk(process) => process.terminate().map(drop),
+        }
+    }
+}
+
+struct Bench {
+    env: CapiEnv,
+    cabpk: KubeadmBootstrap,
+    args: Args,
+    bootplate_user: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    bootplate_bench::start();
+    let started = Instant::now();
+    let mut env = CapiEnv::start(Options {
+        audited: true,
+        ..Default::default()
+    })
+    .await?;
+    let template: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(TEMPLATE_FILE),
+    )?)?;
+    cloud::apply(
+        &env.client,
+        &objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates"),
+        None,
+        &template,
+    )
+    .await?;
+    // Each provider runs alone: bootplate only for its runs (its webhook has just checked the
+    // template).
+    env.bootplate.kill();
+    let cabpk = KubeadmBootstrap::install(&env).await?;
+    let (sa_ns, sa_name) = testenv::rbac::SERVICE_ACCOUNT;
+    eprintln!(
+        "management cluster with Cluster API and both providers installed in {:.1?}",
+        started.elapsed()
+    );
+    let mut bench = Bench {
+        env,
+        cabpk,
+        args,
+        bootplate_user: format!("system:serviceaccount:{sa_ns}:{sa_name}"),
+    };
+    let mut runs = Vec::new();
+    for round in 0..bench.args.rounds {
+        let mut order = Variant::ALL.to_vec();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for variant in order {
+            let run = bench.run(round, variant).await?;
+            runs.push(run);
+        }
+    }
+    bench.print_table(&runs);
+    Ok(())
+}
+
+impl Bench {
+    async fn run(&mut self, round: usize, variant: Variant) -> anyhow::Result<Run> {
+        let n = self.args.machines;
+        let ns = format!("r{round}-{}", variant.short());
+        println!(
+            "== round {round}: {} in namespace {ns}; load average {}",
+            variant.label(self.args.concurrency),
+            load_average()
+        );
+        let clusters = self.create_clusters(&ns).await?;
+        let concurrency = self.args.concurrency.to_string();
+        let log = format!("{ns}.log");
+        let mut provider = self.start_provider(variant, &concurrency, &log).await?;
+        // After the provider: its webhook checks its template.
+        self.create_templates(&ns, variant).await?;
+        let pid = provider.pid(&self.env);
+
+        let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(0usize);
+        let watch = tokio::spawn(count_bootstrapped(
+            Api::namespaced_with(self.env.client.clone(), &ns, &objects::machine_resource()),
+            ready_tx,
+        ));
+        let audit = self.audit_offsets();
+        let cpu_before = cpu_seconds(pid);
+        let started = Instant::now();
+        self.create_deployments(&ns, &clusters, variant).await?;
+        tokio::time::timeout(
+            Duration::from_secs(3600),
+            ready_rx.wait_for(|ready| *ready >= n),
+        )
+        .await
+        .context("not every Machine got its bootstrap data within an hour")??;
+        let seconds = started.elapsed().as_secs_f64();
+        watch.abort();
+        let cpu_at_ready = cpu_seconds(pid) - cpu_before;
+        tokio::time::sleep(SETTLE).await;
+        let cpu_settled = cpu_seconds(pid) - cpu_before;
+        let peak_rss_mib = rss_kib(pid, "VmHWM") / 1024.0;
+        let requests = self.requests_since(audit, variant)?;
+        println!(
+            "{n} machines with bootstrap data {seconds:.2} s after the MachineDeployments' creation; \
+             provider CPU {cpu_at_ready:.1} s until then, {cpu_settled:.1} s after settling; peak RSS {peak_rss_mib:.1} MiB"
+        );
+        requests.print("run", n);
+
+        provider.stop(&mut self.env)?;
+        let restart = if self.args.skip_restart {
+            None
+        } else {
+            let audit = self.audit_offsets();
+            let restarted = Instant::now();
+            let mut provider = self
+                .start_provider(variant, &concurrency, &format!("{ns}-restart.log"))
+                .await?;
+            let ready = restarted.elapsed().as_secs_f64();
+            tokio::time::sleep(RESTART_WINDOW).await;
+            let requests = self.requests_since(audit, variant)?;
+            provider.stop(&mut self.env)?;
+            println!(
+                "restart: ready {ready:.2} s after start; requests in the {RESTART_WINDOW:?} after:"
+            );
+            requests.print("restart", n);
+            Some(requests)
+        };
+        Ok(Run {
+            variant,
+            seconds,
+            cpu_at_ready,
+            cpu_settled,
+            peak_rss_mib,
+            requests,
+            restart,
+        })
+    }
+
+    async fn start_provider(
+        &mut self,
+        variant: Variant,
+        concurrency: &str,
+        log: &str,
+    ) -> anyhow::Result<Provider> {
+        Ok(match variant {
+            Variant::Bootplate => {
+                let args = ["--concurrency", concurrency, "--log-level", "info"].map(String::from);
+                self.env.restart_bootplate(&args, log).await?;
+                wait_ready(&self.env.bootplate).await?;
+                Provider::Bootplate
+            }
+            Variant::CabpkDefaults => Provider::Cabpk(self.cabpk.start(&self.env, &[], log).await?),
+            Variant::CabpkConcurrency => Provider::Cabpk(
+                self.cabpk
+                    .start(
+                        &self.env,
+                        &[format!("--kubeadmconfig-concurrency={concurrency}")],
+                        log,
+                    )
+                    .await?,
+            ),
+        })
+    }
+
+    /// The run's Clusters, each with its DevCluster and DevControlPlane; returns their names
+    /// once the control-plane stand-in has initialized every one.
+    async fn create_clusters(&self, ns: &str) -> anyhow::Result<Vec<String>> {
+        testenv::fixtures::namespace(&self.env.client, ns).await?;
+        let names: Vec<String> = (0..self.args.machines / self.args.per_deployment)
+            .map(|i| format!("c{i}"))
+            .collect();
+        futures::stream::iter(&names)
+            .map(|name| async move {
+                let plane = format!("{name}-cp");
+                for (resource, object) in [
+                    (objects::dev_cluster_resource(), objects::dev_cluster(name)),
+                    (
+                        objects::dev_control_plane_resource(),
+                        objects::dev_control_plane(&plane, KUBERNETES_VERSION),
+                    ),
+                    (
+                        objects::cluster_resource(),
+                        objects::cluster(name, Some(&plane), false),
+                    ),
+                ] {
+                    self.apply(ns, &resource, object).await?;
+                }
+                anyhow::Ok(())
+            })
+            .buffer_unordered(16)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let clusters: Api<DynamicObject> =
+            Api::namespaced_with(self.env.client.clone(), ns, &objects::cluster_resource());
+        let secrets: Api<Secret> = Api::namespaced(self.env.client.clone(), ns);
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let initialized = clusters
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|c| {
+                    c.data["status"]["initialization"]["controlPlaneInitialized"] == json!(true)
+                })
+                .count();
+            let kubeconfigs = secrets
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|s| s.name_any().ends_with("-kubeconfig"))
+                .count();
+            if initialized == names.len() && kubeconfigs == names.len() {
+                return Ok(names);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{initialized} of {} clusters initialized in 10 minutes",
+                    names.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn create_templates(&self, ns: &str, variant: Variant) -> anyhow::Result<()> {
+        self.apply(
+            ns,
+            &objects::dev_machine_template_resource(),
+            objects::dev_machine_template("workers", "small"),
+        )
+        .await?;
+        let (resource, object) = if variant == Variant::Bootplate {
+            (
+                objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
+                objects::bootplate_config_template("workers", TEMPLATE_NAME),
+            )
+        } else {
+            (
+                kubeadm_config_template_resource(),
+                json!({
+                    "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+                    "kind": "KubeadmConfigTemplate",
+                    "metadata": {"name": "workers"},
+                    "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {
+                        "kubeletExtraArgs": [{"name": "cloud-provider", "value": "external"}],
+                    }}}}},
+                }),
+            )
+        };
+        self.apply(ns, &resource, object).await?;
+        Ok(())
+    }
+
+    async fn create_deployments(
+        &self,
+        ns: &str,
+        clusters: &[String],
+        variant: Variant,
+    ) -> anyhow::Result<()> {
+        futures::stream::iter(clusters)
+            .map(|cluster| async move {
+                let mut deployment = objects::machine_deployment(
+                    &format!("{cluster}-md"),
+                    cluster,
+                    self.args.per_deployment as u32,
+                    "workers",
+                    "workers",
+                    KUBERNETES_VERSION,
+                );
+                if variant != Variant::Bootplate {
+                    deployment["spec"]["template"]["spec"]["bootstrap"]["configRef"] = json!({
+                        "apiGroup": "bootstrap.cluster.x-k8s.io",
+                        "kind": "KubeadmConfigTemplate",
+                        "name": "workers",
+                    });
+                }
+                self.apply(ns, &objects::machine_deployment_resource(), deployment)
+                    .await
+            })
+            .buffer_unordered(16)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    async fn apply(
+        &self,
+        ns: &str,
+        resource: &ApiResource,
+        mut object: Value,
+    ) -> anyhow::Result<()> {
+        object["metadata"]["namespace"] = json!(ns);
+        // Webhooks of a manager under load can refuse a moment; a user's apply would retry.
+        let mut tries = 0;
+        loop {
+            match cloud::apply(&self.env.client, resource, Some(ns), &object).await {
+                Ok(_) => return Ok(()),
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    eprintln!("retrying: {e:#}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn audit_offsets(&self) -> [u64; 2] {
+        [
+            file_len(&self.env.management.audit_log()),
+            file_len(&self.env.workload.audit_log()),
+        ]
+    }
+
+    /// The provider's requests since `offsets`: in the management cluster by its user, in the
+    /// workload cluster by the kubeconfig Secrets' user and the provider's user agent.
+    fn requests_since(&self, offsets: [u64; 2], variant: Variant) -> anyhow::Result<Requests> {
+        // The audit backend writes as requests complete; let the last ones land.
+        std::thread::sleep(Duration::from_millis(500));
+        // In the workload cluster Cluster API's manager uses the same kubeconfig; its user
+        // agents (and CABPK's) name "cluster-api", bootplate's (kube-rs) does not.
+        let user = match variant {
+            Variant::Bootplate => self.bootplate_user.clone(),
+            _ => kubeadm_bootstrap::user(),
+        };
+        let ours = |agent: &str| match variant {
+            Variant::Bootplate => !agent.contains("cluster-api"),
+            _ => agent.contains("kubeadm-bootstrap"),
+        };
+        let mut requests = Requests::default();
+        requests.add_from(
+            "management",
+            &self.env.management.audit_log(),
+            offsets[0],
+            |e| Requests::user(e) == Some(user.as_str()),
+        )?;
+        requests.add_from(
+            "workload",
+            &self.env.workload.audit_log(),
+            offsets[1],
+            |e| {
+                Requests::user(e) == Some(WORKLOAD_USER)
+                    && e["userAgent"].as_str().is_some_and(ours)
+            },
+        )?;
+        Ok(requests)
+    }
+
+    fn print_table(&self, runs: &[Run]) {
+        let n = self.args.machines;
+        println!(
+            "\nRESULT N={n} machines in {} MachineDeployments of {} ({} rounds, order reversed every other round)",
+            n / self.args.per_deployment,
+            self.args.per_deployment,
+            self.args.rounds
+        );
+        println!(
+            "| provider | round | time to every data Secret | CPU s (to ready / settled) | peak RSS | requests per machine (writes) | restart: writes (reads) |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for (i, run) in runs.iter().enumerate() {
+            let restart = run.restart.as_ref().map_or("not run".to_owned(), |r| {
+                format!("{} ({})", r.writes(), r.reads())
+            });
+            println!(
+                "| {} | {} | {:.2} s | {:.1} / {:.1} | {:.1} MiB | {:.2} ({:.2}) | {restart} |",
+                run.variant.label(self.args.concurrency),
+                i / Variant::ALL.len(),
+                run.seconds,
+                run.cpu_at_ready,
+                run.cpu_settled,
+                run.peak_rss_mib,
+                per(run.requests.total() as f64, n as f64),
+                per(run.requests.writes() as f64, n as f64),
+            );
+        }
+        let median = |variant: Variant, f: &dyn Fn(&Run) -> f64| {
+            let mut values: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.variant == variant)
+                .map(f)
+                .collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        println!(
+            "\nratios bootplate / CABPK (medians over the rounds; targets: time <= 0.67, CPU <= 0.5, RSS <= 0.5, requests <= 1):"
+        );
+        for cabpk in [Variant::CabpkDefaults, Variant::CabpkConcurrency] {
+            let ratio = |f: &dyn Fn(&Run) -> f64| median(Variant::Bootplate, f) / median(cabpk, f);
+            println!(
+                "  against {}: time {:.2}, CPU (settled) {:.2}, peak RSS {:.2}, requests per machine {:.2}",
+                cabpk.label(self.args.concurrency),
+                ratio(&|r| r.seconds),
+                ratio(&|r| r.cpu_settled),
+                ratio(&|r| r.peak_rss_mib),
+                ratio(&|r| r.requests.total() as f64),
+            );
+        }
+    }
+}
+
+/// Waits until a (re)started bootplate answers `/readyz`.
+async fn wait_ready(bootplate: &ControllerProcess) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while bootplate.readyz() != Some(200) {
+        if Instant::now() > deadline {
+            bail!("bootplate not ready after 2 minutes:\n{}", bootplate.log());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Sends the number of Machines that name their bootstrap data Secret, as a watch sees them.
+async fn count_bootstrapped(
+    machines: Api<DynamicObject>,
+    ready: tokio::sync::watch::Sender<usize>,
+) {
+    let mut done = HashSet::new();
+    let stream = watcher(machines, watcher::Config::default());
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let objects = match event {
+            Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => vec![m],
+            _ => continue,
+        };
+        for machine in objects {
+            if machine.data["spec"]["bootstrap"]["dataSecretName"].is_string() {
+                done.insert(machine.name_any());
+            }
+        }
+        let _ = ready.send(done.len());
+    }
+}
+
+fn kubeadm_config_template_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "bootstrap.cluster.x-k8s.io",
+            "v1beta2",
+            "KubeadmConfigTemplate",
+        ),
+        "kubeadmconfigtemplates",
+    )
+}
