@@ -99,7 +99,13 @@ impl Requests {
         select: impl Fn(&Value) -> bool,
     ) -> anyhow::Result<()> {
         let text = std::fs::read(path)?;
-        let text = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default());
+        let Some(text) = text.get(offset as usize..) else {
+            anyhow::bail!(
+                "{} is shorter than when counting started: rotated?",
+                path.display()
+            );
+        };
+        let text = String::from_utf8_lossy(text);
         for line in text.lines() {
             let Ok(event) = serde_json::from_str::<Value>(line) else {
                 continue;

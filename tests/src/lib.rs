@@ -180,6 +180,8 @@ impl ApiServer {
                 d.join("audit.log").display()
             ));
             extra.push("--audit-log-format=json".to_owned());
+            // Never rotate (the default rotates at 100 MB): a benchmark reads from an offset.
+            extra.push("--audit-log-maxsize=1000000".to_owned());
         }
 
         // A port can be taken between picking and binding; retry a few times.

@@ -59,6 +59,8 @@ struct Args {
     machines: usize,
     per_deployment: usize,
     rounds: usize,
+    /// The number of the first round: an odd one starts with the reversed order.
+    first_round: usize,
     concurrency: usize,
     skip_restart: bool,
 }
@@ -68,10 +70,11 @@ fn args() -> anyhow::Result<Args> {
         machines: 1000,
         per_deployment: 50,
         rounds: 2,
+        first_round: 0,
         concurrency: 16,
         skip_restart: false,
     };
-    let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] \
+    let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] [--first-round N] \
                  [--concurrency N] [--skip-restart]";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -80,6 +83,7 @@ fn args() -> anyhow::Result<Args> {
             "--machines" => parsed.machines = value()?.parse()?,
             "--per-deployment" => parsed.per_deployment = value()?.parse()?,
             "--rounds" => parsed.rounds = value()?.parse()?,
+            "--first-round" => parsed.first_round = value()?.parse()?,
             "--concurrency" => parsed.concurrency = value()?.parse()?,
             "--skip-restart" => parsed.skip_restart = true,
             "-h" | "--help" => {
@@ -134,6 +138,7 @@ impl Variant {
 
 /// What one run of one provider measured.
 struct Run {
+    round: usize,
     variant: Variant,
     seconds: f64,
     cpu_at_ready: f64,
@@ -213,7 +218,7 @@ async fn main() -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for round in 0..bench.args.rounds {
         let mut order = Variant::ALL.to_vec();
-        if round % 2 == 1 {
+        if (round + bench.args.first_round) % 2 == 1 {
             order.reverse();
         }
         for variant in order {
@@ -228,6 +233,7 @@ async fn main() -> anyhow::Result<()> {
 impl Bench {
     async fn run(&mut self, round: usize, variant: Variant) -> anyhow::Result<Run> {
         let n = self.args.machines;
+        let round = round + self.args.first_round;
         let ns = format!("r{round}-{}", variant.short());
         println!(
             "== round {round}: {} in namespace {ns}; load average {}",
@@ -290,6 +296,7 @@ impl Bench {
             Some(requests)
         };
         Ok(Run {
+            round,
             variant,
             seconds,
             cpu_at_ready,
@@ -484,7 +491,7 @@ impl Bench {
         // The audit backend writes as requests complete; let the last ones land.
         std::thread::sleep(Duration::from_millis(500));
         // In the workload cluster Cluster API's manager uses the same kubeconfig; its user
-        // agents (and CABPK's) name "cluster-api", bootplate's (kube-rs) does not.
+        // agents (and CABPK's) name "cluster-api", bootplate's client sends none.
         let user = match variant {
             Variant::Bootplate => self.bootplate_user.clone(),
             _ => kubeadm_bootstrap::user(),
@@ -506,7 +513,7 @@ impl Bench {
             offsets[1],
             |e| {
                 Requests::user(e) == Some(WORKLOAD_USER)
-                    && e["userAgent"].as_str().is_some_and(ours)
+                    && ours(e["userAgent"].as_str().unwrap_or(""))
             },
         )?;
         Ok(requests)
@@ -524,14 +531,14 @@ impl Bench {
             "| provider | round | time to every data Secret | CPU s (to ready / settled) | peak RSS | requests per machine (writes) | restart: writes (reads) |"
         );
         println!("|---|---|---|---|---|---|---|");
-        for (i, run) in runs.iter().enumerate() {
+        for run in runs {
             let restart = run.restart.as_ref().map_or("not run".to_owned(), |r| {
                 format!("{} ({})", r.writes(), r.reads())
             });
             println!(
                 "| {} | {} | {:.2} s | {:.1} / {:.1} | {:.1} MiB | {:.2} ({:.2}) | {restart} |",
                 run.variant.label(self.args.concurrency),
-                i / Variant::ALL.len(),
+                run.round,
                 run.seconds,
                 run.cpu_at_ready,
                 run.cpu_settled,
