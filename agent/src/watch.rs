@@ -25,7 +25,8 @@ pub struct Agent {
 /// What a pass found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Pass {
-    /// No payload Secret for this node (yet): nothing to apply.
+    /// No payload Secret for this node (yet), or not readable (its Role comes with it):
+    /// nothing to apply.
     NoPayload,
     /// The payload revision is applied.
     Applied(String),
@@ -50,8 +51,14 @@ impl Agent {
     pub async fn pass(&self) -> anyhow::Result<Pass> {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), NAMESPACE);
         let name = secret_name(&self.node_name);
-        let Some(secret) = secrets.get_opt(&name).await? else {
-            return Ok(Pass::NoPayload);
+        // Until bootplate publishes the node's payload, the Role that lets the node read it does
+        // not exist either: forbidden means "not published yet" as much as not found does.
+        let secret = match secrets.get(&name).await {
+            Ok(secret) => secret,
+            Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404) => {
+                return Ok(Pass::NoPayload);
+            }
+            Err(e) => return Err(e.into()),
         };
         let bytes = (secret.data.as_ref())
             .and_then(|d| d.get(SECRET_KEY))
