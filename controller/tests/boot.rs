@@ -342,7 +342,10 @@ fn check_against_template(case: &Case) {
         if enabled {
             // Also a unit with only drop-ins: its file comes with a package the commands
             // installed (the stubs put it in place), and a unit file missing there fails.
-            assert_eq!(state, "enabled", "{label}: {name} should be enabled: {entry}");
+            assert_eq!(
+                state, "enabled",
+                "{label}: {name} should be enabled: {entry}"
+            );
         } else if !case.enabled_by_a_command(&name) {
             assert_ne!(state, "enabled", "{label}: {name} should stay disabled");
         }

@@ -280,7 +280,11 @@ mod tests {
         let body = Body {
             files: Vec::new(),
             units: vec![
-                unit("written.service", true, Some("[Service]\nExecStart=/bin/true\n")),
+                unit(
+                    "written.service",
+                    true,
+                    Some("[Service]\nExecStart=/bin/true\n"),
+                ),
                 unit("packaged.service", true, None),
                 unit("quiet.service", false, None),
             ],
