@@ -8,6 +8,7 @@
 
 pub mod core;
 pub(crate) mod error;
+pub mod generator;
 pub mod k8s;
 pub mod labels;
 pub mod pki;

@@ -25,6 +25,8 @@ enum Command {
     Render(cli::render::RenderArgs),
     /// Check template files offline; prints FILE:LINE:COL: problem lines.
     Lint(cli::lint::LintArgs),
+    /// Serve a template's parts as a BootstrapGenerator (the reference generator).
+    Generator(cli::generator::GeneratorArgs),
     /// Print the CustomResourceDefinitions of all bootplate kinds as one multi-document YAML.
     Crds {
         /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(*args),
         Command::Render(args) => cli::render::run(&args),
         Command::Lint(args) => cli::lint::run(&args),
+        Command::Generator(args) => cli::generator::run(&args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
     }
 }

@@ -251,3 +251,69 @@ impl Machine {
         self.metadata.labels.clone().unwrap_or_default()
     }
 }
+
+/// A Cluster API MachinePool: one bootstrap config and one data Secret for every instance an
+/// autoscaling group or scale set starts. Read only for what its config renders from.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "MachinePool",
+    namespaced,
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MachinePoolSpec {
+    /// The Cluster this pool belongs to.
+    pub cluster_name: String,
+    /// What every instance of the pool is made from.
+    #[serde(default)]
+    pub template: MachineTemplate,
+    /// The failure domains the pool's instances are spread over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_domains: Vec<String>,
+}
+
+/// The template of a pool's instances (`spec.template`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineTemplate {
+    /// Labels and annotations of the instances' Machines.
+    #[serde(default)]
+    pub metadata: TemplateMetadata,
+    /// The instances' Machine spec.
+    #[serde(default)]
+    pub spec: MachineTemplateSpec,
+}
+
+/// Metadata in a template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct TemplateMetadata {
+    /// Labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The Machine spec in a pool's template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineTemplateSpec {
+    /// Bootstrap configuration shared by every instance.
+    #[serde(default)]
+    pub bootstrap: MachineBootstrap,
+    /// Kubernetes version, for example `v1.31.2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+impl MachinePool {
+    /// Whether the pool's template carries the control-plane label (a pool cannot make a
+    /// control plane; its config refuses to render).
+    pub fn is_control_plane(&self) -> bool {
+        self.spec
+            .template
+            .metadata
+            .labels
+            .contains_key(CONTROL_PLANE_LABEL)
+    }
+}

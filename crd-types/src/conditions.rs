@@ -28,6 +28,10 @@ pub mod reason {
     pub const WAITING_FOR_INIT_LOCK: &str = "WaitingForInitLock";
     /// The control plane is not initialized yet.
     pub const WAITING_FOR_CONTROL_PLANE: &str = "WaitingForControlPlane";
+    /// The config's owner asks for a role it cannot have: a MachinePool whose template carries
+    /// the control-plane label (a pool's instances share one data Secret; only `worker` can be
+    /// shared).
+    pub const ROLE_NOT_SUPPORTED: &str = "RoleNotSupported";
     /// The config was recreated (`clusterctl move`, a restore) next to the data Secret its
     /// Machine booted from; bootplate adopts that Secret once CAPI finds the Machine's Node.
     pub const WAITING_FOR_NODE: &str = "WaitingForNode";
@@ -49,6 +53,14 @@ pub mod reason {
     pub const CERTIFICATES_ERROR: &str = "CertificatesError";
     /// The workload cluster could not be reached or the token could not be written.
     pub const BOOTSTRAP_TOKEN_ERROR: &str = "BootstrapTokenError";
+    /// A `BootstrapGenerator` a template part names failed: unreachable, too slow, an HTTP
+    /// error, a refusal, an oversized or malformed response. The message names the generator
+    /// and the cause.
+    pub const GENERATOR_FAILED: &str = "GeneratorFailed";
+    /// The `BootstrapGenerator` a template part names does not exist (yet).
+    pub const GENERATOR_NOT_FOUND: &str = "GeneratorNotFound";
+    /// The generator already has `spec.maxConcurrency` requests in flight; tried again shortly.
+    pub const WAITING_FOR_GENERATOR: &str = "WaitingForGenerator";
     /// Template valid.
     pub const VALID: &str = "Valid";
     /// Template invalid.

@@ -4,7 +4,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::{
-    BootplateConfig, BootplateConfigTemplate, BootstrapTemplate, ClusterBootstrapTemplate,
+    BootplateConfig, BootplateConfigTemplate, BootstrapGenerator, BootstrapTemplate,
+    ClusterBootstrapTemplate,
 };
 
 /// The CAPI contract labels: the versions of the CAPI contract each served version satisfies.
@@ -18,22 +19,25 @@ pub const CONTRACT_LABELS: [(&str, &str); 2] = [
 /// that reference them render nothing without them.
 pub const CLUSTERCTL_MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
 
-/// All four CRDs, each labelled with the CAPI contract versions; the two template kinds also
-/// with [`CLUSTERCTL_MOVE_LABEL`] (configs and config templates move as part of their Cluster:
-/// CAPI owns them through Machines and MachineDeployments).
+/// All five CRDs, each labelled with the CAPI contract versions; the two template kinds and
+/// generators (which templates name) also with [`CLUSTERCTL_MOVE_LABEL`] (configs and config
+/// templates move as part of their Cluster: CAPI owns them through Machines and
+/// MachineDeployments).
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut crds = vec![
         BootstrapTemplate::crd(),
         ClusterBootstrapTemplate::crd(),
         BootplateConfig::crd(),
         BootplateConfigTemplate::crd(),
+        BootstrapGenerator::crd(),
     ];
     for crd in &mut crds {
         let labels = crd.metadata.labels.get_or_insert_with(Default::default);
         for (key, value) in CONTRACT_LABELS {
             labels.insert(key.to_owned(), value.to_owned());
         }
-        if crd.spec.names.kind.ends_with("BootstrapTemplate") {
+        let kind = &crd.spec.names.kind;
+        if kind.ends_with("BootstrapTemplate") || kind == "BootstrapGenerator" {
             labels.insert(CLUSTERCTL_MOVE_LABEL.to_owned(), String::new());
         }
     }

@@ -8,6 +8,7 @@ pub mod capi;
 pub mod conditions;
 pub mod config;
 pub mod crds;
+pub mod generator;
 pub mod reference;
 pub mod strict;
 pub mod template;
@@ -17,11 +18,14 @@ pub use config::{
     BootplateConfigTemplateResource, BootplateConfigTemplateSpec, ConfigFile, ConfigInitialization,
     FileSource, ObjectMetaTemplate, SecretKeyRef, TemplateKind, TemplateRef,
 };
+pub use generator::{
+    BootstrapGenerator, ClientConfig, GeneratorSecrets, GeneratorSpec, ServiceReference,
+};
 pub use template::{
     BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, Compression, DropIn, FileEncoding, ItemSchema, OsInfo,
-    OutputFormat, Part, Role, TemplateFile, TemplateSpec, Unit, ValueType, VariableDecl,
-    VariableSchema,
+    OutputFormat, Part, PartGenerator, Role, TemplateFile, TemplateSpec, Unit, ValueType,
+    VariableDecl, VariableSchema,
 };
 
 /// API group of every bootplate kind.

@@ -17,12 +17,13 @@ use serde_json::Value;
 
 use crate::{GROUP, VERSION};
 
-/// bootplate's four kinds.
-pub const KINDS: [&str; 4] = [
+/// bootplate's five kinds.
+pub const KINDS: [&str; 5] = [
     "BootstrapTemplate",
     "ClusterBootstrapTemplate",
     "BootplateConfig",
     "BootplateConfigTemplate",
+    "BootstrapGenerator",
 ];
 
 /// The fields of `metadata` (ObjectMeta) a manifest may carry.

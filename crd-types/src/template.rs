@@ -361,6 +361,25 @@ pub struct Part {
     /// handlebars template; quote values with `shell_quote`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<String>,
+    /// Take (more of) this part's content from a `BootstrapGenerator`: its files, units and
+    /// commands follow the part's own. The generator is called for each machine the part
+    /// applies to (see docs/generators.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<PartGenerator>,
+}
+
+/// The generator a part takes content from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PartGenerator {
+    /// The `BootstrapGenerator`'s name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Fixed parameters sent with every request (`parameters` in the request), for example
+    /// which profile of the generator to use.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schemars(schema_with = "crate::template::any_object")]
+    pub parameters: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A file written by a template part.
@@ -437,6 +456,13 @@ pub struct DropIn {
 
 pub(crate) fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+pub(crate) fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
     })
 }

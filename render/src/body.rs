@@ -2,8 +2,10 @@
 //! commands of the parts that apply to the role (and are not skipped), plus the config's files
 //! and commands, in order. The format writers only lay these out.
 
-use crd_types::{BootplateConfigSpec, FileEncoding, Part, Role};
+use crd_types::{BootplateConfigSpec, FileEncoding, Part, PartGenerator, Role};
 use handlebars::Context;
+
+use crate::generator::{Call, Generated};
 
 use crate::engine::{Engine, FieldError, Text};
 use crate::error::{Origin, Problem};
@@ -57,10 +59,13 @@ struct CompiledUnit {
 
 pub(crate) struct CompiledPart {
     pub(crate) name: String,
+    /// `spec.parts[i]`.
+    field: String,
     roles: Vec<Role>,
     files: Vec<CompiledFile>,
     units: Vec<CompiledUnit>,
     commands: Vec<Text>,
+    generator: Option<PartGenerator>,
 }
 
 impl CompiledPart {
@@ -165,18 +170,67 @@ pub(crate) fn compile_parts(
             .enumerate()
             .map(|(j, c)| engine.add(&format!("{field}.commands[{j}]"), c, problems))
             .collect();
+        if let Some(generator) = &part.generator
+            && !valid_object_name(&generator.name)
+        {
+            problems.push(Problem::template(
+                format!("{field}.generator.name"),
+                format!(
+                    "`{}` is not a BootstrapGenerator name (lowercase letters, digits, `-` and `.`)",
+                    crate::engine::truncate(&generator.name, 64)
+                ),
+            ));
+        }
         out.push(CompiledPart {
             name: part.name.clone(),
+            field,
             roles: part.roles.clone(),
             files,
             units,
             commands,
+            generator: part.generator.clone(),
         });
     }
     out
 }
 
-fn valid_unit_name(name: &str) -> bool {
+/// A Kubernetes object name (RFC 1123 subdomain).
+fn valid_object_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// The generator calls a render for `role` with `config` needs: one per part that applies and
+/// is not skipped and names a generator, in part order.
+pub(crate) fn generator_calls(
+    parts: &[CompiledPart],
+    config: &BootplateConfigSpec,
+    role: Role,
+) -> Vec<Call> {
+    parts
+        .iter()
+        .filter(|p| applies(p, config, role))
+        .filter_map(|p| {
+            let generator = p.generator.as_ref()?;
+            Some(Call {
+                part: p.name.clone(),
+                field: format!("{}.generator", p.field),
+                generator: generator.name.clone(),
+                parameters: generator.parameters.clone(),
+            })
+        })
+        .collect()
+}
+
+fn applies(part: &CompiledPart, config: &BootplateConfigSpec, role: Role) -> bool {
+    (part.roles.is_empty() || part.roles.contains(&role)) && !config.skip_parts.contains(&part.name)
+}
+
+pub(crate) fn valid_unit_name(name: &str) -> bool {
     let Some((stem, kind)) = name.rsplit_once('.') else {
         return false;
     };
@@ -189,7 +243,7 @@ fn valid_unit_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || ":_.@-".contains(c))
 }
 
-fn valid_drop_in_name(name: &str) -> bool {
+pub(crate) fn valid_drop_in_name(name: &str) -> bool {
     name.strip_suffix(".conf").is_some_and(|stem| {
         !stem.is_empty()
             && stem
@@ -206,7 +260,7 @@ fn problem(origin: Origin, field: String, message: impl Into<String>) -> Problem
 }
 
 /// `0644`-style permissions, normalised to four digits.
-fn permissions(
+pub(crate) fn permissions(
     given: Option<&str>,
     origin: Origin,
     field: &str,
@@ -225,7 +279,12 @@ fn permissions(
 }
 
 /// `user` or `user:group`, default `root:root`.
-fn owner(given: Option<&str>, origin: Origin, field: &str, problems: &mut Vec<Problem>) -> String {
+pub(crate) fn owner(
+    given: Option<&str>,
+    origin: Origin,
+    field: &str,
+    problems: &mut Vec<Problem>,
+) -> String {
     let o = given.unwrap_or("root:root");
     let name_ok = |s: &str| {
         s.chars()
@@ -250,7 +309,7 @@ fn owner(given: Option<&str>, origin: Origin, field: &str, problems: &mut Vec<Pr
 
 /// A path must be absolute and clean: the formats write it into YAML, JSON and shell, and
 /// Ignition rejects relative or unnormalised paths.
-fn check_path(path: &str) -> Result<(), &'static str> {
+pub(crate) fn check_path(path: &str) -> Result<(), &'static str> {
     if !path.starts_with('/') || path.len() < 2 {
         return Err("the path must be absolute, as in /etc/example.conf");
     }
@@ -270,7 +329,7 @@ fn check_path(path: &str) -> Result<(), &'static str> {
 }
 
 /// Checks that encoded content decodes, so a broken file fails the render, not the boot.
-fn check_content(content: &str, encoding: FileEncoding) -> Result<(), &'static str> {
+pub(crate) fn check_content(content: &str, encoding: FileEncoding) -> Result<(), &'static str> {
     use base64::Engine as _;
     let decode = || {
         base64::engine::general_purpose::STANDARD
@@ -290,7 +349,9 @@ fn check_content(content: &str, encoding: FileEncoding) -> Result<(), &'static s
     }
 }
 
-/// Collects what the render for `role` writes.
+/// Collects what the render for `role` writes. A part with a generator gets the generator's
+/// files, units and commands from `generated` after its own (none when `generated` has no entry
+/// for it: offline checks render without calling generators).
 pub(crate) fn collect(
     parts: &[CompiledPart],
     config: &BootplateConfigSpec,
@@ -298,6 +359,7 @@ pub(crate) fn collect(
     engine: &Engine,
     ctx: &Context,
     budget: &mut Budget,
+    generated: &Generated,
 ) -> Result<Body, FieldError> {
     for (i, skip) in config.skip_parts.iter().enumerate() {
         if !parts.iter().any(|p| &p.name == skip) {
@@ -315,9 +377,7 @@ pub(crate) fn collect(
     let mut body = Body::default();
     body.commands.extend(config.pre_commands.iter().cloned());
     for part in parts {
-        if (!part.roles.is_empty() && !part.roles.contains(&role))
-            || config.skip_parts.contains(&part.name)
-        {
+        if !applies(part, config, role) {
             continue;
         }
         for f in &part.files {
@@ -354,6 +414,9 @@ pub(crate) fn collect(
         for c in &part.commands {
             body.commands.push(engine.render(c, ctx, budget)?);
         }
+        if let Some(output) = generated.get(&part.name) {
+            add_generated(&mut body, output, budget)?;
+        }
     }
     for (i, f) in config_files(config)?.into_iter().enumerate() {
         if !budget.take(f.content.len()) {
@@ -373,6 +436,32 @@ pub(crate) fn collect(
     }
     body.commands.extend(config.post_commands.iter().cloned());
     Ok(body)
+}
+
+/// Adds a generator's (already validated) output, counting it against the size budget.
+fn add_generated(
+    body: &mut Body,
+    output: &crate::generator::GeneratedPart,
+    budget: &mut Budget,
+) -> Result<(), FieldError> {
+    if !budget.take(output.size()) {
+        return Err(FieldError::TooLarge);
+    }
+    for f in &output.files {
+        add_file(&mut body.files, f.clone());
+    }
+    for u in &output.units {
+        let enable = Some(u.enable);
+        add_unit(
+            &mut body.units,
+            &u.name,
+            enable,
+            u.content.clone(),
+            u.drop_ins.clone(),
+        );
+    }
+    body.commands.extend(output.commands.iter().cloned());
+    Ok(())
 }
 
 fn located(origin: Origin, field: String, message: &str) -> Problem {

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use crd_types::Role;
-use crd_types::capi::{Cluster, Machine};
-use serde::Serialize;
+use crd_types::capi::{Cluster, Machine, MachinePool};
+use serde::{Deserialize, Serialize};
 
 /// What the engine renders a template with, minus `values` (built from the template's
 /// declarations and the config's variables) and `files` (the config's files).
@@ -28,7 +28,7 @@ pub struct RenderContext {
 }
 
 /// The Cluster, as templates see it.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterInfo {
     /// Name.
@@ -74,8 +74,24 @@ impl Serialize for Endpoint {
     }
 }
 
+impl<'de> Deserialize<'de> for Endpoint {
+    // `address` is derived from host and port; a reader ignores it.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            host: String,
+            port: i32,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        Ok(Endpoint {
+            host: wire.host,
+            port: wire.port,
+        })
+    }
+}
+
 /// Cluster networks.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Network {
     /// Pod CIDR blocks.
@@ -86,22 +102,30 @@ pub struct Network {
     pub service_domain: String,
 }
 
-/// The Machine, as templates see it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+/// The Machine, or the MachinePool whose instances all boot from one user-data, as templates
+/// see it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineInfo {
-    /// Name (templates use it as the node name).
+    /// Name: the Machine's (templates use it as the node name), or the pool's (shared by every
+    /// instance, so not a node name).
     pub name: String,
     /// Namespace.
     pub namespace: String,
-    /// Kubernetes version, for example `v1.31.2` (empty when the Machine has none).
+    /// Kubernetes version, for example `v1.31.2` (empty when none is set).
     pub version: String,
-    /// Failure domain (empty when none).
+    /// The Machine's failure domain; empty when none, and for a pool (the cloud picks each
+    /// instance's).
     pub failure_domain: String,
-    /// Labels.
+    /// The failure domains the machine may be in: the Machine's one, or the pool's list.
+    pub failure_domains: Vec<String>,
+    /// Labels (a pool's: those of its instances' template).
     pub labels: BTreeMap<String, String>,
     /// `init`, `control-plane-join` or `worker`.
     pub role: Role,
+    /// The user-data is shared by the instances of a MachinePool: take the node name from the
+    /// host, not from `name`.
+    pub pool: bool,
 }
 
 /// Join data for `control-plane-join` and `worker`.
@@ -128,7 +152,7 @@ impl std::fmt::Debug for JoinInfo {
 }
 
 /// The cluster's certificates, PEM-encoded.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Certificates {
     /// The cluster CA (`<cluster>-ca`).
@@ -142,7 +166,7 @@ pub struct Certificates {
 }
 
 /// A PEM certificate (or public key) and its PEM private key.
-#[derive(Clone, Default, Serialize, PartialEq)]
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct KeyPair {
     /// Certificate (or public key), PEM.
     pub cert: String,
@@ -170,9 +194,26 @@ impl RenderContext {
         join: Option<JoinInfo>,
         certs: Option<Certificates>,
     ) -> Self {
+        Self::with_machine(
+            cluster,
+            MachineInfo::from_machine(machine, role),
+            join,
+            certs,
+        )
+    }
+
+    /// Builds the context of `machine` (a Machine's or a pool's view) in `cluster`, shaped for
+    /// its role as [`RenderContext::new`] does.
+    pub fn with_machine(
+        cluster: &Cluster,
+        machine: MachineInfo,
+        join: Option<JoinInfo>,
+        certs: Option<Certificates>,
+    ) -> Self {
+        let role = machine.role;
         RenderContext {
             cluster: ClusterInfo::from_cluster(cluster),
-            machine: MachineInfo::from_machine(machine, role),
+            machine,
             join: if role == Role::Init { None } else { join },
             certs: if role.is_control_plane() { certs } else { None },
         }
@@ -215,13 +256,35 @@ impl ClusterInfo {
 impl MachineInfo {
     /// The template's view of a Machine.
     pub fn from_machine(machine: &Machine, role: Role) -> Self {
+        let failure_domain = machine.spec.failure_domain.clone().unwrap_or_default();
         MachineInfo {
             name: machine.metadata.name.clone().unwrap_or_default(),
             namespace: machine.metadata.namespace.clone().unwrap_or_default(),
             version: machine.spec.version.clone().unwrap_or_default(),
-            failure_domain: machine.spec.failure_domain.clone().unwrap_or_default(),
+            failure_domains: [failure_domain.clone()]
+                .into_iter()
+                .filter(|d| !d.is_empty())
+                .collect(),
+            failure_domain,
             labels: machine.labels(),
             role,
+            pool: false,
+        }
+    }
+
+    /// The template's view of a MachinePool: its name, and what `spec.template` gives every
+    /// instance (version, labels), with the pool's `spec.failureDomains`.
+    pub fn from_pool(pool: &MachinePool, role: Role) -> Self {
+        let template = &pool.spec.template;
+        MachineInfo {
+            name: pool.metadata.name.clone().unwrap_or_default(),
+            namespace: pool.metadata.namespace.clone().unwrap_or_default(),
+            version: template.spec.version.clone().unwrap_or_default(),
+            failure_domain: String::new(),
+            failure_domains: pool.spec.failure_domains.clone(),
+            labels: template.metadata.labels.clone(),
+            role,
+            pool: true,
         }
     }
 }
@@ -246,5 +309,48 @@ mod endpoint_tests {
             serde_json::json!({"host": "10.0.0.1", "port": 6443, "address": "10.0.0.1:6443"})
         );
         assert_eq!(json(&v6)["address"], "[fd00::1]:443");
+    }
+}
+
+#[cfg(test)]
+mod machine_tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_is_seen_through_its_template_with_every_failure_domain() {
+        let pool: MachinePool = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "workers", "namespace": "fleet"},
+            "spec": {
+                "clusterName": "c1",
+                "failureDomains": ["fd-a", "fd-b"],
+                "template": {
+                    "metadata": {"labels": {"tier": "batch"}},
+                    "spec": {"version": "v1.34.2", "clusterName": "c1"},
+                },
+            },
+        }))
+        .unwrap();
+        let seen = serde_json::to_value(MachineInfo::from_pool(&pool, Role::Worker)).unwrap();
+        assert_eq!(
+            seen,
+            serde_json::json!({
+                "name": "workers", "namespace": "fleet", "version": "v1.34.2",
+                "failureDomain": "", "failureDomains": ["fd-a", "fd-b"],
+                "labels": {"tier": "batch"}, "role": "worker", "pool": true,
+            })
+        );
+    }
+
+    #[test]
+    fn a_machine_lists_its_one_failure_domain_or_none() {
+        let mut machine = Machine::new("m-0", Default::default());
+        let info = MachineInfo::from_machine(&machine, Role::Worker);
+        assert!(info.failure_domains.is_empty() && !info.pool);
+        machine.spec.failure_domain = Some("fd-a".into());
+        let info = MachineInfo::from_machine(&machine, Role::Worker);
+        assert_eq!(
+            (info.failure_domain.as_str(), info.failure_domains),
+            ("fd-a", vec!["fd-a".to_owned()])
+        );
     }
 }

@@ -15,6 +15,7 @@ pub mod context;
 mod engine;
 mod error;
 mod formats;
+pub mod generator;
 mod helpers;
 mod limit;
 mod lint;
@@ -22,7 +23,7 @@ mod sample;
 mod tree;
 mod values;
 
-use crd_types::{BootplateConfigSpec, Compression, OutputFormat, TemplateSpec};
+use crd_types::{BootplateConfigSpec, Compression, GeneratorSecrets, OutputFormat, TemplateSpec};
 use handlebars::Context;
 use serde_json::{Map, Value};
 
@@ -38,6 +39,7 @@ pub use sample::{
 
 use body::CompiledPart;
 use engine::{Engine, FieldError, Text};
+use generator::{Call, Generated, Request, RequestContext, Response, TemplateInfo};
 use limit::Budget;
 use values::Declarations;
 
@@ -174,10 +176,49 @@ impl CompiledTemplate {
     /// asks, and enforces the size limit.
     ///
     /// `config.files` must carry `content` (the controller resolves `contentFrom` first).
+    /// Parts with a generator contribute only their own content here (what offline checks
+    /// see); [`CompiledTemplate::render_generated`] adds the generators' output.
     pub fn render(
         &self,
         config: &BootplateConfigSpec,
         ctx: &RenderContext,
+    ) -> Result<Rendered, RenderError> {
+        self.render_inner(config, ctx, &Generated::new())
+    }
+
+    /// [`CompiledTemplate::render`] with the generators' output: `generated` must hold, by part
+    /// name, the validated response of every call [`CompiledTemplate::generator_calls`] lists.
+    pub fn render_generated(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+        generated: &Generated,
+    ) -> Result<Rendered, RenderError> {
+        if let Some(call) = self
+            .generator_calls(config, ctx.machine.role)
+            .into_iter()
+            .find(|call| !generated.contains_key(&call.part))
+        {
+            return Err(RenderError::failed(
+                &self.object,
+                Problem::template(
+                    call.field,
+                    format!(
+                        "part `{}` takes content from BootstrapGenerator {}, whose response is missing",
+                        call.part, call.generator
+                    ),
+                )
+                .with_reason(crd_types::conditions::reason::GENERATOR_FAILED),
+            ));
+        }
+        self.render_inner(config, ctx, generated)
+    }
+
+    fn render_inner(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+        generated: &Generated,
     ) -> Result<Rendered, RenderError> {
         let _work = helpers::WorkBudget::start();
         let values = self.declarations.values(&self.object, &config.variables)?;
@@ -190,7 +231,7 @@ impl CompiledTemplate {
             limit.bytes
         };
         let mut budget = Budget::new(cap);
-        let context = self.context(config, ctx, values)?;
+        let context = self.context(config, self.context_json(ctx)?, values)?;
         let text = match &self.body {
             Body::Raw(text) => {
                 if !config.skip_parts.is_empty() {
@@ -223,6 +264,7 @@ impl CompiledTemplate {
                     &self.engine,
                     &context,
                     &mut budget,
+                    generated,
                 )
                 .map_err(|e| self.field_error(e, &budget, limit, compress))?;
                 formats::check_units(&body).map_err(|message| {
@@ -289,25 +331,122 @@ impl CompiledTemplate {
             .collect()
     }
 
-    /// The render context as JSON: the typed context plus `values`, `files`, `preCommands` and
-    /// `postCommands`. Built once per render and shared by every field.
+    /// The generator calls a render for `role` with `config` needs, in part order: one per part
+    /// that applies to the role, is not skipped and names a generator.
+    pub fn generator_calls(
+        &self,
+        config: &BootplateConfigSpec,
+        role: crd_types::Role,
+    ) -> Vec<Call> {
+        match &self.body {
+            Body::Parts(parts) => body::generator_calls(parts, config, role),
+            Body::Raw(_) => Vec::new(),
+        }
+    }
+
+    /// The request for `call` (one of [`CompiledTemplate::generator_calls`]) to a generator
+    /// granted `secrets`: the machine's context as that generator may see it, with `values`
+    /// built from `config` as a render builds them. Err when the variables do not fit.
+    pub fn generator_request(
+        &self,
+        call: &Call,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+        secrets: GeneratorSecrets,
+    ) -> Result<Request, RenderError> {
+        let values = self.declarations.values(&self.object, &config.variables)?;
+        let info = TemplateInfo {
+            name: self.object.clone(),
+            revision: self.revision.clone(),
+            format: self.format,
+            part: call.part.clone(),
+        };
+        Ok(Request::new(
+            call,
+            info,
+            RequestContext::allowed(ctx, values, secrets),
+        ))
+    }
+
+    /// The config lint's sample renders use: `config`, or sample values for the required
+    /// variables (`None` when no value fits a variable's schema).
+    pub fn sample_config(
+        &self,
+        config: Option<&BootplateConfigSpec>,
+    ) -> Option<BootplateConfigSpec> {
+        lint::sample_config(self, config).ok()
+    }
+
+    /// Serves `request` as a generator (`bootplate generator serve`): renders this template's
+    /// parts that apply to the request's role with the request's context, and answers with their
+    /// files, units and commands. The request's values reach the template's declared variables
+    /// (others are left out: they are the calling template's); its parameters must be declared.
+    pub fn generate(&self, request: &Request) -> Response {
+        let Body::Parts(parts) = &self.body else {
+            return Response::failure(format!(
+                "{}: a generator serves a template with spec.parts, not spec.template",
+                self.object
+            ));
+        };
+        let mut config = BootplateConfigSpec::default();
+        for (name, value) in &request.context.values {
+            if self.declarations.list.iter().any(|d| &d.decl.name == name) {
+                config.variables.insert(name.clone(), value.clone());
+            }
+        }
+        for (name, value) in &request.parameters {
+            config.variables.insert(name.clone(), value.clone());
+        }
+        let generated = (|| {
+            let _work = helpers::WorkBudget::start();
+            let values = self.declarations.values(&self.object, &config.variables)?;
+            let context = self.context(&config, request.context.as_render_json(), values)?;
+            let limit = Limit::new(self.max_output_bytes, None);
+            let mut budget = Budget::new(limit.bytes);
+            let role = request.context.machine.role;
+            let empty = Generated::new();
+            body::collect(
+                parts,
+                &config,
+                role,
+                &self.engine,
+                &context,
+                &mut budget,
+                &empty,
+            )
+            .map_err(|e| self.field_error(e, &budget, limit, false))
+        })();
+        match generated {
+            Ok(output) => generator::response_of(output),
+            Err(e) => Response::failure(e.to_string()),
+        }
+    }
+
+    /// The typed render context as JSON.
+    fn context_json(&self, ctx: &RenderContext) -> Result<Value, RenderError> {
+        serde_json::to_value(ctx).map_err(|e| {
+            RenderError::failed(
+                &self.object,
+                Problem::template("spec", format!("render context: {e}"))
+                    .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+            )
+        })
+    }
+
+    /// The render context as JSON: `base` (the typed context) plus `values`, `files`,
+    /// `preCommands` and `postCommands`. Built once per render and shared by every field.
     fn context(
         &self,
         config: &BootplateConfigSpec,
-        ctx: &RenderContext,
+        base: Value,
         values: Map<String, Value>,
     ) -> Result<Context, RenderError> {
-        let fail = |message: String| {
-            RenderError::failed(
+        let Value::Object(mut map) = base else {
+            return Err(RenderError::failed(
                 &self.object,
-                Problem::template("spec", message)
+                Problem::template("spec", "the render context is not a map")
                     .with_reason(crd_types::conditions::reason::RENDER_FAILED),
-            )
-        };
-        let Value::Object(mut map) =
-            serde_json::to_value(ctx).map_err(|e| fail(format!("render context: {e}")))?
-        else {
-            return Err(fail("the render context is not a map".to_owned()));
+            ));
         };
         let files = body::config_files(config)
             .map_err(|e| self.field_error(e, &Budget::new(0), Limit::new(None, None), false))?;

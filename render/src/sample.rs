@@ -81,8 +81,10 @@ pub fn sample_context(role: Role) -> RenderContext {
             namespace: "default".to_owned(),
             version: "v1.31.0".to_owned(),
             failure_domain: "fd-1".to_owned(),
+            failure_domains: vec!["fd-1".to_owned()],
             labels: machine_labels,
             role,
+            pool: false,
         },
     }
 }

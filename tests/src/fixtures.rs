@@ -14,8 +14,9 @@ use crd_types::{
     BootplateConfig, BootplateConfigSpec, BootplateConfigTemplate, BootplateConfigTemplateResource,
     BootplateConfigTemplateSpec, BootstrapTemplate, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, Compression, ConfigFile, DropIn, FileEncoding, FileSource,
-    ItemSchema, ObjectMetaTemplate, OsInfo, OutputFormat, Part, Role, SecretKeyRef, TemplateFile,
-    TemplateKind, TemplateRef, TemplateSpec, Unit, ValueType, VariableDecl, VariableSchema,
+    ItemSchema, ObjectMetaTemplate, OsInfo, OutputFormat, Part, PartGenerator, Role, SecretKeyRef,
+    TemplateFile, TemplateKind, TemplateRef, TemplateSpec, Unit, ValueType, VariableDecl,
+    VariableSchema,
 };
 use kube::api::ObjectMeta;
 use serde_json::json;
@@ -92,27 +93,41 @@ pub fn full_template_spec() -> TemplateSpec {
         ],
         partials: BTreeMap::from([("proxy".to_owned(), "HTTP_PROXY={{values.proxy}}".to_owned())]),
         template: None,
-        parts: vec![Part {
-            name: "install".into(),
-            roles: vec![Role::Init, Role::Worker],
-            files: vec![TemplateFile {
-                path: "/etc/sysctl.d/99-k8s.conf".into(),
-                permissions: Some("0644".into()),
-                owner: Some("root:root".into()),
-                content: "net.ipv4.ip_forward = 1\n".into(),
-                encoding: Some(FileEncoding::Plain),
-            }],
-            units: vec![Unit {
-                name: "kubelet.service".into(),
-                enable: Some(true),
-                content: Some("[Service]\nExecStart=/usr/bin/kubelet\n".into()),
-                drop_ins: vec![DropIn {
-                    name: "10-proxy.conf".into(),
-                    content: "[Service]\n".into(),
+        parts: vec![
+            Part {
+                name: "install".into(),
+                roles: vec![Role::Init, Role::Worker],
+                files: vec![TemplateFile {
+                    path: "/etc/sysctl.d/99-k8s.conf".into(),
+                    permissions: Some("0644".into()),
+                    owner: Some("root:root".into()),
+                    content: "net.ipv4.ip_forward = 1\n".into(),
+                    encoding: Some(FileEncoding::Plain),
                 }],
-            }],
-            commands: vec!["systemctl daemon-reload".into()],
-        }],
+                units: vec![Unit {
+                    name: "kubelet.service".into(),
+                    enable: Some(true),
+                    content: Some("[Service]\nExecStart=/usr/bin/kubelet\n".into()),
+                    drop_ins: vec![DropIn {
+                        name: "10-proxy.conf".into(),
+                        content: "[Service]\n".into(),
+                    }],
+                }],
+                commands: vec!["systemctl daemon-reload".into()],
+                generator: None,
+            },
+            Part {
+                name: "network".into(),
+                generator: Some(PartGenerator {
+                    name: "cmdb".into(),
+                    parameters: json!({"site": "fra", "vlan": 12, "nested": {"a": [1, true]}})
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                }),
+                ..Default::default()
+            },
+        ],
         compression: Some(Compression::Gzip),
         max_output_bytes: Some(65536),
     }
@@ -134,6 +149,34 @@ pub fn full_cluster_bootstrap_template(name: &str) -> ClusterBootstrapTemplate {
         spec: ClusterBootstrapTemplateSpec(full_template_spec()),
         status: None,
     }
+}
+
+/// A generator with every field set.
+pub fn full_bootstrap_generator(name: &str) -> crd_types::BootstrapGenerator {
+    crd_types::BootstrapGenerator::new(
+        name,
+        crd_types::GeneratorSpec {
+            client_config: crd_types::ClientConfig {
+                url: None,
+                service: Some(crd_types::ServiceReference {
+                    namespace: "infra".into(),
+                    name: "cmdb".into(),
+                    port: Some(8443),
+                    path: Some("/v1/generate".into()),
+                }),
+                ca_bundle: Some(
+                    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+                ),
+            },
+            timeout_seconds: Some(5),
+            max_response_bytes: Some(65536),
+            max_concurrency: Some(8),
+            secrets: crd_types::GeneratorSecrets {
+                join_token: true,
+                certificates: true,
+            },
+        },
+    )
 }
 
 /// A config spec with every field set.

@@ -8,6 +8,7 @@ pub mod capi;
 pub mod capi_env;
 pub mod controller;
 pub mod fixtures;
+pub mod generator;
 pub mod joins;
 pub mod pki;
 pub mod rbac;
@@ -93,7 +94,9 @@ impl ApiServer {
     /// signed by it and client certificates it signed are accepted (the kubeconfig Cluster API
     /// generates from the `<cluster>-ca` Secret authenticates so).
     pub async fn start_with_ca(ca: &pki::TestCa) -> anyhow::Result<ApiServer> {
-        Self::start_with(false, Some(ca), &[]).await
+        // Bootstrap tokens authenticate, as on any cluster kubeadm set up: the test clouds'
+        // kubelets prove the tokens they got.
+        Self::start_with(false, Some(ca), &["--enable-bootstrap-token-auth"]).await
     }
 
     /// [`ApiServer::start_with_ca`] for a cluster that machines join with kubeadm: bootstrap

@@ -5,7 +5,8 @@ use std::process::Command;
 
 use crd_types::capi::{Cluster, Machine};
 use crd_types::{
-    BootplateConfig, BootplateConfigTemplate, BootstrapTemplate, ClusterBootstrapTemplate,
+    BootplateConfig, BootplateConfigTemplate, BootstrapGenerator, BootstrapTemplate,
+    ClusterBootstrapTemplate,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -165,6 +166,19 @@ async fn crds_round_trip_every_field_and_status() {
         true,
     )
     .await;
+
+    let bg = || Api::<BootstrapGenerator>::all(client.clone());
+    round_trip(
+        &client,
+        bg(),
+        &fixtures::full_bootstrap_generator("bg"),
+        false,
+    )
+    .await;
+    assert_eq!(
+        bg().get("bg").await.unwrap().spec,
+        fixtures::full_bootstrap_generator("bg").spec
+    );
 
     let template_status = json!({"observedGeneration": 1, "revision": "0123456789abcdef", "conditions": [condition("Valid")]});
     assert_eq!(

@@ -12,6 +12,8 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use testenv::capi::objects::{self, KUBERNETES_VERSION};
+use testenv::capi::pool::{self, Instance};
+use testenv::capi::token_watch::{TokenWatch, handed_out};
 use testenv::capi::{CapiEnv, NS, Options};
 use testenv::{eventually, joins};
 
@@ -330,10 +332,8 @@ fn names(objects: &[DynamicObject]) -> BTreeSet<String> {
 
 /// The token id in a kubeadm user-data (`token: "<id>.<secret>"`).
 fn token_id(user_data: &str) -> Option<String> {
-    user_data.lines().find_map(|line| {
-        let value = line.trim().strip_prefix("token: ")?.trim_matches('"');
-        Some(value.split_once('.')?.0.to_owned())
-    })
+    let token = testenv::capi::pool::join_token(user_data)?;
+    Some(token.split_once('.')?.0.to_owned())
 }
 
 /// Waits until none of `configs` nor their data Secrets exist any more, and no join token is
@@ -948,6 +948,356 @@ async fn g_clusterctl_move_takes_every_object_along_and_rewrites_nothing() {
         target.tokens().await.is_empty(),
         "no token for bootstrapped machines"
     );
+}
+
+/// Waits until the DevMachinePool `name` records `count` instances; returns them.
+async fn wait_instances(env: &CapiEnv, name: &str, count: usize) -> Vec<Instance> {
+    let pools = env.dynamic(&objects::dev_machine_pool_resource());
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let pool = pools.get_opt(name).await.unwrap();
+        let instances = pool.as_ref().map(pool::instances).unwrap_or_default();
+        if instances.len() == count {
+            return instances;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "timed out waiting for {count} instances of {name}, have {instances:?}\n{}",
+                env.describe().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Each instance booted with a token whose Secret existed, unexpired, at its boot, and that the
+/// workload apiserver took for `system:bootstrap:<id>`.
+fn assert_joined_with_a_valid_token(instances: &[Instance]) {
+    use k8s_openapi::jiff::Timestamp;
+    for instance in instances {
+        let booted: Timestamp = instance.booted_at.parse().unwrap();
+        let expires: Timestamp = instance
+            .token_expiration
+            .as_deref()
+            .unwrap_or_else(|| panic!("{instance:?}: its token's Secret did not exist at boot"))
+            .parse()
+            .unwrap();
+        assert!(
+            expires > booted,
+            "{instance:?}: its token was expired at boot"
+        );
+        assert_eq!(
+            instance.authenticated_as.as_deref(),
+            Some(format!("system:bootstrap:{}", instance.token_id).as_str()),
+            "{instance:?}: the workload apiserver refused its token"
+        );
+    }
+}
+
+/// A ValidatingAdmissionPolicy that refuses every update of Secret `name` in [`NS`]: the
+/// management apiserver refuses bootplate's writes of that data Secret while it is bound.
+fn freeze_secret(name: &str) -> [Value; 2] {
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "freeze-data-secret"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["secrets"],
+            }]},
+            "validations": [{
+                "expression": format!("object.metadata.namespace != '{NS}' || object.metadata.name != '{name}'"),
+                "message": "the test holds this data Secret as it is",
+            }],
+        },
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "freeze-data-secret"},
+        "spec": {"policyName": "freeze-data-secret", "validationActions": ["Deny"]},
+    });
+    [policy, binding]
+}
+
+/// (j) A MachinePool of 3 instances, then 5 once the first token would have expired, all from one
+/// BootplateConfig whose Secret a test-only scale set reads whenever it starts an instance. Every
+/// instance joins with a token that the workload apiserver accepts; the token is rotated at half
+/// its lifetime and the replaced one deleted only once the Secret holds the new one (also while
+/// the Secret's writes are refused); a changed config re-renders the Secret and leaves running
+/// instances alone; deleting the pool takes its config, Secret and token along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn j_a_machine_pool_boots_at_any_time_with_a_valid_rotated_token() {
+    let env = CapiEnv::start(Options {
+        bootplate_args: vec!["--bootstrap-token-ttl=30s".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    create_cluster(
+        &env,
+        "iota",
+        ControlPlane::Provider(KUBERNETES_VERSION),
+        false,
+    )
+    .await;
+    let watch = TokenWatch::start(&env, "iota-pool");
+    let mut config = objects::bootplate_config("iota-pool", TEMPLATE);
+    // Instances share the user-data: the node is named after the host, not the pool.
+    config["spec"]["variables"] = json!({"nodeNameFromHostname": true});
+    let configs = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
+    env.apply(&configs, config).await.unwrap();
+    let pool_parts = (
+        objects::dev_machine_pool_resource(),
+        objects::dev_machine_pool("iota-pool"),
+    );
+    env.apply(&pool_parts.0, pool_parts.1).await.unwrap();
+    let machine_pool = objects::machine_pool(
+        "iota-pool",
+        "iota",
+        3,
+        ("iota-pool", "iota-pool"),
+        &["fd-a", "fd-b"],
+    );
+    env.apply(&objects::machine_pool_resource(), machine_pool)
+        .await
+        .unwrap();
+
+    let first = wait_instances(&env, "iota-pool", 3).await;
+    assert_joined_with_a_valid_token(&first);
+    assert_pool_secret(&env).await;
+
+    // The pool grows once every token its first instances got would have expired.
+    let last_expiry = first
+        .iter()
+        .filter_map(|i| {
+            i.token_expiration
+                .as_deref()?
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+        })
+        .max()
+        .unwrap();
+    let wait = last_expiry.duration_since(k8s_openapi::jiff::Timestamp::now());
+    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default() + Duration::from_secs(1)).await;
+    let pools = env.capi("MachinePool", "machinepools");
+    merge_patch(&pools, "iota-pool", json!({"spec": {"replicas": 5}})).await;
+    let all = wait_instances(&env, "iota-pool", 5).await;
+    assert_eq!(all[..3], first[..], "running instances are left alone");
+    assert_joined_with_a_valid_token(&all[3..]);
+    let first_tokens: BTreeSet<&str> = first.iter().map(|i| i.token_id.as_str()).collect();
+    for late in &all[3..] {
+        assert!(
+            !first_tokens.contains(late.token_id.as_str()),
+            "{late:?} got a token of the first instances, which expired"
+        );
+    }
+    let live: BTreeSet<String> = env.tokens().await.iter().map(|t| t.name_any()).collect();
+    for id in &first_tokens {
+        assert!(
+            !live.contains(&format!("bootstrap-token-{id}")),
+            "replaced token {id} is left"
+        );
+    }
+    eventually(
+        "Cluster API finds the 5 Nodes of the pool",
+        WAIT,
+        || async {
+            let pool = pools.get("iota-pool").await.unwrap();
+            let refs = pool.data["status"]["nodeRefs"]
+                .as_array()
+                .map_or(0, Vec::len);
+            (refs == 5).then_some(())
+        },
+    )
+    .await;
+
+    rotation_waits_for_the_write(&env).await;
+    a_changed_config_renders_the_pool_again(&env, &all).await;
+
+    let history = watch.history();
+    drop(watch);
+    assert!(
+        history.most_live <= 2,
+        "more than two tokens at once: {history:?}"
+    );
+    assert!(
+        history.deleted.len() >= 2,
+        "rotated at least twice: {history:?}"
+    );
+    assert!(
+        history.deleted_while_handed_out.is_empty(),
+        "tokens deleted while the data Secret still held them: {history:?}"
+    );
+    let rotated = env
+        .bootplate
+        .metric("bootplate_bootstrap_tokens_total{action=\"rotated\"}")
+        .unwrap_or_default();
+    assert!(rotated >= 2.0, "{rotated} rotations counted");
+
+    delete(&pools, "iota-pool").await;
+    wait_nothing_left(&env, &BTreeSet::from(["iota-pool".to_owned()])).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
+    let scale_sets = env.dynamic(&objects::dev_machine_pool_resource());
+    eventually(
+        "the pool, its scale set and its Nodes gone",
+        WAIT,
+        || async {
+            let gone = pools.get_opt("iota-pool").await.unwrap().is_none()
+                && scale_sets.get_opt("iota-pool").await.unwrap().is_none()
+                && nodes
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+}
+
+/// The pool's data Secret follows the contract and renders a worker of the pool's version; the
+/// config says so and Cluster API took the Secret's name into the pool.
+async fn assert_pool_secret(env: &CapiEnv) {
+    let config = env.configs().get("iota-pool").await.unwrap();
+    let status = &config.data["status"];
+    assert_eq!(status["dataSecretName"], "iota-pool");
+    assert_eq!(status["role"], "worker");
+    assert_eq!(status["initialization"]["dataSecretCreated"], json!(true));
+    let secret = data_secret(env, "iota-pool")
+        .await
+        .expect("the pool's data Secret");
+    assert_contract_secret(&secret, "iota", &config);
+    let user_data = user_data(&secret);
+    assert_eq!(rendered_role(&user_data), "worker");
+    assert!(
+        user_data.contains(KUBERNETES_VERSION),
+        "the pool's version:\n{user_data}"
+    );
+    assert!(
+        !user_data.contains("name: \"iota-pool\""),
+        "no node is named after the pool:\n{user_data}"
+    );
+    let pool = env
+        .capi("MachinePool", "machinepools")
+        .get("iota-pool")
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.data["spec"]["template"]["spec"]["bootstrap"]["dataSecretName"],
+        "iota-pool"
+    );
+    assert_eq!(
+        pool.data["status"]["initialization"]["bootstrapDataSecretCreated"],
+        json!(true)
+    );
+}
+
+/// While the management apiserver refuses writes of the pool's data Secret, a rotation makes a
+/// new token but the Secret keeps handing out the old one, which stays; once writes go through,
+/// the Secret holds the new token and the old one is deleted.
+async fn rotation_waits_for_the_write(env: &CapiEnv) {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let [policy, binding] = freeze_secret("iota-pool");
+    let policies = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+    ));
+    let bindings = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+    ));
+    testenv::capi::cloud::apply(&env.client, &policies, None, &policy)
+        .await
+        .unwrap();
+    testenv::capi::cloud::apply(&env.client, &bindings, None, &binding)
+        .await
+        .unwrap();
+    let probe = json!({"metadata": {"annotations": {"test.bootplate.dev/probe": "x"}}});
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually(
+        "the policy refuses writes of the data Secret",
+        WAIT,
+        || async {
+            secrets
+                .patch("iota-pool", &dry_run, &Patch::Merge(&probe))
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+    let errors = "bootplate_reconciles_total{controller=\"config\",result=\"error\"}";
+    let errors_before = env.bootplate.metric(errors).unwrap_or_default();
+    let held = handed_out(&secrets, "iota-pool")
+        .await
+        .expect("a token handed out");
+    let before: BTreeSet<String> = env.tokens().await.iter().map(|t| t.name_any()).collect();
+    let held_name = format!("bootstrap-token-{held}");
+    eventually("a rotation makes a new token", WAIT, || async {
+        let now = env.tokens().await;
+        now.iter()
+            .any(|t| !before.contains(&t.name_any()))
+            .then_some(())
+    })
+    .await;
+    eventually("the rotation's write is refused", WAIT, || async {
+        (env.bootplate.metric(errors).unwrap_or_default() > errors_before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        handed_out(&secrets, "iota-pool").await.as_deref(),
+        Some(held.as_str())
+    );
+    assert!(
+        env.tokens().await.iter().any(|t| t.name_any() == held_name),
+        "the token the Secret still hands out was deleted"
+    );
+    Api::<DynamicObject>::all_with(env.client.clone(), &bindings)
+        .delete("freeze-data-secret", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the new token written and the old one deleted",
+        WAIT,
+        || async {
+            let handed = handed_out(&secrets, "iota-pool").await?;
+            let live = env.tokens().await;
+            (handed != held && !live.iter().any(|t| t.name_any() == held_name)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// A changed config renders the pool's Secret again; the running instances keep what they
+/// booted with.
+async fn a_changed_config_renders_the_pool_again(env: &CapiEnv, running: &[Instance]) {
+    merge_patch(
+        &env.configs(),
+        "iota-pool",
+        json!({"spec": {"variables": {"kubeletExtraArgs": {"node-labels": "tier=pool"}}}}),
+    )
+    .await;
+    eventually(
+        "the pool's Secret rendered with the new variables",
+        WAIT,
+        || async {
+            let secret = data_secret(env, "iota-pool").await?;
+            user_data(&secret).contains("tier=pool").then_some(())
+        },
+    )
+    .await;
+    let instances = wait_instances(env, "iota-pool", running.len()).await;
+    assert_eq!(instances, running, "running instances are not restarted");
 }
 
 /// (i) Real joins: for every shipped kubeadm template at two Kubernetes minors, a worker Machine

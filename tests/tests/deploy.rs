@@ -61,12 +61,12 @@ const MANAGER_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "bootstrap.bootplate.dev",
-        &["bootplateconfigtemplates"],
+        &["bootplateconfigtemplates", "bootstrapgenerators"],
         &["get", "list", "watch"],
     ),
     (
         "cluster.x-k8s.io",
-        &["machines", "clusters"],
+        &["machines", "machinepools", "clusters"],
         &["get", "list", "watch"],
     ),
     ("cluster.x-k8s.io", &["clusters/finalizers"], &["update"]),
@@ -93,7 +93,7 @@ const ALL_VERBS: [&str; 8] = [
     "delete",
     "deletecollection",
 ];
-const CLUSTER_SCOPED: [&str; 1] = ["clusterbootstraptemplates"];
+const CLUSTER_SCOPED: [&str; 2] = ["clusterbootstraptemplates", "bootstrapgenerators"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

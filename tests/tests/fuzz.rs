@@ -287,6 +287,7 @@ fn part() -> impl Strategy<Value = Part> {
             files,
             units,
             commands,
+            generator: None,
         })
 }
 

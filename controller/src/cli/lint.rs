@@ -11,6 +11,7 @@ use crd_types::capi::{Cluster, Machine};
 use render::{Origin, Problem, Severity};
 
 use super::diagnostic::{Diagnostic, Format};
+use super::generator::Offline;
 use super::input::{ConfigInput, InputError, ReadError, YamlFile, kind, template};
 use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 
@@ -61,14 +62,23 @@ pub struct LintArgs {
     /// sample renders use; its problems are reported at its own lines.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Call the generator a template part names, NAME=URL (https), with each sample render's
+    /// request (no token, no keys), and check its answer and the output with it. Repeatable.
+    #[arg(long = "generator", value_name = "NAME=URL")]
+    pub generators: Vec<String>,
+    /// PEM CA certificates the generators' serving certificates are checked against.
+    /// Default: the system's trusted roots.
+    #[arg(long, value_name = "FILE")]
+    pub generator_ca: Option<PathBuf>,
 }
 
-/// The kinds lint reads: bootplate's four, and the CAPI objects `bootplate render` takes.
-const LINT_KINDS: [&str; 6] = [
+/// The kinds lint reads: bootplate's five, and the CAPI objects `bootplate render` takes.
+const LINT_KINDS: [&str; 7] = [
     "BootstrapTemplate",
     "ClusterBootstrapTemplate",
     "BootplateConfig",
     "BootplateConfigTemplate",
+    "BootstrapGenerator",
     "Machine",
     "Cluster",
 ];
@@ -96,9 +106,21 @@ pub fn run(args: &LintArgs) -> ExitCode {
         },
         None => None,
     };
+    let generators = match Offline::new(&args.generators, args.generator_ca.as_deref()) {
+        Ok(generators) => generators,
+        Err(e) => {
+            eprintln!("bootplate lint: {e}");
+            return exit(EXIT_INPUT);
+        }
+    };
+    let checks = Checks {
+        config: config.as_ref(),
+        tools: args.tools,
+        generators: &generators,
+    };
     if args.config.is_none() || config.is_some() {
         for path in &args.files {
-            match lint_file(path, config.as_ref(), args.tools, &mut sources) {
+            match lint_file(path, &checks, &mut sources) {
                 Ok(found) => diagnostics.extend(found),
                 Err(e) => {
                     eprintln!("bootplate lint: {e}");
@@ -122,13 +144,23 @@ pub fn run(args: &LintArgs) -> ExitCode {
     exit(code)
 }
 
+/// What lint checks templates with, besides themselves.
+struct Checks<'a> {
+    /// `--config`.
+    config: Option<&'a ConfigInput>,
+    /// `--tools`.
+    tools: bool,
+    /// `--generator`.
+    generators: &'a Offline,
+}
+
 /// The problems of every object in `path`.
 fn lint_file(
     path: &Path,
-    config: Option<&ConfigInput>,
-    tools: bool,
+    checks: &Checks<'_>,
     sources: &mut BTreeMap<String, String>,
 ) -> Result<Vec<Diagnostic>, InputError> {
+    let config = checks.config;
     let file = match YamlFile::read(path) {
         Ok(file) => {
             sources.insert(file.shown.clone(), file.text.clone());
@@ -158,7 +190,15 @@ fn lint_file(
                     let problems = render::lint(&object, &spec, config.map(|c| &c.spec));
                     out.extend(problems.iter().map(|p| locate(&file, index, config, p)));
                     if !problems.iter().any(|p| p.severity == Severity::Error) {
-                        out.extend(run_tools(&file, index, &object, &spec, config, tools));
+                        out.extend(run_tools(
+                            &file,
+                            index,
+                            &object,
+                            &spec,
+                            config,
+                            checks.tools,
+                        ));
+                        out.extend(check_generators(&file, index, &object, &spec, checks));
                     }
                     Ok(())
                 }
@@ -168,6 +208,9 @@ fn lint_file(
             "BootplateConfigTemplate" => file
                 .decode::<crd_types::BootplateConfigTemplate>(index)
                 .map(drop),
+            "BootstrapGenerator" => file
+                .decode::<crd_types::BootstrapGenerator>(index)
+                .and_then(|g| check_generator(&file, index, &g.spec)),
             "Machine" => file.decode::<Machine>(index).map(drop),
             "Cluster" => file.decode::<Cluster>(index).map(drop),
             _ => Ok(()),
@@ -219,6 +262,72 @@ fn run_tools(
             )
         })
         .collect()
+}
+
+/// A BootstrapGenerator's endpoint and CA bundle, as the controller builds its client.
+fn check_generator(
+    file: &YamlFile,
+    index: usize,
+    spec: &crd_types::GeneratorSpec,
+) -> Result<(), Vec<Diagnostic>> {
+    bootplate::generator::client::GeneratorClient::new(spec)
+        .map(drop)
+        .map_err(|message| {
+            let field = message.split(':').next().unwrap_or("spec").to_owned();
+            vec![file.at(index, &field, false, "generator-invalid", message)]
+        })
+}
+
+/// The generator references of a template that lints clean: each part's generator is checked
+/// with `--generator` (its answer to every sample render's request, and the output with it);
+/// without, it is a warning that its output goes unchecked.
+fn check_generators(
+    file: &YamlFile,
+    index: usize,
+    object: &str,
+    spec: &crd_types::TemplateSpec,
+    checks: &Checks<'_>,
+) -> Vec<Diagnostic> {
+    let Ok(compiled) = render::CompiledTemplate::compile(object, spec) else {
+        return Vec::new();
+    };
+    let Some(config) = compiled.sample_config(checks.config.map(|c| &c.spec)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut unchecked = std::collections::BTreeSet::new();
+    for role in crd_types::Role::ALL {
+        let ctx = render::sample_context(role);
+        let calls = compiled.generator_calls(&config, role);
+        if calls.is_empty() {
+            continue;
+        }
+        if let Some(call) = calls.iter().find(|c| !checks.generators.has(&c.generator)) {
+            if unchecked.insert(call.field.clone()) {
+                let message = format!(
+                    "part `{}` takes content from BootstrapGenerator {}, whose answers are not checked: give --generator {}=URL",
+                    call.part, call.generator, call.generator
+                );
+                let mut d = file.at(index, &call.field, false, "generator-unchecked", message);
+                d.severity = Severity::Warning;
+                out.push(d);
+            }
+            continue;
+        }
+        let rendered = checks
+            .generators
+            .answer(&compiled, &config, &ctx)
+            .and_then(|generated| {
+                compiled
+                    .render_generated(&config, &ctx, &generated)
+                    .map_err(|e| ("spec.parts".to_owned(), e.to_string()))
+            });
+        if let Err((field, message)) = rendered {
+            let message = format!("{message} (role {role})");
+            out.push(file.at(index, &field, false, "generator", message));
+        }
+    }
+    out
 }
 
 /// A problem of a template's lint as a diagnostic: template problems in the template's file,

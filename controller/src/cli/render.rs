@@ -11,6 +11,7 @@ use crd_types::{BootplateConfigSpec, Role};
 use render::{Certificates, ClusterInfo, CompiledTemplate, JoinInfo, KeyPair, RenderContext};
 
 use super::diagnostic::Diagnostic;
+use super::generator::Offline;
 use super::input::{ConfigInput, InputError, ReadError, TEMPLATE_KINDS, YamlFile, template};
 use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 
@@ -68,6 +69,14 @@ pub struct RenderArgs {
     /// The cluster CA private key (PEM), with --ca-cert.
     #[arg(long, value_name = "FILE", requires = "ca_cert")]
     pub ca_key: Option<PathBuf>,
+    /// Call the generator a template part names: NAME=URL (https), repeatable. Offline,
+    /// generators receive no token and no keys.
+    #[arg(long = "generator", value_name = "NAME=URL")]
+    pub generators: Vec<String>,
+    /// PEM CA certificates the generators' serving certificates are checked against.
+    /// Default: the system's trusted roots.
+    #[arg(long, value_name = "FILE")]
+    pub generator_ca: Option<PathBuf>,
 }
 
 /// `--role`: one role, or all of them.
@@ -244,14 +253,20 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
     };
     let compiled =
         CompiledTemplate::compile(&object, &spec).map_err(|e| Failure::Render(e.to_string()))?;
+    let generators = Offline::new(&args.generators, args.generator_ca.as_deref())?;
     roles
         .into_iter()
         .map(|role| {
             // RenderContext::new drops the certificates for a worker and the join data for init.
             let ctx =
                 RenderContext::new(&cluster, &machine, role, Some(join.clone()), certs.clone());
+            let generated = generators
+                .answer(&compiled, &config, &ctx)
+                .map_err(|(field, e)| {
+                    Failure::Render(format!("{object} {field}: {e} (role {role})"))
+                })?;
             let rendered = compiled
-                .render(&config, &ctx)
+                .render_generated(&config, &ctx, &generated)
                 .map_err(|e| Failure::Render(format!("{e} (role {role})")))?;
             Ok((role, rendered.data))
         })

@@ -10,13 +10,28 @@ use render::Endpoint;
 use super::blocked::Blocked;
 use crate::labels;
 
-/// The owner Machine's name, from the ownerReference CAPI's Machine controller adds.
-pub(crate) fn owner_machine(config: &BootplateConfig) -> Option<String> {
+/// What owns a config, by the ownerReference CAPI adds: the Machine it bootstraps (CAPI's
+/// Machine controller), or the MachinePool whose instances all boot from it (CAPI's MachinePool
+/// controller).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A Machine, by name.
+    Machine(String),
+    /// A MachinePool, by name.
+    Pool(String),
+}
+
+/// The config's owner, when CAPI adopted it.
+pub(crate) fn owner(config: &BootplateConfig) -> Option<Owner> {
     config
         .owner_references()
         .iter()
-        .find(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
-        .map(|r| r.name.clone())
+        .filter(|r| r.api_version.starts_with("cluster.x-k8s.io/"))
+        .find_map(|r| match r.kind.as_str() {
+            "Machine" => Some(Owner::Machine(r.name.clone())),
+            "MachinePool" => Some(Owner::Pool(r.name.clone())),
+            _ => None,
+        })
 }
 
 /// Why a config no Machine owns yet waits. CAPI adopts configs only while their Cluster is not
@@ -42,33 +57,35 @@ fn paused(cluster: &str) -> Blocked {
     )
 }
 
-/// The owner Machine `name` of a config in `namespace`, when the cache holds it.
-pub(crate) fn machine_found<M>(
+/// The owner `kind` (`Machine`, `MachinePool`) `name` of a config in `namespace`, when the
+/// cache holds it.
+pub(crate) fn owner_found<M>(
+    kind: &str,
     namespace: &str,
     name: &str,
-    machine: Option<M>,
+    owner: Option<M>,
 ) -> Result<M, Blocked> {
-    machine.ok_or_else(|| {
+    owner.ok_or_else(|| {
         Blocked::waiting(
             reason::WAITING_FOR_MACHINE,
-            format!("owner Machine {namespace}/{name} not found"),
+            format!("owner {kind} {namespace}/{name} not found"),
         )
     })
 }
 
-/// The Machine's Cluster, when the cache holds it.
+/// The Cluster `cluster_name` of the owner `kind` `name` (its `spec.clusterName`), when the
+/// cache holds it.
 pub(crate) fn cluster_found<C>(
     namespace: &str,
-    machine: &Machine,
+    (kind, name): (&str, &str),
+    cluster_name: &str,
     cluster: Option<C>,
 ) -> Result<C, Blocked> {
     cluster.ok_or_else(|| {
         Blocked::waiting(
             reason::CLUSTER_NOT_FOUND,
             format!(
-                "Cluster {namespace}/{} (spec.clusterName of Machine {}) not found",
-                machine.spec.cluster_name,
-                machine.name_any()
+                "Cluster {namespace}/{cluster_name} (spec.clusterName of {kind} {name}) not found"
             ),
         )
     })
@@ -156,16 +173,33 @@ pub(crate) fn path(
             revision: previous.template_revision.clone().unwrap_or_default(),
         });
     }
-    if !cluster.infrastructure_provisioned() {
-        return Err(Blocked::waiting(
-            reason::WAITING_FOR_INFRASTRUCTURE,
-            format!(
-                "waiting for the infrastructure of Cluster {} to be provisioned",
-                cluster.name_any()
-            ),
-        ));
-    }
+    infrastructure_provisioned(cluster)?;
     Ok(Path::Render)
+}
+
+/// Whether the config of a MachinePool renders now, or why it waits: a paused Cluster or
+/// config, or infrastructure not provisioned yet. A pool's config is never frozen: its instances
+/// boot at any time, long after the first render, so its data Secret is kept current (a fresh
+/// token, a changed config or template) for as long as the pool exists.
+pub(crate) fn pool_path(config: &BootplateConfig, cluster: &Cluster) -> Result<Path, Blocked> {
+    if cluster.is_paused() || has_paused_annotation(&config.metadata) {
+        return Err(paused(&cluster.name_any()));
+    }
+    infrastructure_provisioned(cluster)?;
+    Ok(Path::Render)
+}
+
+fn infrastructure_provisioned(cluster: &Cluster) -> Result<(), Blocked> {
+    if cluster.infrastructure_provisioned() {
+        return Ok(());
+    }
+    Err(Blocked::waiting(
+        reason::WAITING_FOR_INFRASTRUCTURE,
+        format!(
+            "waiting for the infrastructure of Cluster {} to be provisioned",
+            cluster.name_any()
+        ),
+    ))
 }
 
 /// The role a config's written data Secret was rendered with: a machine keeps its role (the
@@ -248,11 +282,34 @@ pub(crate) mod tests {
         }
     }
 
+    /// A config owned by MachinePool `pool`, as CAPI's MachinePool controller adopts it.
+    pub(crate) fn pool_config(pool: &str) -> BootplateConfig {
+        let mut config = config(false);
+        config.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "MachinePool".into(),
+            name: pool.into(),
+            uid: "p-uid".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        config
+    }
+
     #[test]
-    fn a_config_waits_for_its_owner_machine_and_cluster() {
-        assert_eq!(owner_machine(&config(true)), Some("m-0".into()));
-        assert_eq!(owner_machine(&config(false)), None);
-        let missing = machine_found::<Machine>("ns", "m-0", None).unwrap_err();
+    fn a_config_waits_for_its_owner_and_cluster() {
+        assert_eq!(owner(&config(true)), Some(Owner::Machine("m-0".into())));
+        assert_eq!(owner(&pool_config("p")), Some(Owner::Pool("p".into())));
+        assert_eq!(owner(&config(false)), None);
+        let mut foreign = pool_config("p");
+        foreign.metadata.owner_references.as_mut().unwrap()[0].api_version =
+            "example.com/v1".into();
+        assert_eq!(
+            owner(&foreign),
+            None,
+            "only Cluster API's kinds own configs"
+        );
+        let missing = owner_found::<Machine>("Machine", "ns", "m-0", None).unwrap_err();
         assert_eq!(
             (missing.reason, missing.message.as_str(), missing.waiting),
             (
@@ -261,12 +318,42 @@ pub(crate) mod tests {
                 true
             )
         );
-        let no_cluster = cluster_found::<Cluster>("ns", &machine(false), None).unwrap_err();
+        let missing = owner_found::<Machine>("MachinePool", "ns", "p", None).unwrap_err();
+        assert_eq!(missing.message, "owner MachinePool ns/p not found");
+        let no_cluster =
+            cluster_found::<Cluster>("ns", ("MachinePool", "p"), "c1", None).unwrap_err();
         assert_eq!(no_cluster.reason, reason::CLUSTER_NOT_FOUND);
         assert_eq!(
             no_cluster.message,
-            "Cluster ns/c1 (spec.clusterName of Machine m-0) not found"
+            "Cluster ns/c1 (spec.clusterName of MachinePool p) not found"
         );
+    }
+
+    #[test]
+    fn a_pool_config_renders_whenever_it_may_and_is_never_frozen() {
+        // (case, infrastructure provisioned, paused, expected)
+        let cases = [
+            ("render", true, "", Ok(Path::Render)),
+            (
+                "no infra",
+                false,
+                "",
+                Err(reason::WAITING_FOR_INFRASTRUCTURE),
+            ),
+            ("paused cluster", true, "cluster", Err(reason::PAUSED)),
+            ("paused config", true, "config", Err(reason::PAUSED)),
+        ];
+        for (case, provisioned, paused, expected) in cases {
+            let mut config = pool_config("p");
+            if paused == "config" {
+                config.metadata.annotations =
+                    Some([("cluster.x-k8s.io/paused".to_owned(), String::new())].into());
+            }
+            let mut cluster = cluster(provisioned, true);
+            cluster.spec.paused = Some(paused == "cluster");
+            let taken = pool_path(&config, &cluster).map_err(|b| b.reason);
+            assert_eq!(taken, expected, "{case}");
+        }
     }
 
     #[test]

@@ -37,8 +37,18 @@ impl ConfigState {
     }
 }
 
-/// When to look again at a ready config; `None`: only when something changes.
-pub(crate) fn ready_requeue(token_in_use: bool, ttl: Duration) -> Option<Duration> {
+/// When to look again at a ready config; `None`: only when something changes. `token_in_use`:
+/// its user-data holds a token, refreshed or rotated before it expires. `cleanup_failed`: a
+/// MachinePool's replaced token could not be deleted after the write; it is tried again soon,
+/// so it does not outlive the write for longer than it must.
+pub(crate) fn ready_requeue(
+    token_in_use: bool,
+    cleanup_failed: bool,
+    ttl: Duration,
+) -> Option<Duration> {
+    if cleanup_failed {
+        return Some(CLEANUP_RETRY.min(ttl / 3));
+    }
     // Check the token again well before it expires.
     token_in_use.then_some(ttl / 3)
 }
@@ -55,10 +65,21 @@ pub(crate) fn joined(cleanup_failed: bool) -> (ConfigState, Option<Duration>) {
     (ConfigState::Ready, cleanup_failed.then_some(CLEANUP_RETRY))
 }
 
-/// The state and the next look for a blocked config.
-pub(crate) fn blocked(why: &Blocked) -> (ConfigState, Duration) {
+/// How long before trying a busy generator again: its calls take seconds at most.
+pub(crate) const GENERATOR_BUSY_REQUEUE: Duration = Duration::from_secs(2);
+
+/// The state and the next look for a blocked config. `generator_retry` is the backoff delay
+/// of a config whose generator failed (it doubles per consecutive failure: a generator that
+/// is down is not hammered, one that is back is used again soon).
+pub(crate) fn blocked(why: &Blocked, generator_retry: Duration) -> (ConfigState, Duration) {
+    if why.reason == reason::WAITING_FOR_GENERATOR {
+        return (ConfigState::Waiting, GENERATOR_BUSY_REQUEUE);
+    }
     if why.waiting {
         return (ConfigState::Waiting, WAIT_REQUEUE);
+    }
+    if why.reason == reason::GENERATOR_FAILED {
+        return (ConfigState::Failed, generator_retry);
     }
     // contentFrom Secrets are not watched (they carry no label to select them by), and the
     // usual fix, creating the Secret, is often just late: look again soon.
@@ -112,14 +133,20 @@ pub(crate) struct RenderFacts<'a> {
     pub secret: &'a str,
     /// The ID of a token this render created.
     pub created_token: Option<&'a str>,
+    /// The IDs of the tokens a MachinePool's render replaced and deleted after the write.
+    pub deleted_tokens: &'a [String],
 }
 
 /// One Event per render, which also tells of a token the render created: a rollout of thousands
 /// of machines records one Event each, not two. None when nothing was written or created.
 pub(crate) fn render_note(facts: &RenderFacts<'_>) -> Option<Note> {
-    let token = facts
-        .created_token
-        .map(|id| format!("bootstrap token {id} created in the workload cluster"));
+    let token = facts.created_token.map(|id| {
+        let created = format!("bootstrap token {id} created in the workload cluster");
+        match facts.deleted_tokens {
+            [] => created,
+            deleted => format!("{created}, replacing {}", deleted.join(", ")),
+        }
+    });
     if facts.written {
         let rendered = format!(
             "rendered {} (revision {}) for role {} into Secret {}",
@@ -166,9 +193,17 @@ mod tests {
                 WAIT_REQUEUE,
             ),
         ];
+        let backoff = Duration::from_secs(20);
         for (why, state, requeue) in cases {
-            assert_eq!(blocked(&why), (state, requeue), "{why:?}");
+            assert_eq!(blocked(&why, backoff), (state, requeue), "{why:?}");
         }
+        let failed = Blocked::failed(reason::GENERATOR_FAILED, "cmdb down");
+        assert_eq!(blocked(&failed, backoff), (ConfigState::Failed, backoff));
+        let busy = Blocked::waiting(reason::WAITING_FOR_GENERATOR, "cmdb busy");
+        assert_eq!(
+            blocked(&busy, backoff),
+            (ConfigState::Waiting, GENERATOR_BUSY_REQUEUE)
+        );
     }
 
     #[test]
@@ -180,8 +215,18 @@ mod tests {
     #[test]
     fn a_ready_config_with_a_token_is_looked_at_within_a_third_of_its_lifetime() {
         let ttl = Duration::from_secs(900);
-        assert_eq!(ready_requeue(true, ttl), Some(Duration::from_secs(300)));
-        assert_eq!(ready_requeue(false, ttl), None);
+        assert_eq!(
+            ready_requeue(true, false, ttl),
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(ready_requeue(false, false, ttl), None);
+        assert_eq!(ready_requeue(true, true, ttl), Some(CLEANUP_RETRY));
+        let short = Duration::from_secs(30);
+        assert_eq!(
+            ready_requeue(true, true, short),
+            Some(Duration::from_secs(10)),
+            "never later than the next token check"
+        );
     }
 
     #[test]
@@ -207,6 +252,7 @@ mod tests {
             role: Role::Worker,
             secret: "w-0",
             created_token,
+            deleted_tokens: &[],
         };
         let both = render_note(&facts(true, Some("abc123"))).unwrap();
         assert_eq!(both.reason, "Rendered");
@@ -222,5 +268,13 @@ mod tests {
             ("TokenCreated", "CreateToken")
         );
         assert_eq!(render_note(&facts(false, None)), None);
+        let replaced = ["old111".to_owned()];
+        let rotated = RenderFacts {
+            deleted_tokens: &replaced,
+            ..facts(true, Some("new222"))
+        };
+        assert!(render_note(&rotated).unwrap().text.ends_with(
+            "; bootstrap token new222 created in the workload cluster, replacing old111"
+        ));
     }
 }

@@ -8,6 +8,7 @@
 //! lock whose holder Machine is gone is taken over.
 
 use crd_types::Role;
+use crd_types::capi::CONTROL_PLANE_LABEL;
 use crd_types::conditions::reason;
 
 use super::blocked::Blocked;
@@ -51,6 +52,32 @@ pub(crate) fn decide(facts: RoleFacts<'_>) -> Result<RoleDecision, Blocked> {
         (true, true) => Ok(RoleDecision::Decided(Role::ControlPlaneJoin)),
         (true, false) => Ok(RoleDecision::InitIfLocked),
     }
+}
+
+/// The role of a MachinePool's instances, or why their config does not render: every instance
+/// boots from the same data Secret, so a pool can only be made of workers. A pool whose template
+/// carries the control-plane label (`control_plane`) is refused, not rendered as something else.
+pub(crate) fn decide_pool(
+    control_plane: bool,
+    initialized: bool,
+    pool: &str,
+    cluster: &str,
+) -> Result<Role, Blocked> {
+    if control_plane {
+        return Err(Blocked::failed(
+            reason::ROLE_NOT_SUPPORTED,
+            format!(
+                "MachinePool {pool} has the label {CONTROL_PLANE_LABEL} in spec.template.metadata.labels: the instances of a pool share one data Secret, so a pool renders only the worker role; make the control plane with Machines or a control-plane provider"
+            ),
+        ));
+    }
+    if !initialized {
+        return Err(Blocked::waiting(
+            reason::WAITING_FOR_CONTROL_PLANE,
+            format!("waiting for the control plane of Cluster {cluster} to be initialized"),
+        ));
+    }
+    Ok(Role::Worker)
 }
 
 /// What to do about an init lock another attempt created first.
@@ -129,6 +156,34 @@ mod tests {
         for (facts, expected) in cases {
             assert_eq!(decide(facts).map_err(|b| b.reason), expected, "{facts:?}");
         }
+    }
+
+    #[test]
+    fn a_pool_renders_worker_or_refuses_a_control_plane() {
+        // (control-plane label, control plane initialized, expected)
+        let cases = [
+            (false, true, Ok(Role::Worker)),
+            (false, false, Err(reason::WAITING_FOR_CONTROL_PLANE)),
+            (true, true, Err(reason::ROLE_NOT_SUPPORTED)),
+            (true, false, Err(reason::ROLE_NOT_SUPPORTED)),
+        ];
+        for (control_plane, initialized, expected) in cases {
+            let decided = decide_pool(control_plane, initialized, "ns/p", "c1");
+            assert_eq!(
+                decided.as_ref().map_err(|b| b.reason).copied(),
+                expected,
+                "control_plane={control_plane} initialized={initialized}"
+            );
+        }
+        let refused = decide_pool(true, true, "ns/p", "c1").unwrap_err();
+        assert!(!refused.waiting, "someone has to fix the pool");
+        assert!(
+            refused.message.starts_with(
+                "MachinePool ns/p has the label cluster.x-k8s.io/control-plane in spec.template.metadata.labels"
+            ),
+            "{}",
+            refused.message
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use render::RenderContext;
 use serde::Serialize;
 
-use super::token::past_half_life;
+use super::token::young;
 use crate::labels;
 
 /// What the last full render of a config did (see the module documentation).
@@ -86,18 +86,17 @@ pub(crate) struct Now {
 }
 
 /// Whether the render with inputs digest `inputs` for `role` can be skipped after `last`:
-/// the data Secret now has resourceVersion `stored_version`, and `previous_ready` says whether
-/// the config's status shows it ready. Hints alone count only for a config whose status says
-/// its Secret was written: a Secret written just before a crash still needs the status after it.
+/// the data Secret now has resourceVersion `stored_version`; a `last` known from hints alone
+/// counts only when they vouch ([`hints_vouch`]).
 pub(crate) fn unchanged(
     last: &LastRender,
-    previous_ready: bool,
+    hints_vouch: bool,
     inputs: &str,
     role: Role,
     stored_version: Option<&str>,
     now: Now,
 ) -> bool {
-    if !last.remembered && !previous_ready {
+    if !last.remembered && !hints_vouch {
         return false;
     }
     if last.inputs.as_deref() != Some(inputs) {
@@ -109,19 +108,17 @@ pub(crate) fn unchanged(
     stored_version.is_some() && stored_version == last.secret_version.as_deref()
 }
 
-/// How far past one lifetime from now a token expiry this controller set can be: expiries are
-/// rounded to the second, and another replica's clock may run a little ahead.
-const CLOCK_SLACK: SignedDuration = SignedDuration::from_mins(1);
-
-/// Whether a token known to expire at `expires` needs no look: more than half its lifetime is
-/// left, and no more than a whole one (give or take [`CLOCK_SLACK`]; a later expiry is not one
-/// this controller set).
+/// Whether a token known to expire at `expires` needs no look (see [`young`]).
 fn token_is_young(expires: Option<Timestamp>, now: Now) -> bool {
-    let Some(expires) = expires else {
-        return false;
-    };
-    let forward_dated = expires.duration_since(now.time) > now.ttl + CLOCK_SLACK;
-    !forward_dated && !past_half_life(expires, now.time, now.ttl)
+    expires.is_some_and(|expires| young(expires, now.time, now.ttl))
+}
+
+/// Whether a last render known only from the data Secret's hints may vouch for a skip: for a
+/// config whose status says its Secret was written (a Secret written just before a crash still
+/// needs the status after it), and never for a MachinePool's (a controller stopped between
+/// writing a pool's Secret and deleting the token it replaced must look, and delete it).
+pub(crate) fn hints_vouch(previous_ready: bool, pool: bool) -> bool {
+    previous_ready && !pool
 }
 
 /// Whether a config shows no trace of an earlier render: not ready, and no data Secret in the
@@ -150,6 +147,10 @@ pub(crate) struct Inputs<'a> {
     pub seen: RenderContext,
     /// The resourceVersions of the certificate Secrets the role reads.
     pub secret_versions: Vec<String>,
+    /// The generators the render calls, with their spec generations (left out when none, so
+    /// configs without generators keep their digests).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub generators: Vec<(String, Option<i64>)>,
 }
 
 /// A digest of `inputs`.
@@ -203,6 +204,19 @@ mod tests {
             let last = last(remembered, left.map(at));
             let skipped = unchanged(&last, ready, inputs, role, stored, NOW);
             assert_eq!(skipped, skip, "{case}");
+        }
+    }
+
+    #[test]
+    fn hints_vouch_only_for_a_written_config_of_a_machine() {
+        let cases = [
+            (true, false, true),
+            (false, false, false),
+            (true, true, false),
+            (false, true, false),
+        ];
+        for (ready, pool, vouch) in cases {
+            assert_eq!(hints_vouch(ready, pool), vouch, "ready={ready} pool={pool}");
         }
     }
 
@@ -276,6 +290,7 @@ mod tests {
             role: Role::Worker,
             seen: RenderContext::new(&cluster, &machine, Role::Worker, None, None),
             secret_versions: vec!["5".into()],
+            generators: Vec::new(),
         };
         let same = inputs_digest(&inputs("build-a"));
         assert_eq!(same, inputs_digest(&inputs("build-a")));
@@ -283,6 +298,15 @@ mod tests {
         let mut other = inputs("build-a");
         other.secret_versions = vec!["6".into()];
         assert_ne!(same, inputs_digest(&other), "a rotated certificate counts");
+        let mut generated = inputs("build-a");
+        generated.generators = vec![("cmdb".into(), Some(1))];
+        let first = inputs_digest(&generated);
+        generated.generators = vec![("cmdb".into(), Some(2))];
+        assert_ne!(
+            first,
+            inputs_digest(&generated),
+            "a changed generator spec counts"
+        );
     }
 
     #[test]

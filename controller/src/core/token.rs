@@ -100,6 +100,8 @@ pub(crate) enum TokenAction {
     Created,
     /// The existing token's expiry was extended.
     Refreshed,
+    /// A MachinePool's token was replaced by a new one (see [`PoolToken`]).
+    Rotated,
     /// The existing token is still good.
     Reused,
 }
@@ -135,6 +137,18 @@ pub(crate) fn past_half_life(expires: Timestamp, now: Timestamp, ttl: SignedDura
     expires.duration_since(now) * 2 < ttl
 }
 
+/// How far past one lifetime from now a token expiry this controller set can be: expiries are
+/// rounded to the second, and another replica's clock may run a little ahead.
+pub(crate) const CLOCK_SLACK: SignedDuration = SignedDuration::from_mins(1);
+
+/// Whether a token expiring at `expires` is young at `now`: more than half its lifetime `ttl`
+/// is left, and no more than a whole one (give or take [`CLOCK_SLACK`]: a later expiry is not
+/// one this controller set, and is not trusted).
+pub(crate) fn young(expires: Timestamp, now: Timestamp, ttl: SignedDuration) -> bool {
+    let forward_dated = expires.duration_since(now) > ttl + CLOCK_SLACK;
+    !forward_dated && !past_half_life(expires, now, ttl)
+}
+
 /// When a token created or refreshed at `now` expires: `ttl` later, to the second. Saturates
 /// at the largest timestamp instead of overflowing.
 pub(crate) fn expiry(now: Timestamp, ttl: SignedDuration) -> Timestamp {
@@ -145,6 +159,64 @@ pub(crate) fn expiry(now: Timestamp, ttl: SignedDuration) -> Timestamp {
 /// `ttl` as a signed duration (flags cap it at [`LONGEST_TTL`]).
 pub(crate) fn signed_ttl(ttl: Duration) -> SignedDuration {
     SignedDuration::try_from(ttl.min(LONGEST_TTL)).unwrap_or(SignedDuration::from_secs(900))
+}
+
+/// A token of a MachinePool's config, as found in the workload cluster.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found<'a> {
+    /// The token's ID.
+    pub id: &'a str,
+    /// Its Secret's `expiration`, as stored.
+    pub expiration: Option<&'a str>,
+}
+
+/// What a MachinePool's config renders with.
+///
+/// A pool's token is never extended: its instances boot at any time, so the token sits in the
+/// pool's data Secret for as long as the pool exists, and extending it would keep one credential
+/// valid forever. It is rotated instead: once less than half its lifetime is left, a new token
+/// is made, the data Secret is rendered again with it, and only then is the old one deleted
+/// ([`stale`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PoolToken {
+    /// Render with the found token at this index, which expires then.
+    Use(usize, Timestamp),
+    /// Make a new token and render with it. `rotation`: a working token is replaced (less
+    /// than half its lifetime left, no expiry, or an expiry further away than one lifetime);
+    /// else no token works any more (none, expired or unreadable).
+    Create {
+        /// A working token is replaced.
+        rotation: bool,
+    },
+}
+
+/// The token a pool's config renders with, among the config's tokens `found`, at `now`: the
+/// one that expires last, while it is [`young`].
+pub(crate) fn pool_token(found: &[Found<'_>], now: Timestamp, ttl: SignedDuration) -> PoolToken {
+    // A token without expiry never expires: it works, and is never young.
+    let working = found.iter().enumerate().filter_map(|(index, token)| {
+        match token.expiration.map(str::parse::<Timestamp>) {
+            None => Some((index, Timestamp::MAX)),
+            Some(Ok(expires)) if expires > now => Some((index, expires)),
+            Some(_) => None,
+        }
+    });
+    match working.max_by_key(|(_, expires)| *expires) {
+        Some((index, expires)) if young(expires, now, ttl) => PoolToken::Use(index, expires),
+        Some(_) => PoolToken::Create { rotation: true },
+        None => PoolToken::Create { rotation: false },
+    }
+}
+
+/// The tokens of a pool's config to delete once its data Secret holds token `in_use`: every
+/// other one. Called only after the write, so an instance booting from the Secret as it was
+/// before still finds its token valid; after it, the Secret hands out `in_use` alone.
+pub(crate) fn stale<'a>(found: &[Found<'a>], in_use: &str) -> Vec<&'a str> {
+    found
+        .iter()
+        .map(|token| token.id)
+        .filter(|id| *id != in_use)
+        .collect()
 }
 
 /// What is known, after its Machine joined, of a config's token.
@@ -269,6 +341,109 @@ mod tests {
             signed_ttl(Duration::from_secs(u64::MAX)),
             SignedDuration::try_from(LONGEST_TTL).unwrap()
         );
+    }
+
+    #[test]
+    fn a_token_is_young_with_more_than_half_and_at_most_a_whole_lifetime_left() {
+        let cases = [
+            (14, true),
+            (16, true),
+            (8, true),
+            (7, false),
+            (-1, false),
+            (17, false),
+        ];
+        for (minutes_left, is_young) in cases {
+            assert_eq!(
+                young(in_mins(minutes_left), now(), TTL),
+                is_young,
+                "{minutes_left} minutes left"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pool_keeps_its_newest_young_token_and_rotates_the_rest() {
+        let (young_one, old, expired) = (
+            in_mins(14).to_string(),
+            in_mins(6).to_string(),
+            in_mins(-1).to_string(),
+        );
+        let found = |tokens: &[(&'static str, Option<&str>)]| -> Vec<(String, Option<String>)> {
+            tokens
+                .iter()
+                .map(|(id, e)| (id.to_string(), e.map(str::to_owned)))
+                .collect()
+        };
+        // (case, tokens found, expected)
+        let cases = [
+            ("none", found(&[]), PoolToken::Create { rotation: false }),
+            (
+                "young",
+                found(&[("a", Some(&young_one))]),
+                PoolToken::Use(0, in_mins(14)),
+            ),
+            (
+                "past half its life",
+                found(&[("a", Some(&old))]),
+                PoolToken::Create { rotation: true },
+            ),
+            (
+                "no expiry: would never expire",
+                found(&[("a", None)]),
+                PoolToken::Create { rotation: true },
+            ),
+            (
+                "forward-dated",
+                found(&[("a", Some(&in_mins(60).to_string()))]),
+                PoolToken::Create { rotation: true },
+            ),
+            (
+                "expired",
+                found(&[("a", Some(&expired))]),
+                PoolToken::Create { rotation: false },
+            ),
+            (
+                "unreadable",
+                found(&[("a", Some("soon"))]),
+                PoolToken::Create { rotation: false },
+            ),
+            (
+                "rotated, old one not deleted yet",
+                found(&[("old", Some(&old)), ("new", Some(&young_one))]),
+                PoolToken::Use(1, in_mins(14)),
+            ),
+        ];
+        for (case, tokens, expected) in cases {
+            let found: Vec<Found<'_>> = tokens
+                .iter()
+                .map(|(id, e)| Found {
+                    id,
+                    expiration: e.as_deref(),
+                })
+                .collect();
+            assert_eq!(pool_token(&found, now(), TTL), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn after_the_write_every_token_but_the_one_in_the_secret_is_stale() {
+        let found = [
+            Found {
+                id: "old",
+                expiration: Some("2020-01-01T00:00:00Z"),
+            },
+            Found {
+                id: "new",
+                expiration: None,
+            },
+            Found {
+                id: "gone",
+                expiration: Some("garbage"),
+            },
+        ];
+        assert_eq!(stale(&found, "new"), vec!["old", "gone"]);
+        assert_eq!(stale(&found[1..2], "new"), Vec::<&str>::new());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crd_types::capi::{Cluster, Machine};
-use crd_types::{BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate};
+use crd_types::capi::{Cluster, Machine, MachinePool};
+use crd_types::{BootplateConfig, BootstrapGenerator, BootstrapTemplate, ClusterBootstrapTemplate};
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -17,10 +17,14 @@ pub struct Stores {
     pub machines: Store<Machine>,
     /// Clusters.
     pub clusters: Store<Cluster>,
+    /// MachinePools (empty when the management cluster does not serve them).
+    pub machine_pools: Store<MachinePool>,
     /// Namespaced templates.
     pub templates: Store<BootstrapTemplate>,
     /// Cluster-scoped templates.
     pub cluster_templates: Store<ClusterBootstrapTemplate>,
+    /// Generators (cluster-scoped).
+    pub generators: Store<BootstrapGenerator>,
     /// Metadata only (no data, no managedFields) of the Secrets labelled
     /// `cluster.x-k8s.io/cluster-name`: CAPI's `<cluster>-ca` and `<cluster>-kubeconfig` and
     /// the data Secrets. Their resourceVersions tell when a cached CA hash, workload client or
@@ -37,8 +41,10 @@ impl Stores {
         // A dropped writer means the controller is shutting down; nothing to wait for then.
         let _ = self.machines.wait_until_ready().await;
         let _ = self.clusters.wait_until_ready().await;
+        let _ = self.machine_pools.wait_until_ready().await;
         let _ = self.templates.wait_until_ready().await;
         let _ = self.cluster_templates.wait_until_ready().await;
+        let _ = self.generators.wait_until_ready().await;
         let _ = self.secrets.wait_until_ready().await;
     }
 
@@ -60,18 +66,47 @@ impl Stores {
         self.machines.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// The Machine in `namespace` whose bootstrap configRef names the BootplateConfig `config`:
-    /// CAPI adopts a config (ownerReference, cluster-name label) only while the Cluster is not
-    /// paused, so this is how an unadopted config finds its Cluster.
-    pub fn machine_referencing(&self, namespace: &str, config: &str) -> Option<Arc<Machine>> {
-        self.machines.state().into_iter().find(|m| {
-            m.metadata.namespace.as_deref() == Some(namespace)
-                && m.spec.bootstrap.config_ref.as_ref().is_some_and(|r| {
-                    r.kind == "BootplateConfig"
-                        && r.api_group == crd_types::GROUP
-                        && r.name == config
-                })
-        })
+    /// The MachinePool `name` in `namespace`.
+    pub fn machine_pool(&self, namespace: &str, name: &str) -> Option<Arc<MachinePool>> {
+        self.machine_pools
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Cluster of the Machine or MachinePool in `namespace` whose bootstrap configRef names
+    /// the BootplateConfig `config`, by name: CAPI adopts a config (ownerReference,
+    /// cluster-name label) only while the Cluster is not paused, so this is how an unadopted
+    /// config finds its Cluster.
+    pub fn cluster_referencing(&self, namespace: &str, config: &str) -> Option<Arc<Cluster>> {
+        let names_config = |config_ref: Option<&crd_types::capi::ContractReference>| {
+            config_ref.is_some_and(|r| {
+                r.kind == "BootplateConfig" && r.api_group == crd_types::GROUP && r.name == config
+            })
+        };
+        let in_namespace =
+            |meta: &kube::api::ObjectMeta| meta.namespace.as_deref() == Some(namespace);
+        let machine = self.machines.state().into_iter().find(|m| {
+            in_namespace(&m.metadata) && names_config(m.spec.bootstrap.config_ref.as_ref())
+        });
+        let cluster_name = match machine {
+            Some(machine) => machine.spec.cluster_name.clone(),
+            None => self
+                .machine_pools
+                .state()
+                .into_iter()
+                .find(|p| {
+                    in_namespace(&p.metadata)
+                        && names_config(p.spec.template.spec.bootstrap.config_ref.as_ref())
+                })?
+                .spec
+                .cluster_name
+                .clone(),
+        };
+        self.cluster(namespace, &cluster_name)
+    }
+
+    /// The generator `name`.
+    pub fn generator(&self, name: &str) -> Option<Arc<BootstrapGenerator>> {
+        self.generators.get(&ObjectRef::new(name))
     }
 
     /// The Cluster `name` in `namespace`.

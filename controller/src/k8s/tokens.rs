@@ -13,7 +13,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
-use crate::core::token::{self, GROUP, NAMESPACE, SECRET_TYPE, Token, TokenAction, Verdict};
+use crate::core::token::{
+    self, Found, GROUP, NAMESPACE, PoolToken, SECRET_TYPE, Token, TokenAction, Verdict,
+};
 use crate::error::{Error, Result, is_conflict, is_not_found};
 use crate::labels;
 
@@ -61,14 +63,9 @@ pub(crate) async fn ensure(
 ) -> Result<Ensured> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
     let now = Timestamp::now();
-    let derived = Token::derived(config_uid);
-    let derived_name = secret_name(&derived);
-    if first {
-        match create(&api, derived, config_uid, config_key, now, ttl).await {
-            Ok(created) => return Ok(created),
-            Err(e) if is_conflict(&e) => {}
-            Err(e) => return Err(workload_error(e)),
-        }
+    let derived_name = id_secret_name(&token::derived_id(config_uid));
+    if first && let Some(created) = create_derived(&api, config_uid, config_key, now, ttl).await? {
+        return Ok(created);
     }
     let by_name = read_twice(|| api.get_opt(&derived_name))
         .await
@@ -90,6 +87,114 @@ pub(crate) async fn ensure(
     create(&api, Token::generate(), config_uid, config_key, now, ttl)
         .await
         .map_err(workload_error)
+}
+
+/// The token a MachinePool's config renders with, and the config's other tokens, to delete
+/// once the data Secret holds it ([`token::stale`]).
+pub(crate) struct PoolEnsured {
+    /// The token, what was done to it, and when it expires.
+    pub ensured: Ensured,
+    /// The IDs of the config's other tokens.
+    pub replaced: Vec<String>,
+}
+
+/// Ensures a MachinePool's config has a young token in the workload cluster: the one it has
+/// ([`token::pool_token`]), or a new one. A pool's token is rotated, never extended (see
+/// [`PoolToken`]). `first`: as for [`ensure`], the config was never rendered, and its first
+/// token is created at once under the ID derived from its UID.
+pub(crate) async fn ensure_pool(
+    workload: &Client,
+    config_uid: &str,
+    config_key: &str,
+    ttl: SignedDuration,
+    first: bool,
+) -> Result<PoolEnsured> {
+    let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
+    let now = Timestamp::now();
+    if first && let Some(ensured) = create_derived(&api, config_uid, config_key, now, ttl).await? {
+        let replaced = Vec::new();
+        return Ok(PoolEnsured { ensured, replaced });
+    }
+    let params = ListParams::default().labels(&selector(config_uid));
+    let listed = read_twice(|| api.list(&params))
+        .await
+        .map_err(workload_error)?;
+    let tokens: Vec<(String, Option<Token>, Option<String>)> = listed
+        .items
+        .iter()
+        .map(|secret| {
+            let id = secret_name_id(&secret.name_any());
+            (id, stored_token(secret), string_data(secret, "expiration"))
+        })
+        .collect();
+    // A Secret without both token parts cannot be used: its expiry counts as unreadable.
+    let found: Vec<Found<'_>> = tokens
+        .iter()
+        .map(|(id, token, expiration)| Found {
+            id,
+            expiration: token.as_ref().map_or(Some(""), |_| expiration.as_deref()),
+        })
+        .collect();
+    let (ensured, in_use) = match token::pool_token(&found, now, ttl) {
+        PoolToken::Use(index, expires) => {
+            let token = tokens[index]
+                .1
+                .clone()
+                .expect("a usable token has both parts");
+            let id = token.id.clone();
+            ((token, TokenAction::Reused, expires), id)
+        }
+        PoolToken::Create { rotation } => {
+            let (token, _, expires) =
+                create(&api, Token::generate(), config_uid, config_key, now, ttl)
+                    .await
+                    .map_err(workload_error)?;
+            let action = if rotation {
+                TokenAction::Rotated
+            } else {
+                TokenAction::Created
+            };
+            let id = token.id.clone();
+            ((token, action, expires), id)
+        }
+    };
+    let replaced = token::stale(&found, &in_use)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    Ok(PoolEnsured { ensured, replaced })
+}
+
+/// The token a token Secret holds, when it has both parts.
+fn stored_token(secret: &Secret) -> Option<Token> {
+    Some(Token::from_parts(
+        string_data(secret, "token-id")?,
+        string_data(secret, "token-secret")?,
+    ))
+}
+
+/// The token ID of Secret `name` (`bootstrap-token-<id>`).
+fn secret_name_id(name: &str) -> String {
+    name.strip_prefix("bootstrap-token-")
+        .unwrap_or(name)
+        .to_owned()
+}
+
+/// Creates the first token of a config never rendered, under the ID derived from its UID;
+/// `None` when that name is taken (an interrupted creation, or another config's token).
+async fn create_derived(
+    api: &Api<Secret>,
+    config_uid: &str,
+    config_key: &str,
+    now: Timestamp,
+    ttl: SignedDuration,
+) -> Result<Option<Ensured>> {
+    let token = Token::derived(config_uid);
+    match create(api, token, config_uid, config_key, now, ttl).await {
+        Ok(created) => Ok(Some(created)),
+        Err(e) if is_conflict(&e) => Ok(None),
+        Err(e) => Err(workload_error(e)),
+    }
 }
 
 /// Creates `token` in the workload cluster.
@@ -137,13 +242,9 @@ async fn keep_or_refresh(
     now: Timestamp,
     ttl: SignedDuration,
 ) -> Result<Option<Ensured>> {
-    let (Some(id), Some(token_secret)) = (
-        string_data(secret, "token-id"),
-        string_data(secret, "token-secret"),
-    ) else {
+    let Some(token) = stored_token(secret) else {
         return Ok(None);
     };
-    let token = Token::from_parts(id, token_secret);
     let expiration = string_data(secret, "expiration");
     match token::assess(expiration.as_deref(), now, ttl) {
         Verdict::Unusable => Ok(None),
@@ -166,7 +267,12 @@ async fn keep_or_refresh(
 }
 
 fn secret_name(token: &Token) -> String {
-    format!("bootstrap-token-{}", token.id)
+    id_secret_name(&token.id)
+}
+
+/// The name of the Secret of token ID `id`.
+fn id_secret_name(id: &str) -> String {
+    format!("bootstrap-token-{id}")
 }
 
 fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: String) -> Secret {
@@ -202,18 +308,27 @@ fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: S
     }
 }
 
-/// Deletes the config's tokens (the Machine joined). Returns how many.
+/// Deletes the config's tokens (the Machine joined, or the config is gone). Returns how many.
 pub(crate) async fn delete(workload: &Client, config_uid: &str) -> Result<usize> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
     let existing = api
         .list_metadata(&ListParams::default().labels(&selector(config_uid)))
         .await
         .map_err(workload_error)?;
+    let names = existing.items.into_iter().filter_map(|s| s.metadata.name);
+    delete_named(&api, names).await
+}
+
+/// Deletes the tokens with IDs `ids` (a MachinePool's replaced tokens, once its data Secret
+/// holds the new one). Returns how many were still there.
+pub(crate) async fn delete_ids(workload: &Client, ids: &[String]) -> Result<usize> {
+    let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
+    delete_named(&api, ids.iter().map(|id| id_secret_name(id))).await
+}
+
+async fn delete_named(api: &Api<Secret>, names: impl Iterator<Item = String>) -> Result<usize> {
     let mut deleted = 0;
-    for secret in existing.items {
-        let Some(name) = secret.metadata.name else {
-            continue;
-        };
+    for name in names {
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => deleted += 1,
             Err(e) if is_not_found(&e) => {}

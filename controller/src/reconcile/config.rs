@@ -16,9 +16,9 @@ use tracing::{debug, warn};
 
 use super::context::{Context, config_key};
 use super::joined::{self, Joined};
-use super::render::{self, Rendered};
+use super::render::{self, Rendered, Subject};
 use crate::core::blocked::Blocked;
-use crate::core::gate::{self, Path};
+use crate::core::gate::{self, Owner, Path};
 use crate::core::outcome::{self, ConfigState};
 use crate::core::status::{self, ConfigId, ReadyFacts};
 use crate::error::{Error, Result};
@@ -89,38 +89,78 @@ async fn reconcile_config(
     }
 }
 
-/// Finds the config's Machine and Cluster in the caches and goes the way the core says.
+/// Finds the config's owner and Cluster in the caches and goes the way the core says: a
+/// Machine's config renders until the Machine joined, then is frozen; a MachinePool's renders
+/// for as long as the pool exists.
 async fn next_step(
     config: &BootplateConfig,
     ctx: &Context,
     previous: &BootplateConfigStatus,
 ) -> Result<Done> {
-    let namespace = config.namespace().unwrap_or_default();
-    let Some(machine_name) = gate::owner_machine(config) else {
-        let machine = ctx
-            .stores
-            .machine_referencing(&namespace, &config.name_any());
-        let cluster = machine.and_then(|m| ctx.stores.cluster(&namespace, &m.spec.cluster_name));
-        let cluster = cluster
-            .as_ref()
-            .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
-        return Err(gate::unadopted(config, cluster).into());
-    };
-    let machine = ctx.stores.machine(&namespace, &machine_name);
-    let machine = gate::machine_found(&namespace, &machine_name, machine)?;
-    let cluster = ctx.stores.cluster(&namespace, &machine.spec.cluster_name);
-    let cluster = gate::cluster_found(&namespace, &machine, cluster)?;
-    let secret = ctx.stores.secret(&namespace, &config.name_any());
-    let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
-    match gate::path(config, previous, &machine, &cluster, adopt)? {
-        Path::Frozen { role, revision } => {
-            let joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
-            Ok(Done::Joined(joined))
+    let namespace = &config.namespace().unwrap_or_default();
+    let name = &config.name_any();
+    match gate::owner(config) {
+        Some(Owner::Machine(owner)) => {
+            let machine = ctx.stores.machine(namespace, &owner);
+            let machine = gate::owner_found("Machine", namespace, &owner, machine)?;
+            let cluster = cluster_of(
+                ctx,
+                namespace,
+                ("Machine", &owner),
+                &machine.spec.cluster_name,
+            )?;
+            let secret = ctx.stores.secret(namespace, name);
+            let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
+            match gate::path(config, previous, &machine, &cluster, adopt)? {
+                Path::Frozen { role, revision } => {
+                    let joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
+                    Ok(Done::Joined(joined))
+                }
+                Path::Render => {
+                    render::render(ctx, config, previous, Subject::Machine(&machine), &cluster)
+                        .await
+                        .map(Done::Rendered)
+                }
+            }
         }
-        Path::Render => render::render(ctx, config, previous, &machine, &cluster)
-            .await
-            .map(Done::Rendered),
+        Some(Owner::Pool(owner)) => {
+            let pool = ctx.stores.machine_pool(namespace, &owner);
+            let pool = gate::owner_found("MachinePool", namespace, &owner, pool)?;
+            let cluster = cluster_of(
+                ctx,
+                namespace,
+                ("MachinePool", &owner),
+                &pool.spec.cluster_name,
+            )?;
+            gate::pool_path(config, &cluster)?;
+            render::render(ctx, config, previous, Subject::Pool(&pool), &cluster)
+                .await
+                .map(Done::Rendered)
+        }
+        None => {
+            let cluster = ctx.stores.cluster_referencing(namespace, name);
+            let cluster = cluster
+                .as_ref()
+                .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
+            Err(gate::unadopted(config, cluster).into())
+        }
     }
+}
+
+/// The Cluster `cluster_name` of the owner (kind, name), from the cache.
+fn cluster_of(
+    ctx: &Context,
+    namespace: &str,
+    owner: (&str, &str),
+    cluster_name: &str,
+) -> Result<std::sync::Arc<crd_types::capi::Cluster>> {
+    let cluster = ctx.stores.cluster(namespace, cluster_name);
+    Ok(gate::cluster_found(
+        namespace,
+        owner,
+        cluster_name,
+        cluster,
+    )?)
 }
 
 async fn report_rendered(
@@ -138,11 +178,15 @@ async fn report_rendered(
         let desired = status::ready(&config_id(config), previous, &facts, Timestamp::now());
         apply_status(ctx, config, &desired).await?;
     }
-    if let (Some(record), Some(uid)) = (done.record, config.uid()) {
-        ctx.remember(uid, record);
+    if let Some(uid) = config.uid() {
+        ctx.generator_failures.succeeded(&uid);
+        if let Some(record) = done.record {
+            ctx.remember(uid, record);
+        }
     }
     let token_in_use = done.role != Role::Init;
-    let action = outcome::ready_requeue(token_in_use, ctx.settings.bootstrap_token_ttl)
+    let ttl = ctx.settings.bootstrap_token_ttl;
+    let action = outcome::ready_requeue(token_in_use, done.cleanup_failed, ttl)
         .map_or_else(Action::await_change, Action::requeue);
     Ok((action, ConfigState::Ready))
 }
@@ -183,7 +227,13 @@ async fn report_blocked(
     if why.reason == crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR {
         ctx.metrics.token("error");
     }
-    let (state, retry) = outcome::blocked(&why);
+    let generator_retry = match config.uid() {
+        Some(uid) if why.reason == crd_types::conditions::reason::GENERATOR_FAILED => {
+            ctx.generator_failures.failed(&uid, || ctx.live_configs())
+        }
+        _ => super::retry::FIRST,
+    };
+    let (state, retry) = outcome::blocked(&why, generator_retry);
     match state {
         ConfigState::Waiting => {
             debug!(reason = why.reason, message = %why.message, "config waiting")

@@ -10,6 +10,7 @@ use kube::{Client, ResourceExt};
 
 use crate::core::outcome::Note;
 use crate::core::skip::Record;
+use crate::generator::Generators;
 use crate::k8s::certs::CaHashes;
 use crate::k8s::events::Publisher;
 use crate::k8s::stores::Stores;
@@ -25,7 +26,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconcile only objects whose `cluster.x-k8s.io/watch-filter` label has this value.
     pub watch_filter: Option<String>,
-    /// Lifetime of a bootstrap token; refreshed while the Machine has not joined.
+    /// Lifetime of a bootstrap token; refreshed while the Machine has not joined, rotated for
+    /// a MachinePool.
     pub bootstrap_token_ttl: Duration,
     /// Timeout for requests to workload clusters.
     pub workload_timeout: Duration,
@@ -57,6 +59,8 @@ pub(crate) struct Caches {
     pub workloads: Arc<WorkloadClients>,
     /// CA certificate hashes, one per Cluster.
     pub ca_hashes: Arc<CaHashes>,
+    /// Generator clients, one per BootstrapGenerator.
+    pub generators: Arc<Generators>,
 }
 
 /// How metrics and logs name a config: `<namespace>/<name>`.
@@ -82,6 +86,8 @@ pub struct Context {
     pub workloads: Arc<WorkloadClients>,
     /// CA certificate hashes, one per `<cluster>-ca` Secret version.
     pub ca_hashes: Arc<CaHashes>,
+    /// Generator clients and the answers of each config's latest calls.
+    pub generators: Arc<Generators>,
     /// What the last render of each config (by UID) did, to skip the work when nothing
     /// changed since (see `core::skip`).
     pub rendered: Mutex<ByConfig<Record>>,
@@ -92,6 +98,8 @@ pub struct Context {
     locks_released: Mutex<ByConfig<()>>,
     /// Consecutive failed reconciles per config (by UID), for the retry delay.
     pub failures: crate::reconcile::retry::Failures,
+    /// Consecutive `GeneratorFailed` results per config (by UID), for the retry delay.
+    pub generator_failures: crate::reconcile::retry::Failures,
     /// Publishes Kubernetes events.
     pub recorder: Publisher,
     /// Prometheus metrics.
@@ -124,10 +132,12 @@ impl Context {
             compiled: caches.compiled,
             workloads: caches.workloads,
             ca_hashes: caches.ca_hashes,
+            generators: caches.generators,
             rendered: Default::default(),
             tokens_deleted: Default::default(),
             locks_released: Default::default(),
             failures: Default::default(),
+            generator_failures: Default::default(),
             recorder,
             metrics,
             synced,
@@ -198,6 +208,8 @@ impl Context {
         self.tokens_deleted.lock().expect("lock").remove(uid);
         self.locks_released.lock().expect("lock").remove(uid);
         self.failures.succeeded(uid);
+        self.generator_failures.succeeded(uid);
+        self.generators.forget_config(uid);
     }
 
     /// The UIDs of the configs cached now (to prune what is remembered of deleted ones).

@@ -3,16 +3,18 @@
 
 use std::time::Instant;
 
-use crd_types::capi::{Cluster, Machine};
+use crd_types::capi::{Cluster, Machine, MachinePool};
 use crd_types::conditions::reason;
 use crd_types::{BootplateConfig, BootplateConfigStatus, Role};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use render::{Endpoint, JoinInfo, RenderContext};
-use tracing::{debug, info};
+use render::generator::Generated;
+use render::{Endpoint, JoinInfo, MachineInfo, RenderContext};
+use tracing::{debug, info, warn};
 
 use super::context::{Context, config_key};
+use super::generate::{Calls, Phase};
 use crate::core::gate;
 use crate::core::outcome::{self, RenderFacts};
 use crate::core::role::{self, RoleDecision, RoleFacts};
@@ -35,24 +37,50 @@ pub(crate) struct Rendered {
     pub unchanged: bool,
     /// The data Secret's resourceVersion as written or checked.
     pub secret_version: Option<String>,
+    /// A MachinePool's replaced token could not be deleted after the write (tried again soon).
+    pub cleanup_failed: bool,
+}
+
+/// What a config renders for: the Machine it bootstraps, or the MachinePool whose instances
+/// all boot from its data Secret.
+#[derive(Clone, Copy)]
+pub(crate) enum Subject<'a> {
+    /// A Machine.
+    Machine(&'a Machine),
+    /// A MachinePool.
+    Pool(&'a MachinePool),
+}
+
+impl Subject<'_> {
+    /// What templates see of it, for `role`.
+    fn info(self, role: Role) -> MachineInfo {
+        match self {
+            Subject::Machine(machine) => MachineInfo::from_machine(machine, role),
+            Subject::Pool(pool) => MachineInfo::from_pool(pool, role),
+        }
+    }
+
+    fn is_pool(self) -> bool {
+        matches!(self, Subject::Pool(_))
+    }
 }
 
 /// What a render works from, once gathered.
 struct Scene<'a> {
     config: &'a BootplateConfig,
-    machine: &'a Machine,
+    subject: Subject<'a>,
     cluster: &'a Cluster,
     role: Role,
     template: ResolvedTemplate,
     endpoint: Endpoint,
 }
 
-/// Renders `config` for `machine` of `cluster`, unless nothing changed since the last render.
+/// Renders `config` for `subject` of `cluster`, unless nothing changed since the last render.
 pub(crate) async fn render(
     ctx: &Context,
     config: &BootplateConfig,
     previous: &BootplateConfigStatus,
-    machine: &Machine,
+    subject: Subject<'_>,
     cluster: &Cluster,
 ) -> Result<Rendered> {
     let template = templates::resolve(&ctx.stores, &ctx.compiled, config).inspect_err(|e| {
@@ -61,18 +89,31 @@ pub(crate) async fn render(
             ctx.metrics.render_failed(&reference, e.reason());
         }
     })?;
-    let role = decide_role(ctx, config, previous, cluster, machine).await?;
+    let role = match subject {
+        Subject::Machine(machine) => decide_role(ctx, config, previous, cluster, machine).await?,
+        Subject::Pool(pool) => role::decide_pool(
+            pool.is_control_plane(),
+            cluster.control_plane_initialized(),
+            &format!(
+                "{}/{}",
+                pool.namespace().unwrap_or_default(),
+                pool.name_any()
+            ),
+            &cluster.name_any(),
+        )?,
+    };
     debug!(%role, template = %template.display, "role decided");
     let endpoint = gate::endpoint(cluster)?;
     let revision = template.compiled.revision().to_owned();
-    let inputs = inputs_digest(ctx, config, machine, cluster, role, &revision);
-    if let Some(done) = unchanged(ctx, config, previous, inputs.as_deref(), role, &revision) {
+    let inputs = inputs_digest(ctx, config, subject, cluster, role, &template);
+    let inputs_ref = inputs.as_deref();
+    if let Some(done) = unchanged(ctx, config, previous, inputs_ref, subject, role, &revision) {
         debug!(%role, "unchanged since the last render");
         return Ok(done);
     }
     let scene = Scene {
         config,
-        machine,
+        subject,
         cluster,
         role,
         template,
@@ -119,10 +160,10 @@ async fn decide_role(
 fn inputs_digest(
     ctx: &Context,
     config: &BootplateConfig,
-    machine: &Machine,
+    subject: Subject<'_>,
     cluster: &Cluster,
     role: Role,
-    revision: &str,
+    template: &ResolvedTemplate,
 ) -> Option<String> {
     if config.spec.files.iter().any(|f| f.content_from.is_some()) {
         return None;
@@ -133,14 +174,28 @@ fn inputs_digest(
         .map(|name| ctx.stores.secret_version(&namespace, name))
         .collect::<Option<Vec<String>>>()?;
     let uid = config.uid();
+    // A generator's spec (its endpoint, its grant) counts; its answers are not known here.
+    let generators = template
+        .compiled
+        .generator_calls(&config.spec, role)
+        .into_iter()
+        .map(|call| {
+            let generation = ctx.stores.generator(&call.generator);
+            (
+                call.generator,
+                generation.and_then(|g| g.metadata.generation),
+            )
+        })
+        .collect();
     Some(skip::inputs_digest(&Inputs {
         build: &ctx.settings.build,
         config_uid: uid.as_deref(),
         generation: config.metadata.generation,
-        revision,
+        revision: template.compiled.revision(),
         role,
-        seen: RenderContext::new(cluster, machine, role, None, None),
+        seen: RenderContext::with_machine(cluster, subject.info(role), None, None),
         secret_versions,
+        generators,
     }))
 }
 
@@ -166,6 +221,7 @@ fn unchanged(
     config: &BootplateConfig,
     previous: &BootplateConfigStatus,
     inputs: Option<&str>,
+    subject: Subject<'_>,
     role: Role,
     revision: &str,
 ) -> Option<Rendered> {
@@ -177,52 +233,66 @@ fn unchanged(
         time: Timestamp::now(),
         ttl: token::signed_ttl(ctx.settings.bootstrap_token_ttl),
     };
-    skip::unchanged(&last, previous.ready, inputs, role, stored.as_deref(), now).then(|| Rendered {
+    let vouch = skip::hints_vouch(previous.ready, subject.is_pool());
+    skip::unchanged(&last, vouch, inputs, role, stored.as_deref(), now).then(|| Rendered {
         role,
         revision: revision.to_owned(),
         record: None,
         unchanged: true,
         secret_version: stored,
+        cleanup_failed: false,
     })
 }
 
-/// The user-data, the expiry of the token in it, and the ID of a token created for it.
+/// The user-data, the expiry of the token in it, the ID of a token created for it, and the
+/// tokens it replaces (a MachinePool's, deleted once the data Secret holds the new one).
 struct Made {
     user_data: render::Rendered,
     token_expires: Option<Timestamp>,
     created_token: Option<String>,
+    replaced: Vec<String>,
 }
 
 async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let certs = control_plane_certs(ctx, scene.cluster, scene.role).await?;
     let spec = files::resolve(&ctx.client, scene.config).await?;
+    let context = |join: Option<JoinInfo>| {
+        let machine = scene.subject.info(scene.role);
+        RenderContext::with_machine(scene.cluster, machine, join, certs.clone())
+    };
     // `trial`: a render whose output is thrown away; its failure counts, its time does not
     // (the duration histogram counts one render per user-data produced).
-    let render = |join: Option<JoinInfo>, trial: bool| {
-        let context = RenderContext::new(
-            scene.cluster,
-            scene.machine,
-            scene.role,
-            join,
-            certs.clone(),
-        );
+    let render = |context: &RenderContext, generated: &Generated, trial: bool| {
         let started = Instant::now();
         let template = &scene.template;
-        let rendered = template.compiled.render(&spec, &context).map_err(|e| {
-            ctx.metrics.render_failed(&template.reference, e.reason());
-            Error::failed(e.reason(), e.to_string())
-        })?;
+        let rendered = template
+            .compiled
+            .render_generated(&spec, context, generated)
+            .map_err(|e| {
+                ctx.metrics.render_failed(&template.reference, e.reason());
+                Error::failed(e.reason(), e.to_string())
+            })?;
         if !trial {
             ctx.metrics.rendered(&template.reference, started.elapsed());
         }
         Ok::<_, Error>(rendered)
     };
+    let calls = scene.template.compiled.generator_calls(&spec, scene.role);
+    let generators = Calls {
+        ctx,
+        config: scene.config,
+        template: &scene.template,
+        spec: &spec,
+        calls: &calls,
+    };
     if scene.role == Role::Init {
-        let user_data = render(None, false)?;
+        let context = context(None);
+        let generated = generators.run(&context, Phase::All).await?;
         return Ok(Made {
-            user_data,
+            user_data: render(&context, &generated, false)?,
             token_expires: None,
             created_token: None,
+            replaced: Vec::new(),
         });
     }
     let ca_hash = ca_hash(ctx, scene.cluster, certs.as_ref()).await?;
@@ -231,14 +301,23 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
         api_server_endpoint: scene.endpoint.address(),
         ca_cert_hashes: vec![ca_hash.clone()],
     };
-    // A trial render with a stand-in of the same length first: a config whose template,
-    // variables or size fail gets an error, and no token in the workload cluster.
-    render(Some(join(&Token::placeholder())), true)?;
-    let (token, action, expires) = bootstrap_token(ctx, scene.config, scene.cluster).await?;
+    // A trial render with a stand-in token of the same length first, with the parts of the
+    // generators not granted the token: a config whose template, variables, generators or
+    // size fail gets an error, and no token in the workload cluster.
+    let trial = context(Some(join(&Token::placeholder())));
+    let mut generated = generators.run(&trial, Phase::BeforeToken).await?;
+    render(&trial, &generators.with_stand_ins(&generated), true)?;
+    let pool = scene.subject.is_pool();
+    let ((token, action, expires), replaced) =
+        bootstrap_token(ctx, scene.config, scene.cluster, pool).await?;
+    let created = matches!(action, TokenAction::Created | TokenAction::Rotated);
+    let context = context(Some(join(&token)));
+    generated.extend(generators.run(&context, Phase::AfterToken).await?);
     Ok(Made {
-        user_data: render(Some(join(&token)), false)?,
+        user_data: render(&context, &generated, false)?,
         token_expires: Some(expires),
-        created_token: (action == TokenAction::Created).then(|| token.id.clone()),
+        created_token: created.then(|| token.id.clone()),
+        replaced,
     })
 }
 
@@ -266,6 +345,7 @@ async fn write_and_tell(
         ctx.metrics.secret_written();
         info!(role = %scene.role, template = %template.display, revision, "data secret written");
     }
+    let cleanup_failed = delete_replaced(ctx, scene, &made.replaced).await;
     let facts = RenderFacts {
         written,
         template: &template.display,
@@ -273,22 +353,56 @@ async fn write_and_tell(
         role: scene.role,
         secret: &config.name_any(),
         created_token: made.created_token.as_deref(),
+        deleted_tokens: if cleanup_failed { &[] } else { &made.replaced },
     };
     if let Some(note) = outcome::render_note(&facts) {
         ctx.publish(config, note);
     }
+    // A render whose replaced tokens are still there is not remembered: the next reconcile
+    // takes the full path and deletes them.
+    let record = inputs.filter(|_| !cleanup_failed).map(|inputs| Record {
+        inputs,
+        token_expires: made.token_expires,
+        secret_digest: digest,
+        secret_version: secret_version.clone(),
+    });
     Ok(Rendered {
         role: scene.role,
         revision: revision.to_owned(),
-        record: inputs.map(|inputs| Record {
-            inputs,
-            token_expires: made.token_expires,
-            secret_digest: digest,
-            secret_version: secret_version.clone(),
-        }),
+        record,
         unchanged: false,
         secret_version,
+        cleanup_failed,
     })
+}
+
+/// Deletes the tokens a MachinePool's render replaced, now that its data Secret holds the new
+/// one ([`token::stale`]); returns whether that failed (counted and logged here).
+async fn delete_replaced(ctx: &Context, scene: &Scene<'_>, replaced: &[String]) -> bool {
+    if replaced.is_empty() {
+        return false;
+    }
+    let namespace = scene.config.namespace().unwrap_or_default();
+    let cluster = scene.cluster.name_any();
+    let deleted = match ctx.workload_client(&namespace, &cluster).await {
+        Ok(workload) => tokens::delete_ids(&workload, replaced).await,
+        Err(e) => Err(e),
+    };
+    match deleted {
+        Ok(count) => {
+            for _ in 0..count {
+                ctx.metrics.token("deleted");
+            }
+            info!(token_ids = ?replaced, "replaced bootstrap tokens deleted: the data Secret holds the new one");
+            false
+        }
+        Err(e) => {
+            ctx.metrics.token("error");
+            let e = naming_workload(e, &namespace, &cluster);
+            warn!(error = %e, token_ids = ?replaced, "cannot delete replaced bootstrap tokens; trying again soon");
+            true
+        }
+    }
 }
 
 /// Writes the data Secret as [`write::plan`] says; returns whether it wrote, and the Secret's
@@ -355,13 +469,15 @@ async fn ca_hash(
     }
 }
 
-/// The config's bootstrap token in the workload cluster (see [`tokens::ensure`]), counted and
-/// logged here; the Event follows the render.
+/// The config's bootstrap token in the workload cluster (see [`tokens::ensure`], and
+/// [`tokens::ensure_pool`] for a MachinePool's), with the tokens it replaces; counted and logged
+/// here, the Event follows the render.
 async fn bootstrap_token(
     ctx: &Context,
     config: &BootplateConfig,
     cluster: &Cluster,
-) -> Result<tokens::Ensured> {
+    pool: bool,
+) -> Result<(tokens::Ensured, Vec<String>)> {
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let workload = ctx.workload_client(&namespace, &cluster_name).await?;
@@ -370,10 +486,18 @@ async fn bootstrap_token(
     let stored = ctx.stores.secret_version(&namespace, &config.name_any());
     let first = skip::first_render(previous_ready, stored.as_deref());
     let ttl = token::signed_ttl(ctx.settings.bootstrap_token_ttl);
-    let ensured = tokens::ensure(&workload, &uid, &config_key(config), ttl, first)
-        .await
-        .map_err(|e| naming_workload(e, &namespace, &cluster_name))?;
-    let (token, action, _) = &ensured;
+    let key = config_key(config);
+    let ensured = if pool {
+        tokens::ensure_pool(&workload, &uid, &key, ttl, first)
+            .await
+            .map(|p| (p.ensured, p.replaced))
+    } else {
+        tokens::ensure(&workload, &uid, &key, ttl, first)
+            .await
+            .map(|e| (e, Vec::new()))
+    }
+    .map_err(|e| naming_workload(e, &namespace, &cluster_name))?;
+    let ((token, action, _), _) = &ensured;
     match action {
         TokenAction::Created => {
             ctx.metrics.token("created");
@@ -382,6 +506,10 @@ async fn bootstrap_token(
         TokenAction::Refreshed => {
             ctx.metrics.token("refreshed");
             info!(token_id = %token.id, "bootstrap token refreshed");
+        }
+        TokenAction::Rotated => {
+            ctx.metrics.token("rotated");
+            info!(token_id = %token.id, "bootstrap token rotated: the pool's Secret is rendered with the new one");
         }
         TokenAction::Reused => {}
     }

@@ -1,5 +1,6 @@
 //! Prometheus metrics, all prefixed `bootplate_`. Labels are bounded: controller, result,
-//! reason, template (one value per template object), state; never a machine or a secret value.
+//! reason, template (one value per template object), generator (one per BootstrapGenerator),
+//! state; never a machine or a secret value.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -29,6 +30,8 @@ pub struct Metrics {
     time_to_ready: Histogram,
     oldest_waiting: IntGauge,
     leader: IntGauge,
+    generator_requests: IntCounterVec,
+    generator_duration: HistogramVec,
     /// Per-config state and creation time, to derive the gauges. Keyed by namespace/name;
     /// this map is memory, not label values.
     config_states: Mutex<HashMap<String, (ConfigState, Option<Timestamp>)>>,
@@ -54,11 +57,13 @@ impl Metrics {
         let secrets_written = IntCounter::new("bootplate_data_secrets_written_total", "Data Secrets created or updated.").expect("valid metric");
         let events = counter_vec(&r, "bootplate_events_total", "Kubernetes Events by outcome: published, failed (refused by the apiserver), dropped (the delivery queue was full).", &["result"]);
         let events_queued = IntGauge::new("bootplate_events_queued", "Events waiting for delivery.").expect("valid metric");
-        let tokens = counter_vec(&r, "bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, deleted) and errors managing them (error).", &["action"]);
+        let tokens = counter_vec(&r, "bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, rotated, deleted) and errors managing them (error).", &["action"]);
         let configs = gauge_vec(&r, "bootplate_configs", "Configs by state (ready, waiting, failed).", &["state"]);
         let templates = gauge_vec(&r, "bootplate_templates", "Templates by validity (valid, invalid).", &["validity"]);
         let time_to_ready = Histogram::with_opts(HistogramOpts::new("bootplate_config_time_to_ready_seconds", "Time from a config's creation until its data Secret was first written.").buckets(vec![1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0])).expect("valid metric");
         let oldest_waiting = IntGauge::new("bootplate_oldest_waiting_config_age_seconds", "Age of the oldest config that is not ready (waiting or failed); 0 when none.").expect("valid metric");
+        let generator_requests = counter_vec(&r, "bootplate_generator_requests_total", "Requests to BootstrapGenerators by generator and result (success, refused, http_error, timeout, unreachable, too_large, invalid).", &["generator", "result"]);
+        let generator_duration = histogram_vec(&r, "bootplate_generator_request_duration_seconds", "Time one request to a BootstrapGenerator took, answer read and checked, by generator.", vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0], &["generator"]);
         let leader = IntGauge::new("bootplate_leader", "1 while this instance holds the leader Lease (or runs without leader election).").expect("valid metric");
         for collector in [
             Box::new(secrets_written.clone()) as Box<dyn prometheus::core::Collector>,
@@ -81,7 +86,7 @@ impl Metrics {
         Metrics {
             registry: r, reconciles, reconcile_duration, render_duration, render_failures,
             secrets_written, events, events_queued, tokens, configs, templates, time_to_ready,
-            oldest_waiting, leader,
+            oldest_waiting, leader, generator_requests, generator_duration,
             config_states: Mutex::default(),
             template_validity: Mutex::default(),
         }
@@ -109,6 +114,17 @@ impl Metrics {
         self.render_failures
             .with_label_values(&[template, reason])
             .inc();
+    }
+
+    /// Counts a request to generator `generator` and its duration; `result` is `success` or a
+    /// `CallError::result`.
+    pub fn generator_request(&self, generator: &str, result: &str, took: Duration) {
+        self.generator_requests
+            .with_label_values(&[generator, result])
+            .inc();
+        self.generator_duration
+            .with_label_values(&[generator])
+            .observe(took.as_secs_f64());
     }
 
     /// Counts a data Secret write.

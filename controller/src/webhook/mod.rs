@@ -6,7 +6,6 @@ pub mod validate;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
@@ -16,13 +15,11 @@ use crd_types::{
     BootplateConfig, BootplateConfigTemplate, BootstrapTemplate, ClusterBootstrapTemplate,
     TemplateKind, TemplateSpec,
 };
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::k8s::templates::display_name;
 
@@ -31,48 +28,9 @@ pub const PATH: &str = "/validate";
 
 /// Serves the webhook on `addr` with the certificate in `cert_dir` until the process ends.
 pub async fn serve(addr: SocketAddr, cert_dir: &Path, client: Client) -> anyhow::Result<()> {
-    let cert = tls::ReloadingCert::watch(cert_dir)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_cert_resolver(cert);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on --webhook-addr {addr}: {e}"))?;
     let app = Router::new().route(PATH, post(review)).with_state(client);
+    tls::serve(addr, cert_dir, app, "--webhook-addr").await?;
     info!(%addr, "admission webhook listening");
-    tokio::spawn(async move {
-        loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    warn!(error = %e, "webhook accept failed");
-                    continue;
-                }
-            };
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let tls = match acceptor.accept(stream).await {
-                    Ok(tls) => tls,
-                    Err(e) => {
-                        debug!(%peer, error = %e, "webhook TLS handshake failed");
-                        return;
-                    }
-                };
-                let service = TowerToHyperService::new(app);
-                let served = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-                if let Err(e) = served {
-                    debug!(%peer, error = %e, "webhook connection ended with an error");
-                }
-            });
-        }
-    });
     Ok(())
 }
 
@@ -163,6 +121,10 @@ async fn check(
                 problems.extend(validate::config_update(&old, &config));
             }
             Ok(problems)
+        }
+        "BootstrapGenerator" => {
+            let generator: crd_types::BootstrapGenerator = decode(object, "BootstrapGenerator")?;
+            Ok(validate::generator(&generator.spec))
         }
         "BootplateConfigTemplate" => {
             let config_template: BootplateConfigTemplate =

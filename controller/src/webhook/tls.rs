@@ -1,15 +1,70 @@
-//! The webhook's serving certificate, reloaded when `tls.crt` or `tls.key` change on disk
-//! (cert-manager rotates them in the mounted Secret) without dropping connections.
+//! HTTPS serving for the webhook and `bootplate generator serve`: the serving certificate,
+//! reloaded when `tls.crt` or `tls.key` change on disk (cert-manager rotates them in the
+//! mounted Secret) without dropping connections, and the accept loop.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
+
+/// Serves `app` over HTTPS on `addr` with the certificate in `cert_dir` until the process
+/// ends; `flag` names the address in the error when it cannot be bound.
+pub async fn serve(
+    addr: SocketAddr,
+    cert_dir: &Path,
+    app: axum::Router,
+    flag: &str,
+) -> anyhow::Result<()> {
+    let cert = ReloadingCert::watch(cert_dir)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_cert_resolver(cert);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {flag} {addr}: {e}"))?;
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    continue;
+                }
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(stream).await {
+                    Ok(tls) => tls,
+                    Err(e) => {
+                        debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                };
+                let service = TowerToHyperService::new(app);
+                let served = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+                if let Err(e) = served {
+                    debug!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+        }
+    });
+    Ok(())
+}
 
 /// How often the files are checked for changes.
 const POLL: Duration = Duration::from_secs(2);

@@ -34,6 +34,15 @@ pub fn template(display: &str, spec: &TemplateSpec) -> Vec<String> {
         .collect()
 }
 
+/// Problems of a generator: its endpoint (one https URL or a Service) and its CA bundle (PEM
+/// certificates), as the controller builds its client.
+pub fn generator(spec: &crd_types::GeneratorSpec) -> Vec<String> {
+    match crate::generator::client::GeneratorClient::new(spec) {
+        Ok(_) => Vec::new(),
+        Err(problem) => vec![problem],
+    }
+}
+
 /// Problems of a config spec at `field` (`spec`, or `spec.template.spec` in a config template)
 /// in `namespace`, checked against its template when that exists.
 pub fn config(
@@ -127,6 +136,25 @@ pub fn config_update(old: &BootplateConfig, new: &BootplateConfig) -> Vec<String
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn a_generator_needs_one_https_endpoint_and_a_pem_ca_bundle() {
+        let spec = |client_config: serde_json::Value| -> crd_types::GeneratorSpec {
+            serde_json::from_value(json!({ "clientConfig": client_config })).unwrap()
+        };
+        let ca = crate::pki::generate_ca("generator CA").unwrap().cert;
+        let good = spec(json!({"url": "https://cmdb.example/gen", "caBundle": ca}));
+        assert!(super::generator(&good).is_empty());
+        let service = spec(json!({"service": {"namespace": "infra", "name": "cmdb"}}));
+        assert!(super::generator(&service).is_empty());
+        let plain = super::generator(&spec(json!({"url": "http://cmdb.example/gen"})));
+        assert!(plain[0].contains("HTTPS only"), "{plain:?}");
+        let base64 = super::generator(&spec(json!({"url": "https://a/", "caBundle": "TUlJQg=="})));
+        assert!(
+            base64[0].starts_with("spec.clientConfig.caBundle"),
+            "{base64:?}"
+        );
+    }
 
     #[test]
     fn objects_are_read_strictly() {

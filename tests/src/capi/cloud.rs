@@ -32,12 +32,14 @@ pub const VERSION: &str = "v1alpha1";
 /// "fails to start", for MachineHealthCheck scenarios.
 pub const NO_NODE_LABEL: &str = "test.bootplate.dev/no-node";
 
-/// The kinds this file serves: (group, kind, plural).
-const KINDS: [(&str, &str, &str); 6] = [
+/// The kinds the test providers serve (`DevMachinePool` is played in [`super::pool`]):
+/// (group, kind, plural).
+const KINDS: [(&str, &str, &str); 7] = [
     (INFRA_GROUP, "DevCluster", "devclusters"),
     (INFRA_GROUP, "DevClusterTemplate", "devclustertemplates"),
     (INFRA_GROUP, "DevMachine", "devmachines"),
     (INFRA_GROUP, "DevMachineTemplate", "devmachinetemplates"),
+    (INFRA_GROUP, "DevMachinePool", "devmachinepools"),
     (CONTROL_PLANE_GROUP, "DevControlPlane", "devcontrolplanes"),
     (
         CONTROL_PLANE_GROUP,
@@ -123,7 +125,7 @@ pub fn api(client: &Client, namespace: &str, group: &str, kind: &str) -> Api<Dyn
     Api::namespaced_with(client.clone(), namespace, &resource(group, kind))
 }
 
-fn api_all(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
+pub(super) fn api_all(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &resource(group, kind))
 }
 
@@ -176,14 +178,19 @@ async fn one_pass(config: &CloudConfig) -> anyhow::Result<()> {
     provision_clusters(config).await?;
     initialize_control_planes(config).await?;
     provision_machines(config).await?;
-    register_nodes(config).await
+    register_nodes(config).await?;
+    super::pool::scale_pools(config).await
 }
 
 fn provisioned(object: &DynamicObject) -> bool {
     object.data["status"]["initialization"]["provisioned"] == json!(true)
 }
 
-async fn patch_status(api: &Api<DynamicObject>, name: &str, status: Value) -> anyhow::Result<()> {
+pub(super) async fn patch_status(
+    api: &Api<DynamicObject>,
+    name: &str,
+    status: Value,
+) -> anyhow::Result<()> {
     api.patch_status(
         name,
         &PatchParams::default(),
@@ -221,7 +228,7 @@ async fn provision_clusters(config: &CloudConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn owner<'a>(object: &'a DynamicObject, kind: &str) -> Option<&'a OwnerReference> {
+pub(super) fn owner<'a>(object: &'a DynamicObject, kind: &str) -> Option<&'a OwnerReference> {
     object
         .owner_references()
         .iter()
@@ -325,17 +332,29 @@ fn cluster_secret(
 /// A kubeconfig for the workload cluster with a `system:masters` client certificate signed by
 /// the cluster CA, the kind a control-plane provider writes.
 fn admin_kubeconfig(config: &CloudConfig, cluster: &str) -> String {
-    use base64::Engine as _;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let client = config
         .cluster_ca
         .client("kubernetes-admin", "system:masters");
+    let user = format!(
+        "client-certificate-data: {}\n    client-key-data: {}",
+        b64(&client.cert_pem),
+        b64(&client.key_pem)
+    );
+    workload_kubeconfig(config, cluster, &user)
+}
+
+fn b64(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// A kubeconfig for the workload cluster that trusts the cluster CA and authenticates with
+/// `user` (the user's fields, YAML at an indent of four).
+pub(super) fn workload_kubeconfig(config: &CloudConfig, cluster: &str, user: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: {cluster}-admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: {cluster}\n  context: {{cluster: {cluster}, user: {cluster}-admin}}\ncurrent-context: {cluster}\n",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: {cluster}-user\n  user:\n    {user}\ncontexts:\n- name: {cluster}\n  context: {{cluster: {cluster}, user: {cluster}-user}}\ncurrent-context: {cluster}\n",
         port = config.workload_port,
         ca = b64(&config.cluster_ca.cert_pem),
-        cert = b64(&client.cert_pem),
-        key = b64(&client.key_pem),
     )
 }
 
@@ -429,33 +448,43 @@ async fn register_nodes(config: &CloudConfig) -> anyhow::Result<()> {
         if nodes.get_opt(&node_name).await?.is_some() {
             continue;
         }
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": node_name},
-            "spec": {"providerID": provider_id},
-        }))?;
-        nodes.create(&PostParams::default(), &node).await?;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        // What a healthy kubelet reports: Ready, and none of the pressure conditions.
-        let condition = |type_: &str, status: &str, reason: &str| {
-            json!({
-                "type": type_, "status": status, "reason": reason, "message": reason,
-                "lastHeartbeatTime": now, "lastTransitionTime": now,
-            })
-        };
-        let conditions = json!([
-            condition("Ready", "True", "KubeletReady"),
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
-        ]);
-        nodes
-            .patch_status(
-                &node_name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"conditions": conditions}})),
-            )
-            .await?;
+        register_node(&nodes, &node_name, provider_id).await?;
     }
+    Ok(())
+}
+
+/// What a healthy kubelet does when it starts: registers Node `name` with `provider_id` and
+/// reports it Ready, with none of the pressure conditions.
+pub(super) async fn register_node(
+    nodes: &Api<Node>,
+    node_name: &str,
+    provider_id: &str,
+) -> anyhow::Result<()> {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": node_name},
+        "spec": {"providerID": provider_id},
+    }))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({
+            "type": type_, "status": status, "reason": reason, "message": reason,
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        })
+    };
+    let conditions = json!([
+        condition("Ready", "True", "KubeletReady"),
+        condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+        condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+        condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+    ]);
+    nodes
+        .patch_status(
+            node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": conditions}})),
+        )
+        .await?;
     Ok(())
 }
 

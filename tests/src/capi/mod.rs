@@ -11,6 +11,8 @@ pub mod cloud;
 pub mod clusterctl;
 pub mod install;
 pub mod objects;
+pub mod pool;
+pub mod token_watch;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -230,6 +232,11 @@ impl CapiEnv {
         )
     }
 
+    /// A dynamic API for `resource` in [`NS`].
+    pub fn dynamic(&self, resource: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, resource)
+    }
+
     /// The BootplateConfigs in [`NS`].
     pub fn configs(&self) -> Api<DynamicObject> {
         self.bootplate("BootplateConfig", "bootplateconfigs")
@@ -281,6 +288,7 @@ impl CapiEnv {
             ("MachineDeployment", "machinedeployments"),
             ("MachineSet", "machinesets"),
             ("Machine", "machines"),
+            ("MachinePool", "machinepools"),
         ];
         for (kind, plural) in kinds {
             for object in self

@@ -25,6 +25,9 @@ pub fn machine_deployment_resource() -> ApiResource {
 pub fn machine_health_check_resource() -> ApiResource {
     capi_resource("MachineHealthCheck", "machinehealthchecks")
 }
+pub fn machine_pool_resource() -> ApiResource {
+    capi_resource("MachinePool", "machinepools")
+}
 pub fn cluster_class_resource() -> ApiResource {
     capi_resource("ClusterClass", "clusterclasses")
 }
@@ -34,6 +37,9 @@ pub fn dev_cluster_resource() -> ApiResource {
 }
 pub fn dev_machine_resource() -> ApiResource {
     cloud::resource(INFRA_GROUP, "DevMachine")
+}
+pub fn dev_machine_pool_resource() -> ApiResource {
+    cloud::resource(INFRA_GROUP, "DevMachinePool")
 }
 pub fn dev_machine_template_resource() -> ApiResource {
     cloud::resource(INFRA_GROUP, "DevMachineTemplate")
@@ -196,6 +202,41 @@ pub fn machine_deployment(
                     "version": version,
                     "bootstrap": {"configRef": ref_to(BOOTPLATE_GROUP, "BootplateConfigTemplate", config_template)},
                     "infrastructureRef": ref_to(INFRA_GROUP, "DevMachineTemplate", infra_template),
+                },
+            },
+        },
+    })
+}
+
+/// The cloud's scale set for a MachinePool (its spec is the cloud's: empty until it runs).
+pub fn dev_machine_pool(name: &str) -> Value {
+    json!({"apiVersion": format!("{INFRA_GROUP}/{VERSION}"), "kind": "DevMachinePool", "metadata": meta(name), "spec": {}})
+}
+
+/// A MachinePool of `replicas` instances of `cluster`, every one booting from the
+/// BootplateConfig `config`, on the DevMachinePool `infra`, spread over `failure_domains`.
+pub fn machine_pool(
+    name: &str,
+    cluster: &str,
+    replicas: u32,
+    (config, infra): (&str, &str),
+    failure_domains: &[&str],
+) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachinePool",
+        "metadata": {"name": name, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+        "spec": {
+            "clusterName": cluster,
+            "replicas": replicas,
+            "failureDomains": failure_domains,
+            "template": {
+                "metadata": {"labels": {"test.bootplate.dev/pool": name}},
+                "spec": {
+                    "clusterName": cluster,
+                    "version": KUBERNETES_VERSION,
+                    "bootstrap": {"configRef": ref_to(BOOTPLATE_GROUP, "BootplateConfig", config)},
+                    "infrastructureRef": ref_to(INFRA_GROUP, "DevMachinePool", infra),
                 },
             },
         },
