@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use handlebars::template::Template;
+use handlebars::template::{DecoratorTemplate, Parameter, Template, TemplateElement};
 use handlebars::{Context, Handlebars, RenderErrorReason, TemplateError};
 
 use crate::error::{Position, Problem};
@@ -56,6 +56,8 @@ pub(crate) struct Engine {
     fields: BTreeMap<String, String>,
     analyses: BTreeMap<String, Analysis>,
     partial_names: BTreeSet<String>,
+    /// Texts with an inlined copy (see [`Engine::inline_partials`]).
+    inlined: BTreeSet<String>,
     /// Compile cost spent so far (see [`MAX_TEXT_COST`]).
     cost: u64,
 }
@@ -72,6 +74,7 @@ impl Engine {
             fields: BTreeMap::new(),
             analyses: BTreeMap::new(),
             partial_names: BTreeSet::new(),
+            inlined: BTreeSet::new(),
             cost: 0,
         }
     }
@@ -300,6 +303,33 @@ impl Engine {
             .map(String::as_str)
     }
 
+    /// Registers, for every text that includes partials, a copy with the partials' elements in
+    /// place of the includes handlebars would otherwise expand at each render (copying the
+    /// whole render context for each one). Only includes that cannot tell the difference are
+    /// inlined: a plain `{{> name}}` (no parameters, no hash, no block, no indentation) outside
+    /// any block that changes the context or adds block parameters, including at most
+    /// [`MAX_INLINED`] partials in all. Call after [`Engine::check_partials`] found no problem
+    /// (no recursion).
+    pub(crate) fn inline_partials(&mut self) {
+        let partials: BTreeMap<String, Template> = self
+            .partial_names()
+            .filter_map(|n| Some((n.to_owned(), self.registry.get_template(n)?.clone())))
+            .collect();
+        let texts: Vec<String> = self.texts().map(|(name, _)| name.to_owned()).collect();
+        for name in texts {
+            let Some(template) = self.registry.get_template(&name) else {
+                continue;
+            };
+            let mut inlined = template.clone();
+            let mut budget = MAX_INLINED;
+            if inline(&mut inlined, &partials, &mut budget) && budget < MAX_INLINED {
+                let fast = format!("{name}{INLINED_SUFFIX}");
+                self.registry.register_template(&fast, inlined);
+                self.inlined.insert(name);
+            }
+        }
+    }
+
     /// Renders `text` against `ctx`, taking the bytes from `budget`.
     pub(crate) fn render(
         &self,
@@ -315,20 +345,41 @@ impl Engine {
                     Err(FieldError::TooLarge)
                 }
             }
-            Text::Template(name) => {
-                let mut out = LimitedWriter::new(budget);
-                let result = self
-                    .registry
-                    .render_with_context_to_write(name, ctx, &mut out);
-                let buf = std::mem::take(&mut out.buf);
-                match result {
-                    Ok(()) => String::from_utf8(buf).map_err(|_| {
-                        FieldError::Failed(Problem::template(name, "rendered text is not UTF-8"))
-                    }),
-                    Err(_) if budget.exceeded() => Err(FieldError::TooLarge),
-                    Err(e) => Err(FieldError::Failed(self.render_problem(name, &e))),
+            Text::Template(name) if self.inlined.contains(name) => {
+                // A failure is rendered again without inlining, from the same budgets: its
+                // error then names the partial's field, line and column.
+                let (saved, work) = (budget.clone(), crate::helpers::work_left());
+                let fast = format!("{name}{INLINED_SUFFIX}");
+                match self.render_registered(&fast, ctx, budget) {
+                    Ok(out) => Ok(out),
+                    Err(_) => {
+                        *budget = saved;
+                        crate::helpers::set_work_left(work);
+                        self.render_registered(name, ctx, budget)
+                    }
                 }
             }
+            Text::Template(name) => self.render_registered(name, ctx, budget),
+        }
+    }
+
+    fn render_registered(
+        &self,
+        name: &str,
+        ctx: &Context,
+        budget: &mut Budget,
+    ) -> Result<String, FieldError> {
+        let mut out = LimitedWriter::new(budget);
+        let result = self
+            .registry
+            .render_with_context_to_write(name, ctx, &mut out);
+        let buf = std::mem::take(&mut out.buf);
+        match result {
+            Ok(()) => String::from_utf8(buf).map_err(|_| {
+                FieldError::Failed(Problem::template(name, "rendered text is not UTF-8"))
+            }),
+            Err(_) if budget.exceeded() => Err(FieldError::TooLarge),
+            Err(e) => Err(FieldError::Failed(self.render_problem(name, &e))),
         }
     }
 
@@ -347,6 +398,76 @@ impl Engine {
             .at(position)
             .with_reason(crd_types::conditions::reason::RENDER_FAILED)
     }
+}
+
+/// Most partial includes inlined into one text (see [`Engine::inline_partials`]): past that,
+/// copies of partials would cost more memory than the context copies they save time.
+const MAX_INLINED: usize = 32;
+
+/// Registry name of a text's inlined copy: `#` is in no field path nor partial name.
+const INLINED_SUFFIX: &str = "#inlined";
+
+/// Replaces the plain partial includes of `template` that are outside context-changing blocks
+/// by the partial's elements (themselves inlined), spending one of `budget` per include.
+/// False when the budget ran out (the copy is then not used).
+fn inline(
+    template: &mut Template,
+    partials: &BTreeMap<String, Template>,
+    budget: &mut usize,
+) -> bool {
+    let elements = std::mem::take(&mut template.elements);
+    let mapping = std::mem::take(&mut template.mapping);
+    for (i, mut element) in elements.into_iter().enumerate() {
+        let position = mapping.get(i).cloned();
+        match &mut element {
+            TemplateElement::PartialExpression(d) => {
+                if let Some(partial) = plain_include(d, partials) {
+                    if *budget == 0 {
+                        return false;
+                    }
+                    *budget -= 1;
+                    let mut body = partial.clone();
+                    if !inline(&mut body, partials, budget) {
+                        return false;
+                    }
+                    template.elements.extend(body.elements);
+                    template.mapping.extend(body.mapping);
+                    continue;
+                }
+            }
+            // `if` and `unless` render their bodies in the same context: includes inside
+            // them see what they would see outside.
+            TemplateElement::HelperBlock(h)
+                if matches!(&h.name, Parameter::Name(n) if n == "if" || n == "unless")
+                    && h.block_param.is_none() =>
+            {
+                for body in h.template.iter_mut().chain(h.inverse.iter_mut()) {
+                    if !inline(body, partials, budget) {
+                        return false;
+                    }
+                }
+            }
+            _ => {}
+        }
+        template.elements.push(element);
+        template.mapping.extend(position);
+    }
+    true
+}
+
+/// The partial a `{{> name}}` without parameters, hash, block or indentation includes.
+fn plain_include<'a>(
+    d: &DecoratorTemplate,
+    partials: &'a BTreeMap<String, Template>,
+) -> Option<&'a Template> {
+    let Parameter::Name(name) = &d.name else {
+        return None;
+    };
+    let plain = d.params.is_empty()
+        && d.hash.is_empty()
+        && d.template.is_none()
+        && d.indent.as_deref().is_none_or(str::is_empty);
+    plain.then(|| partials.get(name)).flatten()
 }
 
 /// Why rendering one text failed.
@@ -499,5 +620,88 @@ fn render_message(reason: &RenderErrorReason) -> String {
         }
         RenderErrorReason::Other(message) => truncate(message, 300),
         other => truncate(&other.to_string(), 300),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An engine with `partials` and one text, compiled and inlined.
+    fn engine(partials: &[(&str, &str)], text: &str) -> Engine {
+        let mut engine = Engine::new();
+        let mut problems = Vec::new();
+        for (name, body) in partials {
+            engine.add_partial(name, body, &mut problems);
+        }
+        engine.add("spec.template", text, &mut problems);
+        engine.check_partials(&mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        engine.inline_partials();
+        engine
+    }
+
+    fn render(engine: &Engine, data: serde_json::Value) -> Result<String, FieldError> {
+        let _work = crate::helpers::WorkBudget::start();
+        let text = Text::Template("spec.template".into());
+        engine.render(
+            &text,
+            &Context::wraps(data).unwrap(),
+            &mut Budget::new(1 << 20),
+        )
+    }
+
+    #[test]
+    fn plain_includes_are_inlined_with_the_bytes_handlebars_renders() {
+        let partials = [("outer", "o={{a}}\n{{> inner}}"), ("inner", "i={{a}}\n")];
+        let text = "x\n{{> outer}}\n{{#if a}}{{> inner}}{{else}}none{{/if}}\n{{#each l}}{{> inner}}{{/each}}";
+        let engine = engine(&partials, text);
+        assert!(engine.inlined.contains("spec.template"));
+        let data = serde_json::json!({"a": 1, "l": [{"a": 2}, {"a": 3}]});
+        let out = render(&engine, data.clone()).ok().unwrap();
+        // The same text without inlining, as handlebars expands the includes.
+        let mut budget = Budget::new(1 << 20);
+        let _work = crate::helpers::WorkBudget::start();
+        let expanded = engine
+            .render_registered("spec.template", &Context::wraps(data).unwrap(), &mut budget)
+            .ok()
+            .unwrap();
+        assert_eq!(out, expanded);
+        assert_eq!(out, "x\no=1\ni=1\ni=1\n\ni=2\ni=3\n");
+    }
+
+    #[test]
+    fn includes_with_parameters_or_in_loops_are_left_to_handlebars() {
+        let inlined = |text: &str| {
+            engine(&[("p", "{{a}}")], text)
+                .inlined
+                .contains("spec.template")
+        };
+        assert!(!inlined("{{> p a=1}}"));
+        assert!(!inlined("{{> p this}}"));
+        assert!(!inlined("{{#each l}}{{> p}}{{/each}}"));
+        assert!(!inlined("{{#with w}}{{> p}}{{/with}}"));
+        assert!(inlined("{{#unless b}}{{> p}}{{/unless}}"));
+    }
+
+    #[test]
+    fn an_error_in_an_inlined_partial_names_the_partial() {
+        let engine = engine(&[("p", "line\n{{missing}}")], "top\n{{> p}}");
+        let Err(FieldError::Failed(problem)) = render(&engine, serde_json::json!({})) else {
+            panic!("the render fails");
+        };
+        assert_eq!(problem.field, "spec.partials.p");
+        assert!(
+            problem.message.contains("undefined variable `missing`"),
+            "{}",
+            problem.message
+        );
+        assert!(
+            problem.message.contains("(included from spec.template)"),
+            "{}",
+            problem.message
+        );
+        let position = problem.position.expect("a position");
+        assert_eq!((position.line, position.column), (2, 1));
     }
 }

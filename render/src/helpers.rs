@@ -90,6 +90,16 @@ impl WorkBudget {
     }
 }
 
+/// The work left in the render on this thread, to put back with [`set_work_left`] before
+/// rendering a text again.
+pub(crate) fn work_left() -> u64 {
+    WORK_LEFT.get()
+}
+
+pub(crate) fn set_work_left(left: u64) {
+    WORK_LEFT.set(left);
+}
+
 impl Drop for WorkBudget {
     fn drop(&mut self) {
         WORK_LEFT.set(self.0);

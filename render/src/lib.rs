@@ -144,6 +144,9 @@ impl CompiledTemplate {
             }
         };
         engine.check_partials(problems);
+        if problems.is_empty() {
+            engine.inline_partials();
+        }
         CompiledTemplate {
             object: object.to_owned(),
             revision: spec.revision(),

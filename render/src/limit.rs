@@ -50,7 +50,7 @@ impl Limit {
 }
 
 /// Bytes of text rendered so far in one render, shared by all of its fields.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Budget {
     cap: u64,
     used: u64,

@@ -198,6 +198,14 @@ impl ControllerProcess {
         })
     }
 
+    /// Whether the process logged a line with `message` about config `namespace/name`.
+    pub fn logged_about(&self, message: &str, namespace: &str, name: &str) -> bool {
+        let config = format!("config={namespace}/{name}");
+        plain(&self.log())
+            .lines()
+            .any(|line| line.contains(message) && line.split_whitespace().any(|w| w == config))
+    }
+
     /// The status code of `/readyz`.
     pub fn readyz(&self) -> Option<u16> {
         http_get(self.health_port, "/readyz").map(|(status, _)| status)

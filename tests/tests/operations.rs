@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use crd_types::{ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec};
+use crd_types::{BootplateConfig, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
-use kube::api::PostParams;
-use testenv::capi_env::{WAIT, cluster_template, env, field, publish_cluster_template};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use testenv::capi_env::{NS, WAIT, cluster_template, env, field, publish_cluster_template};
 use testenv::controller::ControllerProcess;
 use testenv::eventually;
 
@@ -106,6 +107,141 @@ async fn one_leader_reconciles_and_a_standby_takes_over() {
     assert!(third.ends_with(&format!("-{}", c.pid())));
     env.wait_ready("w-2").await;
     assert!(c.is_running());
+}
+
+/// The label the sharding test splits configs by.
+const SHARD_LABEL: &str = "bootplate.dev/shard";
+
+/// Puts config `name` in shard `shard`.
+async fn put_in_shard(env: &testenv::capi_env::Env, name: &str, shard: &str) {
+    let patch = serde_json::json!({"metadata": {"labels": {SHARD_LABEL: shard}}});
+    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The bootstrap token Secret of config `name` in the workload cluster.
+async fn token_of(env: &testenv::capi_env::Env, name: &str) -> Secret {
+    let uid = env.config(name).await.metadata.uid.unwrap();
+    let mut tokens: Vec<Secret> = env
+        .tokens()
+        .await
+        .into_iter()
+        .filter(|t| t.labels().values().any(|v| *v == uid))
+        .collect();
+    assert_eq!(tokens.len(), 1, "one token for {name}");
+    tokens.pop().unwrap()
+}
+
+#[tokio::test]
+async fn two_shards_split_the_configs_each_on_its_own_lease() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.initialized_cluster("c1").await;
+    let flags = |selector| {
+        [
+            "--shard-selector",
+            selector,
+            "--leader-elect",
+            "--leader-elect-namespace",
+            LEASE_NS,
+            "--leader-elect-retry-period",
+            "1s",
+        ]
+    };
+    let a = env
+        .controller_logging_to("shard-a.log", &flags("bootplate.dev/shard=a"))
+        .await;
+    let b = env
+        .controller_logging_to("shard-b.log", &flags("bootplate.dev/shard=b"))
+        .await;
+
+    // Both lead at once, each on the Lease named after its shard.
+    let leases = Api::<Lease>::namespaced(env.client.clone(), LEASE_NS);
+    let holders = eventually("a leader on each shard's Lease", WAIT, || async {
+        let holders: Vec<(String, String)> = leases
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|l| Some((l.name_any(), l.spec?.holder_identity?)))
+            .collect();
+        (holders.len() == 2 && is_leader(&a) && is_leader(&b)).then_some(holders)
+    })
+    .await;
+    for (process, shard) in [(&a, "a"), (&b, "b")] {
+        let (lease, _) = holders
+            .iter()
+            .find(|(_, holder)| holder.ends_with(&format!("-{}", process.pid())))
+            .unwrap_or_else(|| panic!("shard {shard} holds a Lease: {holders:?}"));
+        let prefix = format!("bootplate-leader-bootplate-dev-shard-{shard}-");
+        assert!(lease.starts_with(&prefix), "shard {shard} leads on {lease}");
+    }
+
+    let configs: Vec<(String, &str)> = (0..6)
+        .map(|i| (format!("w-{i}"), if i % 2 == 0 { "a" } else { "b" }))
+        .collect();
+    for (name, shard) in &configs {
+        env.machine("c1", name, false, cluster_template("probe"))
+            .await;
+        put_in_shard(&env, name, shard).await;
+    }
+    for (name, _) in &configs {
+        env.wait_ready(name).await;
+        let user_data = env.user_data(name).await;
+        assert_eq!(field(&user_data, "node").as_deref(), Some(name.as_str()));
+        assert!(field(&user_data, "token").is_some(), "{user_data}");
+    }
+    // Each shard has now reconciled a config of its own changed after all were labelled: its
+    // config watch, delivering in order, would have shown it the others' by then.
+    env.settled(&a, "w-0").await;
+    env.settled(&b, "w-1").await;
+    for (name, shard) in &configs {
+        let (owner, other) = if *shard == "a" { (&a, &b) } else { (&b, &a) };
+        assert!(
+            owner.reconciled(NS, name, 0),
+            "shard {shard} reconciled {name}"
+        );
+        assert!(
+            !other.reconciled(NS, name, 0),
+            "{name} of shard {shard} was reconciled by the other shard too"
+        );
+    }
+    assert!(a.config_reconciles() > 0 && b.config_reconciles() > 0);
+
+    // w-0 moves to shard b: b takes it over; a lets it go without deleting its token.
+    let token = token_of(&env, "w-0").await;
+    put_in_shard(&env, "w-0", "b").await;
+    let moved = env.config("w-0").await.metadata.resource_version.unwrap();
+    let moved: u64 = moved.parse().unwrap();
+    eventually("shard b reconciles w-0", WAIT, || async {
+        b.reconciled(NS, "w-0", moved).then_some(())
+    })
+    .await;
+    eventually("shard a lets w-0 go", WAIT, || async {
+        a.logged_about("left this controller's scope", NS, "w-0")
+            .then_some(())
+    })
+    .await;
+    env.settled(&a, "w-2").await;
+    assert!(
+        !a.reconciled(NS, "w-0", moved),
+        "shard a reconciled w-0 after it left the shard"
+    );
+    let kept = token_of(&env, "w-0").await;
+    assert_eq!(
+        kept.metadata.uid, token.metadata.uid,
+        "the moved config keeps its token"
+    );
+    let user_data_token = field(&env.user_data("w-0").await, "token").unwrap();
+    let token_id = user_data_token.split_once('.').unwrap().0;
+    assert_eq!(
+        kept.name_any(),
+        format!("bootstrap-token-{token_id}"),
+        "the user-data still carries the kept token"
+    );
 }
 
 /// A TCP proxy to a local port that can be made to stall: it then still accepts connections

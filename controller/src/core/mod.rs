@@ -5,6 +5,7 @@ pub(crate) mod blocked;
 pub(crate) mod gate;
 pub(crate) mod outcome;
 pub(crate) mod role;
+pub(crate) mod shard;
 pub(crate) mod skip;
 pub(crate) mod status;
 pub mod token;

@@ -26,6 +26,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconcile only objects whose `cluster.x-k8s.io/watch-filter` label has this value.
     pub watch_filter: Option<String>,
+    /// Reconcile only configs matching this label selector (one shard of them).
+    pub shard_selector: Option<String>,
     /// Lifetime of a bootstrap token; refreshed while the Machine has not joined, rotated for
     /// a MachinePool.
     pub bootstrap_token_ttl: Duration,
@@ -42,6 +44,7 @@ impl Default for Settings {
         Settings {
             namespace: None,
             watch_filter: None,
+            shard_selector: None,
             bootstrap_token_ttl: Duration::from_secs(15 * 60),
             workload_timeout: Duration::from_secs(10),
             concurrency: 16,

@@ -7,22 +7,29 @@
 //! deletes that config's tokens. A deletion that happened while no replica was running is not
 //! seen: its token expires on its own (`--bootstrap-token-ttl`), and the workload cluster's
 //! token cleaner removes it then.
+//!
+//! A config whose labels stop matching `--watch-filter` or `--shard-selector` leaves the watch
+//! the same way, though it still exists: another shard owns it now, and its token with it.
+//! Before deleting, the task reads the config back (one request per deletion seen) and keeps
+//! the tokens of one that is still there with the same UID.
 
 use std::sync::Arc;
 
 use crd_types::BootplateConfig;
 use crd_types::capi::CLUSTER_NAME_LABEL;
-use kube::ResourceExt;
+use kube::{Api, ResourceExt};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tracing::{info, warn};
 
 use super::context::{Context, config_key};
+use crate::core::shard::{Departure, departure};
 use crate::k8s::tokens;
 
 /// What is left to know of a deleted config: where its tokens are and which are its.
 #[derive(Debug)]
 pub(crate) struct DeletedConfig {
     namespace: String,
+    name: String,
     cluster: String,
     uid: String,
     key: String,
@@ -34,6 +41,7 @@ impl DeletedConfig {
     pub(crate) fn of(config: &BootplateConfig) -> Option<DeletedConfig> {
         Some(DeletedConfig {
             namespace: config.namespace()?,
+            name: config.name_any(),
             cluster: config.labels().get(CLUSTER_NAME_LABEL)?.clone(),
             uid: config.uid()?,
             key: config_key(config),
@@ -56,6 +64,10 @@ pub(crate) async fn delete_tokens(
     mut deleted: UnboundedReceiver<DeletedConfig>,
 ) {
     while let Some(config) = deleted.recv().await {
+        if still_here(&ctx, &config).await {
+            info!(config = %config.key, "config left this controller's scope; its token stays");
+            continue;
+        }
         let workload = ctx
             .workload_client(&config.namespace, &config.cluster)
             .await;
@@ -76,6 +88,23 @@ pub(crate) async fn delete_tokens(
                 error = %e,
                 "could not delete the token of a deleted config; it expires on its own"
             ),
+        }
+    }
+}
+
+/// Whether `config` still exists with the same UID (see the module documentation). When it
+/// cannot be read, its token is kept: one kept too long expires on its own, where one deleted
+/// under a config that merely moved to another shard would leave its Machine unable to join.
+async fn still_here(ctx: &Context, config: &DeletedConfig) -> bool {
+    let api = Api::<BootplateConfig>::namespaced(ctx.client.clone(), &config.namespace);
+    match api.get_metadata_opt(&config.name).await {
+        Ok(current) => {
+            let current_uid = current.and_then(|c| c.metadata.uid);
+            departure(&config.uid, current_uid.as_deref()) == Departure::LeftScope
+        }
+        Err(e) => {
+            warn!(config = %config.key, error = %e, "cannot tell whether a config gone from the watch was deleted; its token is left to expire");
+            true
         }
     }
 }

@@ -23,6 +23,13 @@ pub struct RunArgs {
     /// label has this value, so several instances can share a management cluster.
     #[arg(long, value_name = "VALUE")]
     pub watch_filter: Option<String>,
+    /// Reconcile only the configs matching this label selector (for example
+    /// `bootplate.dev/shard=a` or `shard in (a,b)`): one shard of the configs, so several
+    /// deployments can split a management cluster's configs. Machines, Clusters and templates
+    /// are still read in full. With --leader-elect, each shard gets a Lease of its own (see
+    /// --leader-elect-lease-name).
+    #[arg(long, value_name = "SELECTOR", value_parser = parse_selector)]
+    pub shard_selector: Option<String>,
     /// How many configs are reconciled at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
@@ -56,9 +63,11 @@ pub struct RunArgs {
     /// reconciles. Standbys take over when the leader dies or releases the Lease on SIGTERM.
     #[arg(long)]
     pub leader_elect: bool,
-    /// Name of the leader-election Lease.
-    #[arg(long, default_value = "bootplate-leader", value_name = "NAME")]
-    pub leader_elect_lease_name: String,
+    /// Name of the leader-election Lease. Default: `bootplate-leader`; with --shard-selector,
+    /// `bootplate-leader-` followed by the selector in lower-case letters, digits and dashes
+    /// and a hash of it, so every shard elects its own leader.
+    #[arg(long, value_name = "NAME")]
+    pub leader_elect_lease_name: Option<String>,
     /// Namespace of the leader-election Lease. Default: $POD_NAMESPACE, else `default`.
     #[arg(
         long,
@@ -116,7 +125,27 @@ fn parse_token_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// A non-empty label selector; the apiserver checks its syntax when `bootplate run` starts.
+fn parse_selector(text: &str) -> Result<String, String> {
+    let selector = text.trim();
+    if selector.is_empty() {
+        return Err("must not be empty (example: bootplate.dev/shard=a)".into());
+    }
+    Ok(selector.to_owned())
+}
+
+/// The Lease name used without --leader-elect-lease-name and --shard-selector.
+const DEFAULT_LEASE: &str = "bootplate-leader";
+
 impl RunArgs {
+    /// The leader-election Lease: the one named, else the default of this shard.
+    pub fn lease_name(&self) -> String {
+        match &self.leader_elect_lease_name {
+            Some(name) => name.clone(),
+            None => crate::core::shard::lease_name(DEFAULT_LEASE, self.shard_selector.as_deref()),
+        }
+    }
+
     /// Checks relations between flags that clap cannot express.
     pub fn validate(&self) -> Result<(), String> {
         if self.leader_elect
@@ -142,6 +171,7 @@ impl RunArgs {
         Settings {
             namespace: self.namespace.clone(),
             watch_filter: self.watch_filter.clone(),
+            shard_selector: self.shard_selector.clone(),
             bootstrap_token_ttl: self.bootstrap_token_ttl,
             workload_timeout: self.workload_timeout,
             concurrency: self.concurrency,
@@ -165,6 +195,37 @@ mod tests {
         Run::try_parse_from(["run", &format!("--bootstrap-token-ttl={flag}")])
             .map(|run| run.args.bootstrap_token_ttl)
             .map_err(|e| e.to_string())
+    }
+
+    fn run(flags: &[&str]) -> RunArgs {
+        let argv = std::iter::once("run").chain(flags.iter().copied());
+        Run::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn each_shard_leads_on_its_own_lease_unless_one_is_named() {
+        assert_eq!(run(&[]).lease_name(), "bootplate-leader");
+        let a = run(&["--shard-selector", "shard=a"]).lease_name();
+        let b = run(&["--shard-selector", "shard=b"]).lease_name();
+        assert!(a.starts_with("bootplate-leader-shard-a-"), "{a}");
+        assert!(b.starts_with("bootplate-leader-shard-b-"), "{b}");
+        let named = [
+            "--shard-selector",
+            "shard=a",
+            "--leader-elect-lease-name",
+            "mine",
+        ];
+        assert_eq!(run(&named).lease_name(), "mine");
+    }
+
+    #[test]
+    fn an_empty_shard_selector_is_refused() {
+        let error = Run::try_parse_from(["run", "--shard-selector", " "])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("--shard-selector"), "{error}");
+        assert!(error.contains("must not be empty"), "{error}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{error, info, warn};
 
+use crate::core::shard;
 use crate::k8s::stores::Stores;
 use crate::k8s::templates::{CompiledCache, display_of};
 use crate::labels;
@@ -46,6 +47,9 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
     // One crypto provider for every TLS connection (management and workload clusters).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = management_client(&args).await?;
+    if let Some(selector) = &args.shard_selector {
+        check_selector(&client, args.namespace.as_deref(), selector).await?;
+    }
     let metrics = Arc::new(Metrics::new());
     let readiness = Arc::new(Readiness::default());
     let (metrics_addr, health_addr) = (args.metrics_addr, args.health_addr);
@@ -115,6 +119,29 @@ async fn management_client(args: &crate::runtime::flags::RunArgs) -> anyhow::Res
     Ok(Client::try_from(config)?)
 }
 
+/// Has the apiserver check `--shard-selector` with a list of at most one config: a selector
+/// it refuses fails the start with its reason, where the watch would retry it forever.
+async fn check_selector(
+    client: &Client,
+    namespace: Option<&str>,
+    selector: &str,
+) -> anyhow::Result<()> {
+    let params = kube::api::ListParams::default().labels(selector).limit(1);
+    match api::<BootplateConfig>(client, namespace)
+        .list_metadata(&params)
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 400 => {
+            anyhow::bail!(
+                "--shard-selector {selector:?} is not a valid label selector: {}",
+                status.message
+            )
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("listing configs with --shard-selector")),
+        Ok(_) => Ok(()),
+    }
+}
+
 /// A function giving futures that resolve on SIGTERM or SIGINT (any number of them).
 fn stop_signal() -> impl Fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -141,11 +168,12 @@ async fn lead(
 ) -> anyhow::Result<()> {
     let identity = std::env::var("POD_NAME")
         .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
-    let (namespace, lease) = (&args.leader_elect_namespace, &args.leader_elect_lease_name);
+    let (namespace, lease) = (&args.leader_elect_namespace, args.lease_name());
+    info!(lease = %lease, namespace = %namespace, "standing for leader");
     let election = LeaderElection::new(
         running.client.clone(),
         namespace,
-        lease,
+        &lease,
         identity,
         args.leader_timing(),
     );
@@ -280,9 +308,18 @@ fn watches(
     let data_secrets = secret_events
         .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
     let forget_config = forget_config(metrics.clone(), deleted_configs);
+    // Configs: those of this shard only; what they read (Machines, Clusters) in full.
+    let filter = settings.watch_filter.as_deref();
+    let config_scope = match shard::config_selector(
+        filter.map(|value| (WATCH_FILTER_LABEL, value)),
+        settings.shard_selector.as_deref(),
+    ) {
+        Some(selector) => watcher::Config::default().labels(&selector),
+        None => watcher::Config::default(),
+    };
     let (configs, config_events) = watch(
         api(client, ns),
-        filtered(),
+        config_scope,
         strip,
         Deletions::Skip,
         forget_config,
@@ -427,12 +464,7 @@ pub async fn run(
         caches,
     ));
     tokio::spawn(deleted::delete_tokens(ctx.clone(), deleted_rx));
-    let synced = ctx.clone();
-    tokio::spawn(async move {
-        synced.watch_stores().await;
-        readiness.set(true);
-        info!("caches synced");
-    });
+    tokio::spawn(ready_once_synced(ctx.clone(), readiness));
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = |tx: &tokio::sync::broadcast::Sender<()>| {
         let mut rx = tx.subscribe();
@@ -473,7 +505,12 @@ pub async fn run(
         info!("shutting down: finishing running reconciles");
         let _ = shutdown_tx.send(());
     });
-    info!(namespace = ?settings.namespace, watch_filter = ?settings.watch_filter, "controllers started");
+    info!(
+        namespace = ?settings.namespace,
+        watch_filter = ?settings.watch_filter,
+        shard_selector = ?settings.shard_selector,
+        "controllers started"
+    );
     tokio::join!(configs_done, templates_done, cluster_templates_done);
     // The Events of the last reconciles, briefly: a stopping leader should not hold up its
     // successor for best-effort Events.
@@ -482,6 +519,13 @@ pub async fn run(
         warn!(undelivered, "stopping with Events not yet published");
     }
     Ok(())
+}
+
+/// Marks the process ready once every store has its first list.
+async fn ready_once_synced(ctx: Arc<Context>, readiness: Arc<Readiness>) {
+    ctx.watch_stores().await;
+    readiness.set(true);
+    info!("caches synced");
 }
 
 /// How long a stopping controller waits for its queued Events.
