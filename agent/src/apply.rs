@@ -353,6 +353,13 @@ fn desired_files<'a>(payload: &'a NodePayload) -> Result<Vec<Desired<'a>>, Apply
             }
         }
     }
+    for d in &out {
+        check_path(&d.path).map_err(|message| ApplyError {
+            part: d.part.to_owned(),
+            step: format!("write {}", d.path.escape_debug()),
+            message: message.to_owned(),
+        })?;
+    }
     // A later file with the same path wins, as in the user-data.
     let mut seen = BTreeSet::new();
     let mut deduped: Vec<Desired> = out
@@ -362,6 +369,22 @@ fn desired_files<'a>(payload: &'a NodePayload) -> Result<Vec<Desired<'a>>, Apply
         .collect();
     deduped.reverse();
     Ok(deduped)
+}
+
+/// bootplate renders only clean absolute paths and unit names; the agent checks again, so no
+/// payload can write outside the root or beside the unit directory.
+fn check_path(path: &str) -> Result<(), &'static str> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err("the path is not absolute");
+    };
+    if rest
+        .split('/')
+        .any(|segment| segment.is_empty() || segment == "." || segment == "..")
+        || path.contains('\0')
+    {
+        return Err("the path is not normalised (empty, `.` or `..` segments, or NUL)");
+    }
+    Ok(())
 }
 
 /// The unit a managed path belongs to: `/etc/systemd/system/<unit>` or `<unit>.d/<drop-in>`.
@@ -423,5 +446,32 @@ mod tests {
             Some("a.service")
         );
         assert_eq!(unit_of("/etc/a.conf"), None);
+    }
+
+    #[test]
+    fn paths_outside_the_root_are_refused() {
+        assert!(check_path("/etc/a.conf").is_ok());
+        for bad in ["etc/a", "/etc/../../a", "/etc//a", "/", "/a/./b", "/a\0b"] {
+            assert!(check_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_unit_name_cannot_climb_out_of_the_unit_directory() {
+        let payload = NodePayload {
+            parts: vec![PayloadPart {
+                name: "p".into(),
+                units: vec![crd_types::payload::PayloadUnit {
+                    name: "../../../etc/shadow".into(),
+                    enable: false,
+                    content: Some("x".into()),
+                    drop_ins: vec![],
+                }],
+                ..Default::default()
+            }],
+        };
+        let err = desired_files(&payload).err().expect("refused");
+        assert_eq!(err.part, "p");
+        assert!(err.message.contains("not normalised"), "{err}");
     }
 }
