@@ -83,25 +83,8 @@ fn render(
     config: &Path,
     args: &[&OsStr],
 ) -> Vec<u8> {
-    let out = Command::new(testenv::controller::binary().unwrap())
-        .arg("render")
-        .arg("--template")
-        .arg(repo().join("templates").join(template))
-        .arg("--machine")
-        .arg(machine)
-        .arg("--cluster")
-        .arg(cluster)
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bootplate render: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    let template = repo().join("templates").join(template);
+    testenv::controller::render(&template, machine, cluster, config, args)
 }
 
 /// A file of the powered-off machine's disk (`debugfs -R cat`), or None when it is not there.
