@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod config;
 pub mod crds;
 pub mod generator;
+pub mod payload;
 pub mod reference;
 pub mod strict;
 pub mod template;
@@ -24,8 +25,8 @@ pub use generator::{
 pub use template::{
     BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, Compression, DropIn, FileEncoding, ItemSchema, OsInfo,
-    OutputFormat, Part, PartGenerator, Role, TemplateFile, TemplateSpec, Unit, ValueType,
-    VariableDecl, VariableSchema,
+    OutputFormat, Part, PartGenerator, Role, TemplateFile, TemplateSpec, Unit, UpdateStrategy,
+    ValueType, VariableDecl, VariableSchema,
 };
 
 /// API group of every bootplate kind.

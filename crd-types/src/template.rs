@@ -366,6 +366,31 @@ pub struct Part {
     /// applies to (see docs/generators.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator: Option<PartGenerator>,
+    /// How a change to this part's rendered output reaches machines that already booted:
+    /// `Rollout` (the default) replaces them; `InPlace` lets bootplate-agent apply the part's
+    /// files, units and commands on the running node, through Cluster API's in-place update
+    /// hooks. A change is applied in place only when every difference in the rendered output
+    /// lies in `InPlace` parts (see docs/in-place.md).
+    #[serde(default, skip_serializing_if = "UpdateStrategy::is_rollout")]
+    pub update: UpdateStrategy,
+}
+
+/// How a change to a part reaches machines that already booted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum UpdateStrategy {
+    /// Replace the machines (Cluster API rolls them out).
+    #[default]
+    Rollout,
+    /// Apply the part on the running machines with bootplate-agent.
+    InPlace,
+}
+
+impl UpdateStrategy {
+    /// Whether this is the default, `Rollout` (left out of the serialized spec, so templates
+    /// written before the field existed keep their revision).
+    pub fn is_rollout(&self) -> bool {
+        *self == UpdateStrategy::Rollout
+    }
 }
 
 /// The generator a part takes content from.

@@ -2,7 +2,7 @@
 //! commands of the parts that apply to the role (and are not skipped), plus the config's files
 //! and commands, in order. The format writers only lay these out.
 
-use crd_types::{BootplateConfigSpec, FileEncoding, Part, PartGenerator, Role};
+use crd_types::{BootplateConfigSpec, FileEncoding, Part, PartGenerator, Role, UpdateStrategy};
 use handlebars::Context;
 
 use crate::generator::{Call, Generated};
@@ -66,6 +66,7 @@ pub(crate) struct CompiledPart {
     units: Vec<CompiledUnit>,
     commands: Vec<Text>,
     generator: Option<PartGenerator>,
+    update: UpdateStrategy,
 }
 
 impl CompiledPart {
@@ -189,6 +190,7 @@ pub(crate) fn compile_parts(
             units,
             commands,
             generator: part.generator.clone(),
+            update: part.update,
         });
     }
     out
@@ -349,6 +351,50 @@ pub(crate) fn check_content(content: &str, encoding: FileEncoding) -> Result<(),
     }
 }
 
+/// What one part of a render contributes, as the sequence of files and units it adds (merged
+/// by [`add_file`] and [`add_unit`] when the body or the part's payload is built).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct PartBody {
+    pub(crate) name: String,
+    pub(crate) update: UpdateStrategy,
+    pub(crate) files: Vec<File>,
+    pub(crate) units: Vec<UnitAdd>,
+    pub(crate) commands: Vec<String>,
+}
+
+/// One unit as a part (or a generator) adds it: `enable` is kept unset when not given, so a
+/// later part's unit does not undo an earlier part's `enable: false`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct UnitAdd {
+    pub(crate) name: String,
+    pub(crate) enable: Option<bool>,
+    pub(crate) content: Option<String>,
+    pub(crate) drop_ins: Vec<(String, String)>,
+}
+
+impl PartBody {
+    /// The part's files and units merged as the user-data merges them.
+    pub(crate) fn merged(&self) -> (Vec<File>, Vec<Unit>) {
+        let mut files = Vec::new();
+        for f in &self.files {
+            add_file(&mut files, f.clone());
+        }
+        let mut units = Vec::new();
+        for u in &self.units {
+            add_unit(&mut units, u);
+        }
+        (files, units)
+    }
+}
+
+/// A render split by origin: the parts that apply, in order, and the config's own files (its
+/// pre- and post-commands are `config.pre_commands` and `config.post_commands`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Split {
+    pub(crate) parts: Vec<PartBody>,
+    pub(crate) config_files: Vec<File>,
+}
+
 /// Collects what the render for `role` writes. A part with a generator gets the generator's
 /// files, units and commands from `generated` after its own (none when `generated` has no entry
 /// for it: offline checks render without calling generators).
@@ -361,6 +407,35 @@ pub(crate) fn collect(
     budget: &mut Budget,
     generated: &Generated,
 ) -> Result<Body, FieldError> {
+    let split = collect_split(parts, config, role, engine, ctx, budget, generated)?;
+    let mut body = Body::default();
+    body.commands.extend(config.pre_commands.iter().cloned());
+    for part in split.parts {
+        for f in part.files {
+            add_file(&mut body.files, f);
+        }
+        for u in &part.units {
+            add_unit(&mut body.units, u);
+        }
+        body.commands.extend(part.commands);
+    }
+    for f in split.config_files {
+        add_file(&mut body.files, f);
+    }
+    body.commands.extend(config.post_commands.iter().cloned());
+    Ok(body)
+}
+
+/// [`collect`] before merging: each part's contribution and the config's files.
+pub(crate) fn collect_split(
+    parts: &[CompiledPart],
+    config: &BootplateConfigSpec,
+    role: Role,
+    engine: &Engine,
+    ctx: &Context,
+    budget: &mut Budget,
+    generated: &Generated,
+) -> Result<Split, FieldError> {
     for (i, skip) in config.skip_parts.iter().enumerate() {
         if !parts.iter().any(|p| &p.name == skip) {
             let names: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
@@ -374,12 +449,13 @@ pub(crate) fn collect(
             )));
         }
     }
-    let mut body = Body::default();
-    body.commands.extend(config.pre_commands.iter().cloned());
-    for part in parts {
-        if !applies(part, config, role) {
-            continue;
-        }
+    let mut split = Split::default();
+    for part in parts.iter().filter(|p| applies(p, config, role)) {
+        let mut out = PartBody {
+            name: part.name.clone(),
+            update: part.update,
+            ..PartBody::default()
+        };
         for f in &part.files {
             let path = engine.render(&f.path, ctx, budget)?;
             let content = engine.render(&f.content, ctx, budget)?;
@@ -389,16 +465,13 @@ pub(crate) fn collect(
             check_content(&content, f.encoding).map_err(|m| {
                 FieldError::Failed(located(Origin::Template, format!("{}.content", f.field), m))
             })?;
-            add_file(
-                &mut body.files,
-                File {
-                    path,
-                    permissions: f.permissions.clone(),
-                    owner: f.owner.clone(),
-                    content,
-                    encoding: f.encoding,
-                },
-            );
+            out.files.push(File {
+                path,
+                permissions: f.permissions.clone(),
+                owner: f.owner.clone(),
+                content,
+                encoding: f.encoding,
+            });
         }
         for u in &part.units {
             let content = match &u.content {
@@ -409,14 +482,20 @@ pub(crate) fn collect(
             for (name, text) in &u.drop_ins {
                 drop_ins.push((name.clone(), engine.render(text, ctx, budget)?));
             }
-            add_unit(&mut body.units, &u.name, u.enable, content, drop_ins);
+            out.units.push(UnitAdd {
+                name: u.name.clone(),
+                enable: u.enable,
+                content,
+                drop_ins,
+            });
         }
         for c in &part.commands {
-            body.commands.push(engine.render(c, ctx, budget)?);
+            out.commands.push(engine.render(c, ctx, budget)?);
         }
         if let Some(output) = generated.get(&part.name) {
-            add_generated(&mut body, output, budget)?;
+            add_generated(&mut out, output, budget)?;
         }
+        split.parts.push(out);
     }
     for (i, f) in config_files(config)?.into_iter().enumerate() {
         if !budget.take(f.content.len()) {
@@ -432,35 +511,29 @@ pub(crate) fn collect(
                 m,
             ))
         })?;
-        add_file(&mut body.files, f);
+        split.config_files.push(f);
     }
-    body.commands.extend(config.post_commands.iter().cloned());
-    Ok(body)
+    Ok(split)
 }
 
-/// Adds a generator's (already validated) output, counting it against the size budget.
+/// Adds a generator's (already validated) output to its part, counting it against the size
+/// budget.
 fn add_generated(
-    body: &mut Body,
+    part: &mut PartBody,
     output: &crate::generator::GeneratedPart,
     budget: &mut Budget,
 ) -> Result<(), FieldError> {
     if !budget.take(output.size()) {
         return Err(FieldError::TooLarge);
     }
-    for f in &output.files {
-        add_file(&mut body.files, f.clone());
-    }
-    for u in &output.units {
-        let enable = Some(u.enable);
-        add_unit(
-            &mut body.units,
-            &u.name,
-            enable,
-            u.content.clone(),
-            u.drop_ins.clone(),
-        );
-    }
-    body.commands.extend(output.commands.iter().cloned());
+    part.files.extend(output.files.iter().cloned());
+    part.units.extend(output.units.iter().map(|u| UnitAdd {
+        name: u.name.clone(),
+        enable: Some(u.enable),
+        content: u.content.clone(),
+        drop_ins: u.drop_ins.clone(),
+    }));
+    part.commands.extend(output.commands.iter().cloned());
     Ok(())
 }
 
@@ -516,32 +589,26 @@ fn add_file(files: &mut Vec<File>, file: File) {
 
 /// A later unit of the same name merges into the earlier one: its content and `enable` win
 /// when set, its drop-ins are added (replacing drop-ins of the same name).
-fn add_unit(
-    units: &mut Vec<Unit>,
-    name: &str,
-    enable: Option<bool>,
-    content: Option<String>,
-    drop_ins: Vec<(String, String)>,
-) {
-    if let Some(u) = units.iter_mut().find(|u| u.name == name) {
-        if content.is_some() {
-            u.content = content;
+fn add_unit(units: &mut Vec<Unit>, add: &UnitAdd) {
+    if let Some(u) = units.iter_mut().find(|u| u.name == add.name) {
+        if add.content.is_some() {
+            u.content.clone_from(&add.content);
         }
-        if let Some(e) = enable {
+        if let Some(e) = add.enable {
             u.enable = e;
         }
-        for (n, c) in drop_ins {
-            match u.drop_ins.iter_mut().find(|(existing, _)| *existing == n) {
-                Some(d) => d.1 = c,
-                None => u.drop_ins.push((n, c)),
+        for (n, c) in &add.drop_ins {
+            match u.drop_ins.iter_mut().find(|(existing, _)| existing == n) {
+                Some(d) => d.1.clone_from(c),
+                None => u.drop_ins.push((n.clone(), c.clone())),
             }
         }
     } else {
         units.push(Unit {
-            name: name.to_owned(),
-            enable: enable.unwrap_or(true),
-            content,
-            drop_ins,
+            name: add.name.clone(),
+            enable: add.enable.unwrap_or(true),
+            content: add.content.clone(),
+            drop_ins: add.drop_ins.clone(),
         });
     }
 }
@@ -578,23 +645,29 @@ mod tests {
     #[test]
     fn later_units_merge_into_earlier_ones() {
         let mut units = Vec::new();
+        let add = |name: &str, enable, content: Option<&str>, drop_ins: &[(&str, &str)]| UnitAdd {
+            name: name.into(),
+            enable,
+            content: content.map(Into::into),
+            drop_ins: drop_ins
+                .iter()
+                .map(|(n, c)| (n.to_string(), c.to_string()))
+                .collect(),
+        };
         add_unit(
             &mut units,
-            "a.service",
-            None,
-            Some("x".into()),
-            vec![("1.conf".into(), "one".into())],
+            &add("a.service", None, Some("x"), &[("1.conf", "one")]),
         );
         add_unit(
             &mut units,
-            "a.service",
-            Some(false),
-            None,
-            vec![
-                ("1.conf".into(), "uno".into()),
-                ("2.conf".into(), "two".into()),
-            ],
+            &add(
+                "a.service",
+                Some(false),
+                None,
+                &[("1.conf", "uno"), ("2.conf", "two")],
+            ),
         );
+        add_unit(&mut units, &add("a.service", None, None, &[]));
         assert_eq!(units.len(), 1);
         assert_eq!(units[0].content.as_deref(), Some("x"));
         assert!(!units[0].enable);

@@ -17,6 +17,7 @@ mod error;
 mod formats;
 pub mod generator;
 mod helpers;
+mod inplace;
 mod limit;
 mod lint;
 mod sample;
@@ -31,6 +32,7 @@ pub use context::*;
 pub use engine::{MAX_DEPTH, MAX_PARTIAL_EXPANSIONS, MAX_TEMPLATE_COST, MAX_TEXT_COST};
 pub use error::{Origin, Position, Problem, RenderError, Severity};
 pub use helpers::MAX_WORK;
+pub use inplace::{PartsRender, RenderedPart, UpdatePlan};
 pub use limit::{GZIP_EXPANSION, Limit, SECRET_LIMIT_BYTES};
 pub use lint::lint;
 pub use sample::{
@@ -302,6 +304,51 @@ impl CompiledTemplate {
         Ok(Rendered {
             data,
             format: self.format,
+        })
+    }
+
+    /// The render of the machine described by `ctx`, split by part, for in-place updates:
+    /// compare two with [`PartsRender::update_from`]; [`PartsRender::payload`] is what
+    /// bootplate-agent applies. `None` for a raw `spec.template`, which has no parts (every
+    /// change to it rolls out). Parts with a generator carry what `generated` holds for them.
+    pub fn render_parts(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+        generated: &Generated,
+    ) -> Result<Option<PartsRender>, RenderError> {
+        let Body::Parts(parts) = &self.body else {
+            return Ok(None);
+        };
+        let _work = helpers::WorkBudget::start();
+        let values = self.declarations.values(&self.object, &config.variables)?;
+        let limit = Limit::new(self.max_output_bytes, config.max_output_bytes);
+        let mut budget = Budget::new(limit.bytes * GZIP_EXPANSION);
+        let context = self.context(config, self.context_json(ctx)?, values)?;
+        let role = ctx.machine.role;
+        let split = body::collect_split(
+            parts,
+            config,
+            role,
+            &self.engine,
+            &context,
+            &mut budget,
+            generated,
+        )
+        .map_err(|e| self.field_error(e, &budget, limit, true))?;
+        inplace::from_split(
+            self.format,
+            split,
+            &config.pre_commands,
+            &config.post_commands,
+        )
+        .map(Some)
+        .map_err(|message| {
+            RenderError::failed(
+                &self.object,
+                Problem::template("spec.parts", message)
+                    .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+            )
         })
     }
 

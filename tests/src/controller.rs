@@ -32,6 +32,37 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// `bootplate render --template TEMPLATE --machine M --cluster C --config F ARGS...` (role,
+/// token, CA and the like in `args`): the user-data. Panics with bootplate's message when the
+/// render fails.
+pub fn render(
+    template: &Path,
+    machine: &Path,
+    cluster: &Path,
+    config: &Path,
+    args: &[&std::ffi::OsStr],
+) -> Vec<u8> {
+    let out = Command::new(binary().unwrap())
+        .arg("render")
+        .arg("--template")
+        .arg(template)
+        .arg("--machine")
+        .arg(machine)
+        .arg("--cluster")
+        .arg(cluster)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bootplate render: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// A running `bootplate run`, killed on drop. Its log goes to a file.
 pub struct ControllerProcess {
     child: Option<Child>,

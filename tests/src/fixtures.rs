@@ -115,6 +115,7 @@ pub fn full_template_spec() -> TemplateSpec {
                 }],
                 commands: vec!["systemctl daemon-reload".into()],
                 generator: None,
+                update: Default::default(),
             },
             Part {
                 name: "network".into(),

@@ -52,12 +52,13 @@ impl TestCa {
         Issuer::new(self.params.clone(), key)
     }
 
-    /// A serving certificate for 127.0.0.1 and localhost.
+    /// A serving certificate for 127.0.0.1 and localhost, and for 10.0.2.2: the host as a qemu
+    /// guest with user-mode networking sees it (tests/tests/vm.rs).
     pub fn serving(&self) -> Leaf {
         let key = KeyPair::generate().expect("key generation");
+        let names = ["127.0.0.1", "localhost", "10.0.2.2"];
         let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                .expect("serving params");
+            CertificateParams::new(names.map(str::to_owned).to_vec()).expect("serving params");
         params.distinguished_name = DistinguishedName::new();
         params
             .distinguished_name

@@ -288,6 +288,7 @@ fn part() -> impl Strategy<Value = Part> {
             units,
             commands,
             generator: None,
+            update: Default::default(),
         })
 }
 

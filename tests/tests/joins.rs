@@ -11,6 +11,7 @@
 //! Renders use `bootplate render` with the cluster's CA and a token a test wrote (`--token`,
 //! `--ca-cert`, `--ca-key`): the same engine and certificate code the controller uses.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -142,29 +143,23 @@ impl Cluster {
         .unwrap();
         let (own_cert, own_key) = (d.join("ca.crt"), d.join("ca.key"));
         let (cert, key) = ca.unwrap_or((&own_cert, &own_key));
-        let out = Command::new(testenv::controller::binary().unwrap())
-            .arg("render")
-            .arg("--template")
-            .arg(repo().join(TEMPLATE))
-            .arg("--machine")
-            .arg(&machine_file)
-            .arg("--cluster")
-            .arg(&cluster)
-            .arg("--config")
-            .arg(&config)
-            .args(["--role", role, "--token", token])
-            .arg("--ca-cert")
-            .arg(cert)
-            .arg("--ca-key")
-            .arg(key)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "bootplate render: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        let args: [&OsStr; 8] = [
+            "--role".as_ref(),
+            role.as_ref(),
+            "--token".as_ref(),
+            token.as_ref(),
+            "--ca-cert".as_ref(),
+            cert.as_os_str(),
+            "--ca-key".as_ref(),
+            key.as_os_str(),
+        ];
+        testenv::controller::render(
+            &repo().join(TEMPLATE),
+            &machine_file,
+            &cluster,
+            &config,
+            &args,
+        )
     }
 }
 

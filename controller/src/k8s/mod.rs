@@ -6,6 +6,7 @@ pub(crate) mod data_secret;
 pub mod events;
 pub(crate) mod files;
 pub(crate) mod init_lock;
+pub mod node_payload;
 pub(crate) mod status;
 pub(crate) mod stores;
 pub(crate) mod templates;

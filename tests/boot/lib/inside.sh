@@ -122,32 +122,9 @@ if [[ -n $real ]]; then
   units=$root/usr/lib/systemd/system
   mkdir -p "$units/kubelet.service.d"
   cp /lib/systemd/system/containerd.service "$units/containerd.service"
-  cat >"$units/kubelet.service" <<'UNIT'
-# The kubelet's unit as the Kubernetes packages install it (boot proof, real joins).
-[Unit]
-Description=kubelet: The Kubernetes Node Agent
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-ExecStart=/usr/bin/kubelet
-Restart=always
-StartLimitInterval=0
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-  cat >"$units/kubelet.service.d/10-kubeadm.conf" <<'UNIT'
-# kubeadm's drop-in as the Kubernetes packages install it: the kubelet reads what kubeadm wrote.
-[Service]
-Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
-Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=
-ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
-UNIT
+  # The kubelet's unit and kubeadm's drop-in as the Kubernetes packages install them.
+  cp "$here/units/kubelet.service" "$units/kubelet.service"
+  cp "$here/units/10-kubeadm.conf" "$units/kubelet.service.d/10-kubeadm.conf"
 fi
 
 in_root() {

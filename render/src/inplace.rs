@@ -1,0 +1,230 @@
+//! In-place updates: a render split by part, and the rule that decides whether a change can be
+//! applied on running machines. The rule compares renders, not specs: a template edit that
+//! renders the same bytes changes nothing, and a variable that only an `InPlace` part reads
+//! changes only that part.
+
+use crd_types::payload::{NodePayload, PayloadDropIn, PayloadFile, PayloadPart, PayloadUnit};
+use crd_types::{FileEncoding, OutputFormat, UpdateStrategy};
+
+use crate::body::{File, PartBody, Split};
+
+/// A machine's render, split by origin: each part that applies (in template order) and the
+/// config's own files and commands.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PartsRender {
+    /// The template's output format.
+    pub format: OutputFormat,
+    /// The parts that apply to the machine, in order.
+    pub parts: Vec<RenderedPart>,
+    /// The config's own `files`, `preCommands` and `postCommands` (name empty). They are not a
+    /// part, so a change to them always rolls out.
+    pub config: PayloadPart,
+}
+
+impl std::fmt::Debug for PartsRender {
+    // The content may hold credentials: names only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartsRender")
+            .field("format", &self.format)
+            .field(
+                "parts",
+                &self
+                    .parts
+                    .iter()
+                    .map(|p| (&p.content.name, p.update))
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// One part's rendered content and how a change to it may reach booted machines.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RenderedPart {
+    /// The part's `update`.
+    pub update: UpdateStrategy,
+    /// Its files (content decoded), units and commands.
+    pub content: PayloadPart,
+}
+
+/// How a change from one render to another reaches a booted machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdatePlan {
+    /// Both renders are the same: nothing to do.
+    Unchanged,
+    /// Every difference lies in `InPlace` parts, named here in template order.
+    InPlace {
+        /// The parts that differ (changed, added or removed).
+        parts: Vec<String>,
+    },
+    /// Something outside the `InPlace` parts differs: the machine must be replaced.
+    Rollout {
+        /// Why, for people: names the part or what else changed.
+        reason: String,
+    },
+}
+
+impl PartsRender {
+    /// How a machine rendered as `old` gets to `self`. A part counts as `InPlace` only when
+    /// both renders say so: a part that was `Rollout` when the machine booted may hold what the
+    /// agent never managed there.
+    pub fn update_from(&self, old: &PartsRender) -> UpdatePlan {
+        if self.format != old.format {
+            return rollout(format!(
+                "the output format changed from {} to {}",
+                old.format, self.format
+            ));
+        }
+        if self.config != old.config {
+            return rollout("the config's own files or commands changed");
+        }
+        let mut changed = Vec::new();
+        for name in part_names(old, self) {
+            let (before, after) = (old.part(&name), self.part(&name));
+            if before.map(|p| &p.content) == after.map(|p| &p.content) {
+                continue;
+            }
+            let in_place = [before, after]
+                .into_iter()
+                .flatten()
+                .all(|p| p.update == UpdateStrategy::InPlace);
+            if !in_place {
+                let what = match (before, after) {
+                    (Some(_), Some(_)) => "changed",
+                    (None, _) => "was added",
+                    (_, None) => "was removed",
+                };
+                return rollout(format!("part `{name}` {what} and is not `update: InPlace`"));
+            }
+            changed.push(name);
+        }
+        if changed.is_empty() {
+            UpdatePlan::Unchanged
+        } else {
+            UpdatePlan::InPlace { parts: changed }
+        }
+    }
+
+    /// What bootplate-agent applies on the machine: the `InPlace` parts, without the files
+    /// the config's own files replace (the user-data writes the config's version; those are
+    /// not the agent's to manage).
+    pub fn payload(&self) -> NodePayload {
+        let taken = |path: &str| self.config.files.iter().any(|f| f.path == path);
+        NodePayload {
+            parts: self
+                .parts
+                .iter()
+                .filter(|p| p.update == UpdateStrategy::InPlace)
+                .map(|p| PayloadPart {
+                    files: (p.content.files.iter())
+                        .filter(|f| !taken(&f.path))
+                        .cloned()
+                        .collect(),
+                    ..p.content.clone()
+                })
+                .collect(),
+        }
+    }
+
+    fn part(&self, name: &str) -> Option<&RenderedPart> {
+        self.parts.iter().find(|p| p.content.name == name)
+    }
+}
+
+fn rollout(reason: impl Into<String>) -> UpdatePlan {
+    UpdatePlan::Rollout {
+        reason: reason.into(),
+    }
+}
+
+/// The part names of `new` in order, then those only `old` has.
+fn part_names(old: &PartsRender, new: &PartsRender) -> Vec<String> {
+    let mut names: Vec<String> = new.parts.iter().map(|p| p.content.name.clone()).collect();
+    for p in &old.parts {
+        if !names.contains(&p.content.name) {
+            names.push(p.content.name.clone());
+        }
+    }
+    names
+}
+
+/// Builds the public split from the body's, decoding file contents.
+pub(crate) fn from_split(
+    format: OutputFormat,
+    split: Split,
+    pre_commands: &[String],
+    post_commands: &[String],
+) -> Result<PartsRender, String> {
+    let parts = split
+        .parts
+        .iter()
+        .map(|part| {
+            Ok(RenderedPart {
+                update: part.update,
+                content: payload_part(part)?,
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    let config = PayloadPart {
+        name: String::new(),
+        files: (split.config_files.iter())
+            .map(payload_file)
+            .collect::<Result<_, _>>()?,
+        units: Vec::new(),
+        commands: pre_commands.iter().chain(post_commands).cloned().collect(),
+    };
+    Ok(PartsRender {
+        format,
+        parts,
+        config,
+    })
+}
+
+fn payload_part(part: &PartBody) -> Result<PayloadPart, String> {
+    let (files, units) = part.merged();
+    Ok(PayloadPart {
+        name: part.name.clone(),
+        files: files.iter().map(payload_file).collect::<Result<_, _>>()?,
+        units: units
+            .into_iter()
+            .map(|u| PayloadUnit {
+                name: u.name,
+                enable: u.enable,
+                content: u.content,
+                drop_ins: (u.drop_ins.into_iter())
+                    .map(|(name, content)| PayloadDropIn { name, content })
+                    .collect(),
+            })
+            .collect(),
+        commands: part.commands.clone(),
+    })
+}
+
+fn payload_file(f: &File) -> Result<PayloadFile, String> {
+    Ok(PayloadFile {
+        path: f.path.clone(),
+        permissions: f.permissions.clone(),
+        owner: f.owner.clone(),
+        content: decode(&f.content, f.encoding).map_err(|e| format!("file {}: {e}", f.path))?,
+    })
+}
+
+/// A file's bytes as they land on disk.
+fn decode(content: &str, encoding: FileEncoding) -> Result<Vec<u8>, String> {
+    use base64::Engine as _;
+    let base64 = || {
+        base64::engine::general_purpose::STANDARD
+            .decode(content.split_ascii_whitespace().collect::<String>())
+            .map_err(|e| format!("not valid base64: {e}"))
+    };
+    match encoding {
+        FileEncoding::Plain => Ok(content.as_bytes().to_vec()),
+        FileEncoding::Base64 => base64(),
+        FileEncoding::GzipBase64 => {
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&base64()?[..]), &mut out)
+                .map_err(|e| format!("not valid gzip data: {e}"))?;
+            Ok(out)
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The in-place rule on real renders: a change is in place exactly when every difference in the
+//! rendered output lies in `InPlace` parts, and the payload holds those parts only.
+
+use crd_types::{BootplateConfigSpec, Role, TemplateSpec};
+use render::generator::Generated;
+use render::{CompiledTemplate, PartsRender, UpdatePlan, sample_context};
+
+const TEMPLATE: &str = r#"
+os: { name: linux }
+format: cloud-config
+variables:
+  - { name: mirror, default: "https://mirror.example" }
+  - { name: runtime, default: "2.0" }
+parts:
+  - name: install
+    commands: ["install-runtime {{shell_quote values.runtime}}"]
+  - name: configure
+    update: InPlace
+    files:
+      - path: /etc/containerd/mirror.toml
+        content: "endpoint = \"{{values.mirror}}\"\n"
+        permissions: "0600"
+        owner: root:root
+      - path: /etc/motd
+        encoding: base64
+        content: aGVsbG8K
+    units:
+      - name: containerd.service
+        dropIns: [{ name: 10-mirror.conf, content: "[Service]\nEnvironment=M={{values.mirror}}\n" }]
+    commands: ["reload-mirror"]
+  - name: extras
+    update: InPlace
+    files: [{ path: /etc/extras, content: "x\n" }]
+"#;
+
+fn template(yaml: &str) -> TemplateSpec {
+    serde_yaml::from_str(yaml).unwrap()
+}
+
+fn config(yaml: &str) -> BootplateConfigSpec {
+    let mut value: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+    value["templateRef"] =
+        serde_yaml::from_str("{kind: ClusterBootstrapTemplate, name: t}").unwrap();
+    serde_yaml::from_value(value).unwrap()
+}
+
+fn parts(spec: &TemplateSpec, config: &BootplateConfigSpec) -> PartsRender {
+    CompiledTemplate::compile("ClusterBootstrapTemplate t", spec)
+        .unwrap()
+        .render_parts(config, &sample_context(Role::Worker), &Generated::new())
+        .unwrap()
+        .expect("a template with parts")
+}
+
+fn plan(old: (&str, &str), new: (&str, &str)) -> UpdatePlan {
+    let before = parts(&template(old.0), &config(old.1));
+    let after = parts(&template(new.0), &config(new.1));
+    after.update_from(&before)
+}
+
+#[test]
+fn a_variable_only_an_in_place_part_reads_changes_in_place() {
+    let plan = plan(
+        (TEMPLATE, "{}"),
+        (TEMPLATE, "variables: { mirror: https://other.example }"),
+    );
+    assert_eq!(
+        plan,
+        UpdatePlan::InPlace {
+            parts: vec!["configure".into()]
+        }
+    );
+}
+
+#[test]
+fn a_variable_a_rollout_part_reads_rolls_out_naming_the_part() {
+    let plan = plan(
+        (TEMPLATE, "{}"),
+        (TEMPLATE, "variables: { runtime: \"2.1\" }"),
+    );
+    assert_eq!(
+        plan,
+        UpdatePlan::Rollout {
+            reason: "part `install` changed and is not `update: InPlace`".into()
+        }
+    );
+}
+
+#[test]
+fn a_template_edit_that_renders_the_same_bytes_changes_nothing() {
+    // The spec (and its revision) differs; the render does not.
+    let edited = TEMPLATE.replace(r#"\"{{values.mirror}}\""#, r#"\"https://mirror.example\""#);
+    assert_ne!(template(&edited).revision(), template(TEMPLATE).revision());
+    assert_eq!(
+        plan((TEMPLATE, "{}"), (&edited, "{}")),
+        UpdatePlan::Unchanged
+    );
+}
+
+#[test]
+fn the_configs_own_files_and_commands_roll_out() {
+    let plan_files = plan(
+        (TEMPLATE, "{}"),
+        (TEMPLATE, "files: [{ path: /etc/own, content: a }]"),
+    );
+    assert!(matches!(plan_files, UpdatePlan::Rollout { reason } if reason.contains("own files")));
+    let plan_commands = plan((TEMPLATE, "{}"), (TEMPLATE, "postCommands: [date]"));
+    assert!(matches!(plan_commands, UpdatePlan::Rollout { .. }));
+}
+
+#[test]
+fn skipping_an_in_place_part_is_in_place_and_skipping_a_rollout_part_rolls_out() {
+    assert_eq!(
+        plan((TEMPLATE, "{}"), (TEMPLATE, "skipParts: [extras]")),
+        UpdatePlan::InPlace {
+            parts: vec!["extras".into()]
+        }
+    );
+    assert_eq!(
+        plan((TEMPLATE, "{}"), (TEMPLATE, "skipParts: [install]")),
+        UpdatePlan::Rollout {
+            reason: "part `install` was removed and is not `update: InPlace`".into()
+        }
+    );
+}
+
+#[test]
+fn a_part_must_be_in_place_before_and_after_the_change() {
+    // `install` becomes InPlace in the same change that alters it: the booted machine's
+    // `install` was never the agent's to manage.
+    let new = TEMPLATE
+        .replace(
+            "  - name: install\n",
+            "  - name: install\n    update: InPlace\n",
+        )
+        .replace("install-runtime", "install-runtime --fast");
+    let plan = plan((TEMPLATE, "{}"), (&new, "{}"));
+    assert!(matches!(plan, UpdatePlan::Rollout { reason } if reason.contains("`install`")));
+}
+
+#[test]
+fn a_format_change_rolls_out() {
+    let new = TEMPLATE.replace("format: cloud-config", "format: script");
+    assert!(matches!(
+        plan((TEMPLATE, "{}"), (&new, "{}")),
+        UpdatePlan::Rollout { reason } if reason.contains("format")
+    ));
+}
+
+#[test]
+fn the_payload_holds_the_in_place_parts_decoded_without_files_the_config_replaces() {
+    let render = parts(
+        &template(TEMPLATE),
+        &config("files: [{ path: /etc/extras, content: mine }]"),
+    );
+    let payload = render.payload();
+    let names: Vec<&str> = payload.parts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["configure", "extras"]);
+    let configure = &payload.parts[0];
+    assert_eq!(configure.files[0].path, "/etc/containerd/mirror.toml");
+    assert_eq!(
+        configure.files[0].content,
+        b"endpoint = \"https://mirror.example\"\n"
+    );
+    assert_eq!(configure.files[0].permissions, "0600");
+    assert_eq!(configure.files[1].content, b"hello\n", "base64 is decoded");
+    assert_eq!(configure.units[0].name, "containerd.service");
+    assert_eq!(
+        configure.units[0].drop_ins[0].content,
+        "[Service]\nEnvironment=M=https://mirror.example\n"
+    );
+    assert_eq!(configure.commands, ["reload-mirror"]);
+    assert!(
+        payload.parts[1].files.is_empty(),
+        "the config's /etc/extras replaces the part's: not the agent's file"
+    );
+}
+
+#[test]
+fn a_raw_template_has_no_parts() {
+    let raw = template("os: { name: linux }\nformat: script\ntemplate: \"#!/bin/sh\\ntrue\\n\"\n");
+    let compiled = CompiledTemplate::compile("ClusterBootstrapTemplate raw", &raw).unwrap();
+    let split = compiled
+        .render_parts(
+            &config("{}"),
+            &sample_context(Role::Worker),
+            &Generated::new(),
+        )
+        .unwrap();
+    assert!(split.is_none());
+}
+
+#[test]
+fn an_unset_update_keeps_the_template_revision() {
+    // Templates published before `update` existed keep their revision (no spurious re-render).
+    let spec = template(TEMPLATE);
+    let json = serde_json::to_string(&spec.parts[0]).unwrap();
+    assert!(!json.contains("update"), "{json}");
+    assert!(
+        serde_json::to_string(&spec.parts[1])
+            .unwrap()
+            .contains(r#""update":"InPlace""#)
+    );
+}

@@ -1,0 +1,214 @@
+//! In-place updates against a real workload apiserver (Node and RBAC authorization, as kubeadm
+//! sets it up): bootplate publishes each node's payload Secret with the Role and RoleBinding
+//! that let only that node read it, and bootplate-agent, with the node's own identity (a client
+//! certificate for `system:node:<name>` in `system:nodes`, what a kubelet has), applies it into
+//! a directory root with a recording systemctl stub and reports on its Node.
+//!
+//! The agent runs in-process (`agent::watch::Agent`, the code its binary's loop runs); the
+//! Cluster API hooks that drive it in a cluster are not part of this test.
+
+use std::os::unix::fs::PermissionsExt;
+
+use base64::Engine as _;
+use bootplate::k8s::node_payload;
+use crd_types::payload::{
+    APPLIED_ANNOTATION, CONDITION_TYPE, NodePayload, PayloadFile, PayloadPart, PayloadUnit,
+    secret_name,
+};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use testenv::ApiServer;
+use testenv::pki::TestCa;
+
+/// A client with the identity of node `name`.
+async fn node_client(apiserver: &ApiServer, ca: &TestCa, name: &str) -> kube::Client {
+    let leaf = ca.client(&format!("system:node:{name}"), "system:nodes");
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: w\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {}\nusers:\n- name: n\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: c\n  context: {{cluster: w, user: n}}\ncurrent-context: c\n",
+        apiserver.port(),
+        b64(&ca.cert_pem),
+        b64(&leaf.cert_pem),
+        b64(&leaf.key_pem),
+    );
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn payload(mirror: &str, command: &str) -> NodePayload {
+    NodePayload {
+        parts: vec![PayloadPart {
+            name: "configure".into(),
+            files: vec![PayloadFile {
+                path: "/etc/containerd/mirror.toml".into(),
+                permissions: "0600".into(),
+                owner: "root:root".into(),
+                content: mirror.as_bytes().to_vec(),
+            }],
+            units: vec![PayloadUnit {
+                name: "containerd.service".into(),
+                enable: true,
+                content: None,
+                drop_ins: vec![],
+            }],
+            commands: vec![command.into()],
+        }],
+    }
+}
+
+struct Workload {
+    apiserver: ApiServer,
+    ca: TestCa,
+    admin: kube::Client,
+}
+
+async fn workload(nodes: &[&str]) -> Workload {
+    let ca = TestCa::new("workload-ca");
+    let apiserver = ApiServer::start_for_joins(&ca).await.unwrap();
+    let admin = apiserver.client().await.unwrap();
+    let api: Api<Node> = Api::all(admin.clone());
+    for name in nodes {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name }
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &node).await.unwrap();
+    }
+    Workload {
+        apiserver,
+        ca,
+        admin,
+    }
+}
+
+/// A directory root and a systemctl stub that logs its arguments there.
+fn node_dir() -> (tempfile::TempDir, agent::Node) {
+    let dir = tempfile::tempdir().unwrap();
+    let stub = dir.path().join("systemctl");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}/systemctl.log'\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let node = agent::Node {
+        root,
+        systemctl: stub.into(),
+        shell: "sh".into(),
+    };
+    (dir, node)
+}
+
+#[tokio::test]
+async fn a_node_reads_its_own_payload_and_no_other() {
+    let w = workload(&["node-a", "node-b"]).await;
+    node_payload::publish(&w.admin, "node-a", &payload("a", "true"))
+        .await
+        .unwrap();
+    node_payload::publish(&w.admin, "node-b", &payload("b", "true"))
+        .await
+        .unwrap();
+    let a = node_client(&w.apiserver, &w.ca, "node-a").await;
+    let secrets: Api<Secret> = Api::namespaced(a, "kube-system");
+    secrets
+        .get(&secret_name("node-a"))
+        .await
+        .expect("node-a reads its own payload");
+    for denied in [
+        secrets.get(&secret_name("node-b")).await.map(|_| ()),
+        secrets.list(&ListParams::default()).await.map(|_| ()),
+    ] {
+        match denied {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+            other => panic!("node-a read what is not its own: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_agent_applies_reports_puts_drift_back_and_reports_a_failed_step() {
+    let w = workload(&["node-a"]).await;
+    let (dir, node) = node_dir();
+    let agent = agent::watch::Agent {
+        client: node_client(&w.apiserver, &w.ca, "node-a").await,
+        node_name: "node-a".into(),
+        node: node.clone(),
+    };
+    assert_eq!(agent.pass().await.unwrap(), agent::watch::Pass::NoPayload);
+
+    let first = payload("a", "true");
+    let revision = node_payload::publish(&w.admin, "node-a", &first)
+        .await
+        .unwrap();
+    assert_eq!(
+        agent.pass().await.unwrap(),
+        agent::watch::Pass::Applied(revision.clone())
+    );
+    let file = node.path("/etc/containerd/mirror.toml");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a");
+    let nodes: Api<Node> = Api::all(w.admin.clone());
+    let reported = nodes.get("node-a").await.unwrap();
+    assert_eq!(
+        reported.metadata.annotations.as_ref().unwrap()[APPLIED_ANNOTATION],
+        revision
+    );
+    let condition = |node: &Node| {
+        let conditions = node.status.as_ref().unwrap().conditions.as_ref().unwrap();
+        let c = conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_TYPE)
+            .unwrap();
+        (c.status.clone(), c.message.clone().unwrap_or_default())
+    };
+    assert_eq!(condition(&reported).0, "True");
+
+    // Drift: the file edited by hand is put back on the next pass.
+    std::fs::write(&file, "edited").unwrap();
+    agent.pass().await.unwrap();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a");
+
+    // A new payload whose command fails: the Node says which part and step, and the new file
+    // is whole.
+    let failing = payload("b", "echo no mirror >&2; exit 4");
+    let new_revision = node_payload::publish(&w.admin, "node-a", &failing)
+        .await
+        .unwrap();
+    let pass = agent.pass().await.unwrap();
+    let agent::watch::Pass::Failed(message) = pass else {
+        panic!("the failing command was not reported: {pass:?}");
+    };
+    assert!(
+        message.starts_with(&format!(
+            "revision {new_revision} failed: part `configure`: command 0: exit status: 4"
+        )),
+        "{message}"
+    );
+    let reported = nodes.get("node-a").await.unwrap();
+    assert_eq!(condition(&reported), ("False".to_owned(), message));
+    assert_eq!(
+        reported.metadata.annotations.as_ref().unwrap()[APPLIED_ANNOTATION],
+        revision,
+        "the applied revision stays the last one that succeeded"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "b");
+    let calls = std::fs::read_to_string(dir.path().join("systemctl.log")).unwrap();
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        [
+            "enable containerd.service",
+            "restart containerd.service",
+            "restart containerd.service",
+            "restart containerd.service"
+        ],
+        "enabled once, restarted for each change of its part's file (drift included)"
+    );
+}

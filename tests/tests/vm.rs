@@ -1,0 +1,331 @@
+//! Real VMs: a rendered user-data boots a Debian machine under qemu (TCG) from a NoCloud seed
+//! disk, with the image's own kernel, systemd and cloud-init, and what it did is read from the
+//! disk afterwards (tests/vm/: build-image.sh builds and caches the images, boot.sh boots one).
+//! Unlike the boot proof, nothing is a stand-in: systemd runs the units the user-data enables,
+//! `hostnamectl`, `useradd`, kubeadm and the kubelet are the machine's own. Two boots: plain-linux
+//! on the plain image, kubeadm-debian-12 on the pre-baked one joining a real control plane.
+//! Needs root and tests/scripts/install-tools.sh's qemu, cloud-localds and debugfs.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use testenv::ApiServer;
+use testenv::joins::{self, JoinServices};
+use testenv::pki::TestCa;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The cached image (tests/vm/build-image.sh builds it on first use), `args` choosing it.
+fn image(args: &[&OsStr]) -> PathBuf {
+    let out = Command::new(repo().join("tests/vm/build-image.sh"))
+        .args(args)
+        .output()
+        .expect("running tests/vm/build-image.sh");
+    assert!(
+        out.status.success(),
+        "tests/vm/build-image.sh (needs root and tests/scripts/install-tools.sh's tools):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Where VM boots keep their disks and consoles: under the target directory, for the
+/// post-mortem (each boot replaces its own directory).
+fn runs_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"))
+        .join("vm")
+}
+
+/// Boots `user_data` (tests/vm/boot.sh) as the machine `hostname`, the guest reaching the
+/// host's loopback at 10.0.2.2 when `reach_host`; the run's directory.
+fn boot(image: &Path, user_data: &[u8], hostname: &str, reach_host: bool) -> PathBuf {
+    let dir = runs_dir().join(hostname);
+    std::fs::create_dir_all(runs_dir()).unwrap();
+    let input = runs_dir().join(format!("{hostname}.user-data"));
+    std::fs::write(&input, user_data).unwrap();
+    let out = Command::new(repo().join("tests/vm/boot.sh"))
+        .arg("--image")
+        .arg(image)
+        .arg("--user-data")
+        .arg(&input)
+        .arg("--out")
+        .arg(&dir)
+        .args(["--hostname", hostname])
+        .args(reach_host.then_some("--reach-host"))
+        .env("BOOTPLATE_VM_MEMORY", "2048")
+        .output()
+        .expect("running tests/vm/boot.sh");
+    assert!(
+        out.status.success(),
+        "the VM boot of {hostname} (console: {}/console.log):\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// `bootplate render` of `template` (under templates/) for the Machine, Cluster and config
+/// files, with `args` (role, token, CA); the user-data.
+fn render(
+    template: &str,
+    machine: &Path,
+    cluster: &Path,
+    config: &Path,
+    args: &[&OsStr],
+) -> Vec<u8> {
+    let template = repo().join("templates").join(template);
+    testenv::controller::render(&template, machine, cluster, config, args)
+}
+
+/// A file of the powered-off machine's disk (`debugfs -R cat`), or None when it is not there.
+fn read_disk(disk: &Path, path: &str) -> Option<String> {
+    let out = Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("cat {path}"))
+        .arg(disk)
+        .output()
+        .expect("running debugfs (e2fsprogs)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "debugfs cat {path}: {stderr}");
+    (!stderr.contains("File not found")).then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// plain-linux, rendered for a worker Machine, boots to "cloud-init finished": its script set
+/// the host name to the Machine's name, made the user with sudo and SSH keys and the service
+/// the variables ask for (enabled in systemd's tree), cloud-init recorded no error, and the
+/// Cluster API sentinel was written (copied from /run by the image before it powered off).
+#[test]
+fn plain_linux_boots_in_a_vm() {
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        r#"apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfig
+metadata: {name: proof-worker-v1-31-2, namespace: boot-proof}
+spec:
+  templateRef: {kind: ClusterBootstrapTemplate, name: plain-linux}
+  variables:
+    users:
+      - name: alice
+        sudo: true
+        sshAuthorizedKeys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIVmAliceKeyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA alice@vm"]
+    serviceName: vm-web
+    serviceCommand: [/usr/bin/python3, -m, http.server, "8080"]
+    serviceUser: www-vm
+"#,
+    )
+    .unwrap();
+    let fixtures = repo().join("tests/boot/fixtures");
+    let user_data = render(
+        "plain-linux.yaml",
+        &fixtures.join("machine-worker-v1.31.2.yaml"),
+        &fixtures.join("cluster.yaml"),
+        &config,
+        &[],
+    );
+
+    // The seed's local-hostname differs from the Machine's name: the script must set it.
+    let dir = boot(&image(&[]), &user_data, "vm-plain", false);
+    let disk = dir.join("disk.raw");
+    let read = |path: &str| read_disk(&disk, path).unwrap_or_else(|| panic!("{path} is missing"));
+
+    let result: serde_json::Value =
+        serde_json::from_str(&read("/var/lib/cloud/data/result.json")).unwrap();
+    assert_eq!(result["v1"]["errors"], serde_json::json!([]), "{result}");
+    assert_eq!(
+        read("/var/lib/bootplate-vm/run/cluster-api/bootstrap-success.complete"),
+        "success\n"
+    );
+    assert_eq!(read("/etc/hostname").trim(), "proof-worker-v1-31-2");
+    assert!(read("/etc/passwd").contains("\nalice:"));
+    assert!(
+        read("/home/alice/.ssh/authorized_keys").contains("AAAAIVmAliceKey"),
+        "alice's key"
+    );
+    assert_eq!(
+        read("/etc/sudoers.d/90-bootplate-alice"),
+        "alice ALL=(ALL) NOPASSWD:ALL\n"
+    );
+    assert!(read("/etc/passwd").contains("\nwww-vm:"));
+    let unit = read("/etc/systemd/system/vm-web.service");
+    assert!(unit.contains("User=www-vm"), "{unit}");
+    assert!(
+        read_disk(
+            &disk,
+            "/etc/systemd/system/multi-user.target.wants/vm-web.service"
+        )
+        .is_some(),
+        "vm-web.service is not enabled"
+    );
+}
+
+/// kubeadm-debian-12 on a pre-baked image (`skipParts: [install]`: containerd, runc, kubeadm
+/// and the kubelet already there), rendered for a worker Machine with the workload cluster's
+/// real token and CA: the VM's real kubeadm joins the real control plane of testenv::joins
+/// through qemu's user-mode networking (the host is 10.0.2.2 to the guest, so the cluster's
+/// endpoint and its signed `cluster-info` say 10.0.2.2), the kubelet registers the Node under
+/// the Machine's name after its CSR from the token's user was approved, and the sentinel is
+/// written.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubeadm_prebaked_image_joins_from_a_vm() {
+    let ca = TestCa::new("kubernetes");
+    let apiserver = ApiServer::start_for_joins(&ca).await.unwrap();
+    let _services = JoinServices::start(&apiserver, &ca).await.unwrap();
+    let client = apiserver.client().await.unwrap();
+    let port = apiserver.port();
+
+    // The guest reaches the apiserver at 10.0.2.2: kubeadm's discovery trusts the server
+    // cluster-info names (the bootstrap signer signs it again after this change).
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    let info = config_maps.get("cluster-info").await.unwrap();
+    let kubeconfig = info.data.as_ref().unwrap()["kubeconfig"].replace(
+        &format!("https://127.0.0.1:{port}"),
+        &format!("https://10.0.2.2:{port}"),
+    );
+    assert!(kubeconfig.contains("10.0.2.2"), "{kubeconfig}");
+    config_maps
+        .patch(
+            "cluster-info",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"kubeconfig": kubeconfig}})),
+        )
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let token = joins::token_secret(
+        "vmjoin",
+        "0123456789abcdef",
+        std::time::Duration::from_secs(1800),
+        false,
+    );
+    secrets
+        .create(&PostParams::default(), &token)
+        .await
+        .unwrap();
+
+    let work = tempfile::tempdir().unwrap();
+    let d = work.path();
+    let version = joins::kube_version().unwrap();
+    let machine = "vm-worker-0";
+    let write = |name: &str, value: serde_json::Value| {
+        let path = d.join(name);
+        std::fs::write(&path, serde_yaml::to_string(&value).unwrap()).unwrap();
+        path
+    };
+    let cluster = write(
+        "cluster.yaml",
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "workload", "namespace": "vm"},
+            "spec": {
+                "controlPlaneEndpoint": {"host": "10.0.2.2", "port": port},
+                "clusterNetwork": {"services": {"cidrBlocks": ["10.0.0.0/24"]},
+                                   "pods": {"cidrBlocks": ["192.168.0.0/16"]}},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                      "kind": "DockerCluster", "name": "workload"},
+            },
+        }),
+    );
+    let machine_file = write(
+        "machine.yaml",
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": machine, "namespace": "vm",
+                         "labels": {"cluster.x-k8s.io/cluster-name": "workload"}},
+            "spec": {
+                "clusterName": "workload", "version": version,
+                "bootstrap": {"configRef": {"apiGroup": "bootstrap.bootplate.dev",
+                                            "kind": "BootplateConfig", "name": machine}},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                      "kind": "DockerMachine", "name": machine},
+            },
+        }),
+    );
+    let config = write(
+        "config.yaml",
+        json!({
+            "apiVersion": "bootstrap.bootplate.dev/v1alpha1", "kind": "BootplateConfig",
+            "metadata": {"name": machine, "namespace": "vm"},
+            "spec": {
+                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
+                "skipParts": ["install"],
+            },
+        }),
+    );
+    std::fs::write(d.join("ca.crt"), &ca.cert_pem).unwrap();
+    std::fs::write(d.join("ca.key"), &ca.key_pem).unwrap();
+    let (ca_cert, ca_key) = (d.join("ca.crt"), d.join("ca.key"));
+    let user_data = render(
+        "kubeadm-debian-12.yaml",
+        &machine_file,
+        &cluster,
+        &config,
+        &[
+            "--role".as_ref(),
+            "worker".as_ref(),
+            "--token".as_ref(),
+            "vmjoin.0123456789abcdef".as_ref(),
+            "--ca-cert".as_ref(),
+            ca_cert.as_os_str(),
+            "--ca-key".as_ref(),
+            ca_key.as_os_str(),
+        ],
+    );
+
+    let kube = runs_dir().join("kube-bin");
+    std::fs::create_dir_all(&kube).unwrap();
+    for name in ["kubeadm", "kubelet"] {
+        let _ = std::fs::remove_file(kube.join(name));
+        std::os::unix::fs::symlink(testenv::tools::path(name).unwrap(), kube.join(name)).unwrap();
+    }
+    let image = image(&["--prebaked".as_ref(), kube.as_os_str()]);
+    let dir = tokio::task::spawn_blocking(move || boot(&image, &user_data, "vm-kubeadm", true))
+        .await
+        .unwrap();
+    let disk = dir.join("disk.raw");
+
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let approved = csrs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|csr| {
+            csr.spec.username.as_deref() == Some("system:bootstrap:vmjoin")
+                && csr
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Approved"))
+        });
+    assert!(approved, "no approved CSR from system:bootstrap:vmjoin");
+    let nodes: Api<Node> = Api::all(client);
+    assert!(
+        nodes.get_opt(machine).await.unwrap().is_some(),
+        "no Node {machine}; console: {}/console.log",
+        dir.display()
+    );
+    assert_eq!(
+        read_disk(
+            &disk,
+            "/var/lib/bootplate-vm/run/cluster-api/bootstrap-success.complete"
+        )
+        .as_deref(),
+        Some("success\n")
+    );
+    assert!(
+        read_disk(&disk, "/etc/kubernetes/kubelet.conf").is_some_and(|c| c.contains("10.0.2.2"))
+    );
+}
