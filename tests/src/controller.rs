@@ -11,6 +11,11 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("BOOTPLATE_BIN") {
         return Ok(PathBuf::from(path));
     }
+    workspace_binary("bootplate")
+}
+
+/// Path of the workspace binary `name` built alongside the tests (`target/<profile>/<name>`).
+pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
     // Test executables live in target/<profile>/deps, the binary one level up; other binaries
     // (the scale benchmark) live beside it.
     let exe = std::env::current_exe()?;
@@ -22,10 +27,10 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     } else {
         exe_dir
     };
-    let path = profile_dir.join("bootplate");
+    let path = profile_dir.join(name);
     if !path.is_file() {
         bail!(
-            "{} not found; build it first (`cargo build -p bootplate`; `cargo test --workspace` does)",
+            "{} not found; build it first (`cargo build --workspace`; `cargo test --workspace` does)",
             path.display()
         );
     }

@@ -4,6 +4,7 @@
 //! (the README's test command runs it); [`tools`] finds them. A missing binary fails the test
 //! with a message saying how to build it: integration tests never skip silently.
 
+pub mod agent;
 pub mod capi;
 pub mod capi_env;
 pub mod controller;

@@ -440,6 +440,7 @@ fn config_status() -> impl Strategy<Value = Option<BootplateConfigStatus>> {
                         observed_generation: generation,
                         template_revision: revision,
                         role,
+                        in_place: None,
                         conditions,
                     }
                 },

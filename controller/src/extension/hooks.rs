@@ -29,19 +29,28 @@ pub(super) async fn discovery(State(hooks): State<Hooks>) -> Json<Value> {
 pub(super) async fn dispatch(
     State(hooks): State<Hooks>,
     Path((hook, _handler)): Path<(String, String)>,
-    Json(body): Json<Value>,
+    body: axum::body::Bytes,
 ) -> Json<Value> {
-    let answer = match hook.as_str() {
-        "canupdatemachineset" => can_update_machine_set(&hooks, body).await,
-        "canupdatemachine" => can_update_machine(&hooks, body).await,
-        "updatemachine" => update_machine(&hooks, body).await,
-        other => Err(format!("bootplate serves no hook {other:?}")),
+    // Cluster API's client sends JSON without a Content-Type: the body is read as JSON whatever
+    // the header says.
+    let answer = match serde_json::from_slice::<Value>(&body) {
+        Err(e) => Err(format!("the request is not JSON: {e}")),
+        Ok(body) => answer(&hooks, &hook, body).await,
     };
     Json(answer.unwrap_or_else(|message| {
         warn!(%hook, %message, "runtime hook failed");
         hooks.metrics.hook_request(&hook, "error");
         wire::response(&hook, false, &message)
     }))
+}
+
+async fn answer(hooks: &Hooks, hook: &str, body: Value) -> Result<Value, String> {
+    match hook {
+        "canupdatemachineset" => can_update_machine_set(hooks, body).await,
+        "canupdatemachine" => can_update_machine(hooks, body).await,
+        "updatemachine" => update_machine(hooks, body).await,
+        other => Err(format!("bootplate serves no hook {other:?}")),
+    }
 }
 
 fn decode<T: DeserializeOwned>(value: Value, what: &str) -> Result<T, String> {

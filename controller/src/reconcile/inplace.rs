@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt};
 use render::generator::Generated;
 use render::{JoinInfo, RenderContext};
-use tracing::info;
+use tracing::{debug, info};
 
 use super::context::Context;
 use crate::core::inplace::{self, NodeReport};
@@ -45,7 +45,10 @@ pub(crate) async fn sync(
     let template = match templates::resolve(&ctx.stores, &ctx.compiled, config) {
         Ok(t) if t.compiled.updates_in_place() => t,
         // Nothing to publish; a payload published before stays as it is.
-        _ => return Ok(None),
+        other => {
+            debug!(template = ?other.as_ref().map(|t| &t.display), "no in-place step");
+            return Ok(None);
+        }
     };
     let Some(node) = machine.status.as_ref().and_then(|s| s.node_ref.as_ref()) else {
         return Ok(None);
@@ -53,6 +56,7 @@ pub(crate) async fn sync(
     let node = node.name.clone();
     let updating = inplace::in_progress(&config.metadata);
     let generation = config.metadata.generation;
+    debug!(%node, updating, ?generation, previous = ?previous.in_place, "in-place step");
     let mut status = previous.in_place.clone().unwrap_or_default();
     status.node = Some(node.clone());
     let namespace = config.namespace().unwrap_or_default();

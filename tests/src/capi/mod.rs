@@ -133,6 +133,8 @@ pub struct CapiEnv {
     pub joins: Option<crate::joins::JoinServices>,
     bootplate_kubeconfig: PathBuf,
     bootplate_webhook: (u16, PathBuf),
+    /// `--extension-addr` with [`Options::in_place_updates`] (kept across restarts).
+    extension_args: Vec<String>,
 }
 
 /// How a scenario's environment starts.
@@ -148,12 +150,20 @@ pub struct Options {
     /// Both apiservers keep an audit log ([`ApiServer::start_audited`]): the benchmarks count
     /// each provider's requests from it.
     pub audited: bool,
+    /// Cluster API runs with its `InPlaceUpdates` feature gate and an ExtensionConfig
+    /// (`deploy/extension`) pointing at bootplate's `--extension-addr`; the workload cluster
+    /// authorizes with Node and RBAC, so a node's own identity can be used (bootplate-agent).
+    pub in_place_updates: bool,
 }
 
 impl CapiEnv {
     /// Starts both apiservers, the garbage collector, Cluster API, bootplate and the cloud.
     pub async fn start(options: Options) -> anyhow::Result<CapiEnv> {
         let cluster_ca = TestCa::new("kubernetes");
+        if options.in_place_updates {
+            let workload = Arc::new(ApiServer::start_for_joins(&cluster_ca).await?);
+            return Self::start_managing(options, workload, cluster_ca).await;
+        }
         if options.real_joins {
             let workload = Arc::new(ApiServer::start_for_joins(&cluster_ca).await?);
             let joins = crate::joins::JoinServices::start(&workload, &cluster_ca).await?;
@@ -188,7 +198,7 @@ impl CapiEnv {
         let client = management.client().await?;
         let workload_client = workload.client().await?;
         let garbage_collector = start_garbage_collector(&management)?;
-        let capi = install_and_start_capi(&management, &client).await?;
+        let capi = install_and_start_capi(&management, &client, options.in_place_updates).await?;
         crate::install_crds(&client, &bootplate_crds()).await?;
         crate::install_crds(&client, &cloud::crds()).await?;
         kubectl_apply(
@@ -201,11 +211,20 @@ impl CapiEnv {
         wait_crds_established(&client).await?;
         kubectl_apply(&management, &clusterctl::inventory_entries()?)?;
         let bootplate_webhook = install_bootplate_webhook(&management)?;
+        let extension_args = if options.in_place_updates {
+            install_bootplate_extension(&management, &bootplate_webhook.1)?
+        } else {
+            Vec::new()
+        };
+        let args: Vec<String> = (extension_args.iter())
+            .chain(&options.bootplate_args)
+            .cloned()
+            .collect();
         let bootplate = start_bootplate(
             &management,
             &bootplate_kubeconfig,
             &bootplate_webhook,
-            &options.bootplate_args,
+            &args,
             "bootplate.log",
         )
         .await?;
@@ -229,17 +248,19 @@ impl CapiEnv {
             joins: None,
             bootplate_kubeconfig,
             bootplate_webhook,
+            extension_args,
         })
     }
 
     /// Stops bootplate (SIGKILL) and starts it again with the same flags, logging to `log`.
     pub async fn restart_bootplate(&mut self, args: &[String], log: &str) -> anyhow::Result<()> {
         self.bootplate.kill();
+        let args: Vec<String> = (self.extension_args.iter()).chain(args).cloned().collect();
         self.bootplate = start_bootplate(
             &self.management,
             &self.bootplate_kubeconfig,
             &self.bootplate_webhook,
-            args,
+            &args,
             log,
         )
         .await?;
@@ -445,7 +466,16 @@ fn start_garbage_collector(server: &ApiServer) -> anyhow::Result<Process> {
 /// Installs Cluster API from its module's manifests and starts its manager, as the
 /// ServiceAccount those manifests bind, with the feature gates the scenarios use. Returns once
 /// its webhooks answer.
-async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::Result<Process> {
+async fn install_and_start_capi(
+    server: &ApiServer,
+    client: &Client,
+    in_place_updates: bool,
+) -> anyhow::Result<Process> {
+    let gates = if in_place_updates {
+        "--feature-gates=MachinePool=true,ClusterTopology=true,RuntimeSDK=true,InPlaceUpdates=true"
+    } else {
+        "--feature-gates=MachinePool=true,ClusterTopology=true,RuntimeSDK=true"
+    };
     let webhook_port = crate::free_port()?;
     let webhook_ca = TestCa::new("capi-webhook-ca");
     let cert_dir = server.dir().join("capi-webhook-certs");
@@ -472,7 +502,7 @@ async fn install_and_start_capi(server: &ApiServer, client: &Client) -> anyhow::
             .arg(format!("--diagnostics-address=127.0.0.1:{diagnostics}"))
             .arg("--insecure-diagnostics=true")
             .arg("--leader-elect=false")
-            .arg("--feature-gates=MachinePool=true,ClusterTopology=true,RuntimeSDK=true")
+            .arg(gates)
             .arg("--sync-period=1m")
             .env("POD_NAMESPACE", install::NAMESPACE)
             .env("POD_NAME", "capi-manager"),
@@ -525,6 +555,24 @@ fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf
     install::for_loopback(&mut config, port, &ca.cert_pem)?;
     kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
     Ok((port, cert_dir))
+}
+
+/// An ExtensionConfig pointing Cluster API at bootplate's extension on a loopback port, with
+/// the webhook's test certificate (in `cert_dir`). Returns the `bootplate run` arguments serving it.
+fn install_bootplate_extension(server: &ApiServer, cert_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let port = crate::free_port()?;
+    let ca_pem = std::fs::read_to_string(cert_dir.join("ca.crt"))?;
+    let config = json!({
+        "apiVersion": "runtime.cluster.x-k8s.io/v1beta2",
+        "kind": "ExtensionConfig",
+        "metadata": {"name": "bootplate"},
+        "spec": {
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}"), "caBundle": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_pem)},
+            "namespaceSelector": {},
+        },
+    });
+    kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
+    Ok(vec![format!("--extension-addr=127.0.0.1:{port}")])
 }
 
 async fn start_bootplate(

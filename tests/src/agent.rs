@@ -1,0 +1,105 @@
+//! bootplate-agent as the tests run it: the real binary (`target/<profile>/bootplate-agent`),
+//! with a node's own identity (a client certificate for `system:node:<name>` in `system:nodes`,
+//! what a kubelet has), applying into a directory root with a systemctl stub that records its
+//! arguments.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+
+use crate::capi::Process;
+use crate::pki::TestCa;
+
+/// A kubeconfig for the apiserver on `port` (signed by `ca`) with the identity of node `node`.
+pub fn node_kubeconfig(port: u16, ca: &TestCa, node: &str) -> String {
+    let leaf = ca.client(&format!("system:node:{node}"), "system:nodes");
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: w\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {}\nusers:\n- name: n\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: c\n  context: {{cluster: w, user: n}}\ncurrent-context: c\n",
+        b64(&ca.cert_pem),
+        b64(&leaf.cert_pem),
+        b64(&leaf.key_pem),
+    )
+}
+
+/// A node's disk: a directory root, and a systemctl stub logging each call's arguments.
+pub struct NodeDisk {
+    dir: tempfile::TempDir,
+}
+
+impl NodeDisk {
+    /// An empty root and the stub.
+    pub fn new() -> anyhow::Result<NodeDisk> {
+        let dir = tempfile::tempdir()?;
+        let stub = dir.path().join("systemctl");
+        std::fs::write(
+            &stub,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> '{}/systemctl.log'\n",
+                dir.path().display()
+            ),
+        )?;
+        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::create_dir(dir.path().join("root"))?;
+        Ok(NodeDisk { dir })
+    }
+
+    /// The directory the node's `/` is.
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    /// The stub's path.
+    pub fn systemctl(&self) -> PathBuf {
+        self.dir.path().join("systemctl")
+    }
+
+    /// The node path `path` (absolute) under the root.
+    pub fn path(&self, path: &str) -> PathBuf {
+        self.root().join(path.trim_start_matches('/'))
+    }
+
+    /// The systemctl calls so far, one per line, and forgets them.
+    pub fn take_systemctl_calls(&self) -> Vec<String> {
+        let log = self.dir.path().join("systemctl.log");
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        calls.lines().map(str::to_owned).collect()
+    }
+}
+
+/// A running bootplate-agent for node `node` (killed on drop).
+pub struct AgentProcess {
+    _process: Process,
+}
+
+impl AgentProcess {
+    /// Starts the agent for `node` against the apiserver on `port`, applying into `disk` every
+    /// `interval`; its kubeconfig and log go to `dir`.
+    pub fn start(
+        dir: &Path,
+        port: u16,
+        ca: &TestCa,
+        node: &str,
+        disk: &NodeDisk,
+        interval: &str,
+    ) -> anyhow::Result<AgentProcess> {
+        let kubeconfig = dir.join(format!("{node}.kubeconfig"));
+        std::fs::write(&kubeconfig, node_kubeconfig(port, ca, node))?;
+        let binary = crate::controller::workspace_binary("bootplate-agent")?;
+        let process = Process::spawn(
+            "bootplate-agent",
+            Command::new(binary)
+                .arg(format!("--node-name={node}"))
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .arg(format!("--root={}", disk.root().display()))
+                .arg(format!("--systemctl={}", disk.systemctl().display()))
+                .arg(format!("--interval={interval}"))
+                .env("RUST_LOG", "info"),
+            &dir.join(format!("agent-{node}.log")),
+        )?;
+        Ok(AgentProcess { _process: process })
+    }
+}

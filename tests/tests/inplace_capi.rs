@@ -1,0 +1,541 @@
+//! In-place updates driven by the real Cluster API (its manager with the `InPlaceUpdates` and
+//! `RuntimeSDK` feature gates) through bootplate's Runtime SDK extension, registered by the
+//! ExtensionConfig of `deploy/extension`. Test code plays the cloud, the kubelets and the nodes'
+//! disks: each node runs the real bootplate-agent binary with the node's own identity against the
+//! workload apiserver (Node and RBAC authorization), applying into a directory root with a
+//! systemctl stub that records its calls.
+//!
+//! (a) A MachineDeployment's config changes only an `update: InPlace` part: Cluster API asks
+//! `CanUpdateMachineSet`, moves the Machines to the new MachineSet and calls `UpdateMachine`;
+//! the Machines keep their UIDs, each node's files hold the new content, only the changed unit
+//! was restarted, the data Secret was not rewritten.
+//! (b) A change to a `Rollout` part: the hook refuses, Cluster API replaces the Machines.
+//! (c) The agent fails a step: the Machine's update is reported failed, the config's condition
+//! names the part and the step, and the node's file is whole (old or new, never torn).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use testenv::agent::{AgentProcess, NodeDisk};
+use testenv::capi::{CapiEnv, NS, Options, objects};
+
+const WAIT: Duration = Duration::from_secs(240);
+const MIRROR_FILE: &str = "/etc/containerd/certs.d/docker.io/hosts.toml";
+
+/// A template with a `Rollout` install part and an `InPlace` configure part: a mirror file, a
+/// drop-in of containerd that names the mirror, a unit that does not, and a command (which fails
+/// when `failStep` is set).
+fn template() -> Value {
+    json!({
+        "apiVersion": "bootstrap.bootplate.dev/v1alpha1",
+        "kind": "BootstrapTemplate",
+        "metadata": {"name": "inplace", "namespace": NS},
+        "spec": {
+            "os": {"name": "linux"},
+            "format": "cloud-config",
+            "variables": [
+                {"name": "mirror", "default": "https://mirror-a.example"},
+                {"name": "runtime", "default": "2.0"},
+                {"name": "failStep", "default": false, "schema": {"type": "boolean"}},
+            ],
+            "parts": [
+                {"name": "install", "commands": ["echo install runtime {{shell_quote values.runtime}}"]},
+                {
+                    "name": "configure",
+                    "update": "InPlace",
+                    "files": [{
+                        "path": MIRROR_FILE,
+                        "permissions": "0644",
+                        "content": "[host.\"{{values.mirror}}\"]\n  capabilities = [\"pull\"]\n",
+                    }],
+                    "units": [
+                        {"name": "containerd.service", "dropIns": [{
+                            "name": "10-mirror.conf",
+                            "content": "[Service]\nEnvironment=MIRROR={{values.mirror}}\n",
+                        }]},
+                        {"name": "node-exporter.service", "enable": true,
+                         "content": "[Unit]\nDescription=exporter\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"},
+                    ],
+                    "commands": ["{{#if values.failStep}}echo cannot reach the mirror >&2; exit 3{{else}}mkdir -p \"$BOOTPLATE_ROOT/var/log\" && echo {{shell_quote values.mirror}} >> \"$BOOTPLATE_ROOT/var/log/mirror-history\"{{/if}}"],
+                },
+            ],
+        },
+    })
+}
+
+fn config_template(name: &str, variables: Value) -> Value {
+    json!({
+        "apiVersion": "bootstrap.bootplate.dev/v1alpha1",
+        "kind": "BootplateConfigTemplate",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"template": {"spec": {
+            "templateRef": {"kind": "BootstrapTemplate", "name": "inplace"},
+            "variables": variables,
+        }}},
+    })
+}
+
+/// A MachineDeployment that updates without a surge (one Machine unavailable at a time), so an
+/// in-place update never needs a new Machine.
+fn machine_deployment(name: &str, cluster: &str, replicas: u32, config_template: &str) -> Value {
+    let mut md = objects::machine_deployment(
+        name,
+        cluster,
+        replicas,
+        config_template,
+        "inplace",
+        "v1.37.2",
+    );
+    md["spec"]["rollout"] = json!({"strategy": {"type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}});
+    md
+}
+
+async fn apply(env: &CapiEnv, resource: &kube::api::ApiResource, object: Value) {
+    env.apply(resource, object).await.unwrap();
+}
+
+fn config_templates() -> kube::api::ApiResource {
+    objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates")
+}
+
+/// Points MachineDeployment `md` at BootplateConfigTemplate `template`.
+async fn switch_template(env: &CapiEnv, md: &str, template: &str) {
+    let api = env.capi("MachineDeployment", "machinedeployments");
+    let patch =
+        json!({"spec": {"template": {"spec": {"bootstrap": {"configRef": {"name": template}}}}}});
+    api.patch(md, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The Machines of MachineDeployment `md`, by name.
+async fn machines(env: &CapiEnv, md: &str) -> BTreeMap<String, DynamicObject> {
+    let params = ListParams::default().labels(&format!("cluster.x-k8s.io/deployment-name={md}"));
+    env.capi("Machine", "machines")
+        .list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|m| (m.metadata.name.clone().unwrap(), m))
+        .collect()
+}
+
+async fn config(env: &CapiEnv, name: &str) -> DynamicObject {
+    env.configs().get(name).await.unwrap()
+}
+
+fn config_name(machine: &DynamicObject) -> String {
+    machine.data["spec"]["bootstrap"]["configRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Polls `check` every second until it returns `Some`; on timeout panics with `what` and
+/// Cluster API's and bootplate's state.
+async fn wait_for<T, F, Fut>(env: &CapiEnv, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for {what}\n{}", env.describe().await);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Waits until MachineDeployment `md` has `count` Machines with a Node, each config with a
+/// published node payload; returns the Machines.
+async fn wait_joined_with_payload(
+    env: &CapiEnv,
+    md: &str,
+    count: usize,
+) -> BTreeMap<String, DynamicObject> {
+    wait_for(
+        env,
+        &format!("{count} joined Machines of {md} with payloads"),
+        || async {
+            let found = machines(env, md).await;
+            if found.len() != count
+                || found
+                    .values()
+                    .any(|m| m.data["status"]["nodeRef"].is_null())
+            {
+                return None;
+            }
+            for machine in found.values() {
+                let config = config(env, &config_name(machine)).await;
+                config.data["status"]["inPlace"]["publishedRevision"].as_str()?;
+            }
+            Some(found)
+        },
+    )
+    .await
+}
+
+/// Waits until the agent on node `node` applied `revision` (its Node's annotation).
+async fn wait_applied(env: &CapiEnv, node: &str, revision: &str) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
+    wait_for(env, &format!("node {node} to apply {revision}"), || async {
+        let n = nodes.get(node).await.ok()?;
+        let applied = n
+            .metadata
+            .annotations?
+            .get(crd_types::payload::APPLIED_ANNOTATION)?
+            .clone();
+        (applied == revision).then_some(())
+    })
+    .await
+}
+
+fn published(config: &DynamicObject) -> String {
+    config.data["status"]["inPlace"]["publishedRevision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Starts an agent for each Machine's node (named after the Machine) and waits until each
+/// applied its first payload; returns the disks by node.
+async fn start_agents(
+    env: &CapiEnv,
+    machines: &BTreeMap<String, DynamicObject>,
+) -> (Vec<AgentProcess>, BTreeMap<String, NodeDisk>) {
+    let mut agents = Vec::new();
+    let mut disks = BTreeMap::new();
+    for (name, machine) in machines {
+        let node = machine.data["status"]["nodeRef"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let disk = NodeDisk::new().unwrap();
+        agents.push(
+            AgentProcess::start(
+                env.management.dir(),
+                env.workload.port(),
+                &env.cluster_ca,
+                &node,
+                &disk,
+                "1s",
+            )
+            .unwrap(),
+        );
+        let revision = published(&config(env, &config_name(machine)).await);
+        wait_applied(env, &node, &revision).await;
+        disk.take_systemctl_calls();
+        disks.insert(name.clone(), disk);
+    }
+    (agents, disks)
+}
+
+fn uids(machines: &BTreeMap<String, DynamicObject>) -> BTreeMap<String, String> {
+    machines
+        .iter()
+        .map(|(n, m)| (n.clone(), m.metadata.uid.clone().unwrap()))
+        .collect()
+}
+
+async fn data_secret_version(env: &CapiEnv, name: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    secrets
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "does not pass yet: Cluster API changes the config's spec, but bootplate's reconcile does not see the update-in-progress annotation, so it never publishes the new payload (see the issue note)"]
+async fn cluster_api_updates_machines_in_place_through_bootplate() {
+    let env = CapiEnv::start(Options {
+        in_place_updates: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    apply(
+        &env,
+        &objects::dev_control_plane_resource(),
+        objects::dev_control_plane("ip", "v1.37.2"),
+    )
+    .await;
+    apply(
+        &env,
+        &objects::dev_cluster_resource(),
+        objects::dev_cluster("ip"),
+    )
+    .await;
+    apply(
+        &env,
+        &objects::cluster_resource(),
+        objects::cluster("ip", Some("ip"), false),
+    )
+    .await;
+    apply(
+        &env,
+        &objects::bootplate_resource("BootstrapTemplate", "bootstraptemplates"),
+        template(),
+    )
+    .await;
+    apply(
+        &env,
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template("inplace", "small"),
+    )
+    .await;
+    let v1 = json!({"mirror": "https://mirror-a.example"});
+    apply(
+        &env,
+        &config_templates(),
+        config_template("a-v1", v1.clone()),
+    )
+    .await;
+    apply(&env, &config_templates(), config_template("c-v1", v1)).await;
+    apply(
+        &env,
+        &objects::machine_deployment_resource(),
+        machine_deployment("a", "ip", 2, "a-v1"),
+    )
+    .await;
+    apply(
+        &env,
+        &objects::machine_deployment_resource(),
+        machine_deployment("c", "ip", 1, "c-v1"),
+    )
+    .await;
+
+    let before = wait_joined_with_payload(&env, "a", 2).await;
+    let failing = wait_joined_with_payload(&env, "c", 1).await;
+    let (_agents, disks) = start_agents(&env, &before).await;
+    let (_failing_agent, failing_disks) = start_agents(&env, &failing).await;
+    let mut secret_versions = BTreeMap::new();
+    for (name, machine) in &before {
+        let disk = &disks[name];
+        let mirror = std::fs::read_to_string(disk.path(MIRROR_FILE)).unwrap();
+        assert!(mirror.contains("mirror-a.example"), "{mirror}");
+        let config_name = config_name(machine);
+        secret_versions.insert(
+            config_name.clone(),
+            data_secret_version(&env, &config_name).await,
+        );
+    }
+
+    in_place_update(&env, &before, &disks, &secret_versions).await;
+    failed_step(&env, &failing, &failing_disks).await;
+    rollout(&env, &before).await;
+}
+
+/// (a) Only the `InPlace` part changes: the Machines stay, the nodes apply it.
+async fn in_place_update(
+    env: &CapiEnv,
+    before: &BTreeMap<String, DynamicObject>,
+    disks: &BTreeMap<String, NodeDisk>,
+    secret_versions: &BTreeMap<String, String>,
+) {
+    apply(
+        env,
+        &config_templates(),
+        config_template("a-v2", json!({"mirror": "https://mirror-b.example"})),
+    )
+    .await;
+    switch_template(env, "a", "a-v2").await;
+    let after = wait_for(
+        env,
+        "the in-place update of MachineDeployment a",
+        || async {
+            let found = machines(env, "a").await;
+            if found.len() != 2
+                || found.values().any(|m| {
+                    m.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("cluster.x-k8s.io/update-in-progress"))
+                })
+            {
+                return None;
+            }
+            for machine in found.values() {
+                let config = config(env, &config_name(machine)).await;
+                let updated = condition(&config, "InPlaceUpdating")
+                    .is_some_and(|c| c["status"] == "False" && c["reason"] == "InPlaceUpdated");
+                let mirror = config.data["spec"]["variables"]["mirror"].as_str();
+                if !updated || mirror != Some("https://mirror-b.example") {
+                    return None;
+                }
+            }
+            Some(found)
+        },
+    )
+    .await;
+    assert_eq!(
+        uids(&after),
+        uids(before),
+        "the Machines were updated in place, not replaced"
+    );
+    for (name, machine) in &after {
+        let disk = &disks[name];
+        let mirror = std::fs::read_to_string(disk.path(MIRROR_FILE)).unwrap();
+        assert_eq!(
+            mirror,
+            "[host.\"https://mirror-b.example\"]\n  capabilities = [\"pull\"]\n"
+        );
+        let history = std::fs::read_to_string(disk.path("/var/log/mirror-history")).unwrap();
+        assert_eq!(
+            history, "https://mirror-a.example\nhttps://mirror-b.example\n",
+            "the command ran once per revision"
+        );
+        let restarts: Vec<String> = disk
+            .take_systemctl_calls()
+            .into_iter()
+            .filter(|c| c.starts_with("restart") || c.contains("node-exporter"))
+            .collect();
+        assert_eq!(
+            restarts,
+            ["restart containerd.service"],
+            "only the changed unit restarts"
+        );
+        let config_name = config_name(machine);
+        let config = config(env, &config_name).await;
+        let status = &config.data["status"]["inPlace"];
+        assert_eq!(status["appliedRevision"], status["publishedRevision"]);
+        assert_eq!(
+            data_secret_version(env, &config_name).await,
+            secret_versions[&config_name],
+            "the data Secret is not rewritten for an in-place update"
+        );
+        let owner = &machine.metadata.owner_references.as_ref().unwrap()[0];
+        assert!(owner.name.starts_with("a-"), "{owner:?}");
+    }
+}
+
+/// (c) The new payload's command fails on the node.
+async fn failed_step(
+    env: &CapiEnv,
+    failing: &BTreeMap<String, DynamicObject>,
+    disks: &BTreeMap<String, NodeDisk>,
+) {
+    apply(
+        env,
+        &config_templates(),
+        config_template(
+            "c-v2",
+            json!({"mirror": "https://mirror-c.example", "failStep": true}),
+        ),
+    )
+    .await;
+    switch_template(env, "c", "c-v2").await;
+    let (name, machine) = failing.iter().next().unwrap();
+    let config_name = config_name(machine);
+    let message = wait_for(
+        env,
+        "the failed in-place update of MachineDeployment c",
+        || async {
+            let config = config(env, &config_name).await;
+            let c = condition(&config, "InPlaceUpdating")?;
+            (c["reason"] == "InPlaceUpdateFailed")
+                .then(|| c["message"].as_str().unwrap().to_owned())
+        },
+    )
+    .await;
+    assert!(
+        message.contains("part `configure`") && message.contains("command 0"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("mirror-c"),
+        "the condition names the step, not its content: {message}"
+    );
+    let machine_failed = wait_for(
+        env,
+        "Cluster API to report the Machine's update failed",
+        || async {
+            let m = env.capi("Machine", "machines").get(name).await.ok()?;
+            let updating = condition(&m, "Updating")?;
+            (updating["reason"] == "InPlaceUpdateFailed").then(|| updating.clone())
+        },
+    )
+    .await;
+    assert_eq!(machine_failed["status"], "True", "{machine_failed}");
+    let disk = &disks[name];
+    let mirror = std::fs::read_to_string(disk.path(MIRROR_FILE)).unwrap();
+    assert!(
+        mirror == "[host.\"https://mirror-c.example\"]\n  capabilities = [\"pull\"]\n"
+            || mirror == "[host.\"https://mirror-a.example\"]\n  capabilities = [\"pull\"]\n",
+        "a whole file, never a torn one: {mirror:?}"
+    );
+    let dir = disk.path("/etc/containerd/certs.d/docker.io");
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        [std::ffi::OsString::from("hosts.toml")],
+        "no temporary file is left"
+    );
+    let events = env.client.clone();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(events, NS);
+    let found = events.list(&ListParams::default()).await.unwrap();
+    assert!(
+        found
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InPlaceUpdateFailed")
+                && e.involved_object.name.as_deref() == Some(&config_name)),
+        "a Warning Event tells about the failure"
+    );
+}
+
+/// (b) A change to the `Rollout` part: Cluster API replaces the Machines.
+async fn rollout(env: &CapiEnv, before: &BTreeMap<String, DynamicObject>) {
+    apply(
+        env,
+        &config_templates(),
+        config_template(
+            "a-v3",
+            json!({"mirror": "https://mirror-b.example", "runtime": "2.1"}),
+        ),
+    )
+    .await;
+    switch_template(env, "a", "a-v3").await;
+    let old = uids(before);
+    let after = wait_for(env, "the rollout of MachineDeployment a", || async {
+        let found = machines(env, "a").await;
+        let replaced = found.len() == 2
+            && found.values().all(|m| {
+                !old.values().any(|u| Some(u) == m.metadata.uid.as_ref())
+                    && !m.data["status"]["nodeRef"].is_null()
+            });
+        replaced.then_some(found)
+    })
+    .await;
+    for machine in after.values() {
+        let config = config(env, &config_name(machine)).await;
+        assert_eq!(config.data["spec"]["variables"]["runtime"], "2.1");
+        let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+        let secret = secrets.get(&config_name(machine)).await.unwrap();
+        let user_data = String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap();
+        assert!(user_data.contains("install runtime 2.1"), "{user_data}");
+    }
+}
