@@ -27,7 +27,8 @@
 //! target/release/capi-bench --machines 1000 --rounds 2
 //! ```
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -146,6 +147,57 @@ struct Run {
     peak_rss_mib: f64,
     requests: Requests,
     restart: Option<Requests>,
+    breakdown: Breakdown,
+}
+
+/// Where a run's time went: Cluster API creating the Machines, the provider's lag behind it,
+/// and the CPU every process used until the last Machine had its data.
+struct Breakdown {
+    /// Seconds from the MachineDeployments' creation until the watch saw the last Machine.
+    last_machine_seen: f64,
+    /// Per Machine, seconds from the watch first seeing it to seeing it name its data Secret:
+    /// median, 95th percentile, maximum.
+    lag: [f64; 3],
+    /// CPU seconds until ready: Cluster API's manager, the management apiserver + etcd, the
+    /// workload apiserver + etcd, this program (the test infrastructure provider and the
+    /// control-plane stand-in run in it).
+    cpu: [f64; 4],
+}
+
+/// When the benchmark's watch first saw each Machine, and when it first saw it name its data
+/// Secret.
+#[derive(Default)]
+struct Timeline {
+    seen: HashMap<String, Instant>,
+    done: HashMap<String, Instant>,
+}
+
+impl Timeline {
+    fn breakdown(&self, started: Instant, cpu: [f64; 4]) -> Breakdown {
+        let last_machine_seen = self
+            .seen
+            .values()
+            .map(|at| at.duration_since(started).as_secs_f64())
+            .fold(0.0, f64::max);
+        let mut lags: Vec<f64> = self
+            .done
+            .iter()
+            .filter_map(|(name, done)| {
+                Some(done.duration_since(*self.seen.get(name)?).as_secs_f64())
+            })
+            .collect();
+        lags.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            lags.get(((lags.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        Breakdown {
+            last_machine_seen,
+            lag: [at(0.5), at(0.95), at(1.0)],
+            cpu,
+        }
+    }
 }
 
 /// A running provider: bootplate (the environment's process) or CABPK's manager.
@@ -249,12 +301,15 @@ impl Bench {
         let pid = provider.pid(&self.env);
 
         let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(0usize);
+        let timeline = Arc::new(Mutex::new(Timeline::default()));
         let watch = tokio::spawn(count_bootstrapped(
             Api::namespaced_with(self.env.client.clone(), &ns, &objects::machine_resource()),
             ready_tx,
+            timeline.clone(),
         ));
         let audit = self.audit_offsets();
         let cpu_before = cpu_seconds(pid);
+        let others_before = self.others_cpu();
         let started = Instant::now();
         self.create_deployments(&ns, &clusters, variant).await?;
         tokio::time::timeout(
@@ -266,6 +321,11 @@ impl Bench {
         let seconds = started.elapsed().as_secs_f64();
         watch.abort();
         let cpu_at_ready = cpu_seconds(pid) - cpu_before;
+        let others = self.others_cpu();
+        let breakdown = timeline.lock().expect("timeline").breakdown(
+            started,
+            std::array::from_fn(|i| others[i] - others_before[i]),
+        );
         tokio::time::sleep(SETTLE).await;
         let cpu_settled = cpu_seconds(pid) - cpu_before;
         let peak_rss_mib = rss_kib(pid, "VmHWM") / 1024.0;
@@ -275,6 +335,18 @@ impl Bench {
              provider CPU {cpu_at_ready:.1} s until then, {cpu_settled:.1} s after settling; peak RSS {peak_rss_mib:.1} MiB"
         );
         requests.print("run", n);
+        println!(
+            "last Machine seen {:.1} s after the MachineDeployments' creation; data Secret after its Machine: median {:.2} s, p95 {:.2} s, max {:.2} s; \
+             CPU s until ready: Cluster API {:.1}, management apiserver + etcd {:.1}, workload apiserver + etcd {:.1}, test provider (this program) {:.1}",
+            breakdown.last_machine_seen,
+            breakdown.lag[0],
+            breakdown.lag[1],
+            breakdown.lag[2],
+            breakdown.cpu[0],
+            breakdown.cpu[1],
+            breakdown.cpu[2],
+            breakdown.cpu[3],
+        );
 
         provider.stop(&mut self.env)?;
         let restart = if self.args.skip_restart {
@@ -304,7 +376,20 @@ impl Bench {
             peak_rss_mib,
             requests,
             restart,
+            breakdown,
         })
+    }
+
+    /// CPU seconds so far of Cluster API's manager, each apiserver with its etcd, and this
+    /// program.
+    fn others_cpu(&self) -> [f64; 4] {
+        let sum = |pids: [u32; 2]| pids.into_iter().map(cpu_seconds).sum::<f64>();
+        [
+            cpu_seconds(self.env.capi.pid()),
+            sum(self.env.management.pids()),
+            sum(self.env.workload.pids()),
+            cpu_seconds(std::process::id()),
+        ]
     }
 
     async fn start_provider(
@@ -547,6 +632,30 @@ impl Bench {
                 per(run.requests.writes() as f64, n as f64),
             );
         }
+        println!(
+            "\nwhere the time went (Machines: the watch's first sight of the last one; lag: data Secret after its Machine; CPU s until ready):"
+        );
+        println!(
+            "| provider | round | time | last Machine seen | lag median / p95 / max | CPU: Cluster API | management apiserver + etcd | workload apiserver + etcd | test provider |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for run in runs {
+            let b = &run.breakdown;
+            println!(
+                "| {} | {} | {:.1} s | {:.1} s | {:.2} / {:.2} / {:.2} s | {:.1} | {:.1} | {:.1} | {:.1} |",
+                run.variant.label(self.args.concurrency),
+                run.round,
+                run.seconds,
+                b.last_machine_seen,
+                b.lag[0],
+                b.lag[1],
+                b.lag[2],
+                b.cpu[0],
+                b.cpu[1],
+                b.cpu[2],
+                b.cpu[3],
+            );
+        }
         let median = |variant: Variant, f: &dyn Fn(&Run) -> f64| {
             let mut values: Vec<f64> = runs
                 .iter()
@@ -589,8 +698,8 @@ async fn wait_ready(bootplate: &ControllerProcess) -> anyhow::Result<()> {
 async fn count_bootstrapped(
     machines: Api<DynamicObject>,
     ready: tokio::sync::watch::Sender<usize>,
+    timeline: Arc<Mutex<Timeline>>,
 ) {
-    let mut done = HashSet::new();
     let stream = watcher(machines, watcher::Config::default());
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
@@ -598,12 +707,16 @@ async fn count_bootstrapped(
             Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => vec![m],
             _ => continue,
         };
+        let now = Instant::now();
+        let mut timeline = timeline.lock().expect("timeline");
         for machine in objects {
+            let name = machine.name_any();
+            timeline.seen.entry(name.clone()).or_insert(now);
             if machine.data["spec"]["bootstrap"]["dataSecretName"].is_string() {
-                done.insert(machine.name_any());
+                timeline.done.entry(name).or_insert(now);
             }
         }
-        let _ = ready.send(done.len());
+        let _ = ready.send(timeline.done.len());
     }
 }
 
