@@ -64,6 +64,8 @@ struct Args {
     first_round: usize,
     concurrency: usize,
     skip_restart: bool,
+    /// The providers run in each round, in the order of the first.
+    variants: Vec<Variant>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -74,9 +76,12 @@ fn args() -> anyhow::Result<Args> {
         first_round: 0,
         concurrency: 16,
         skip_restart: false,
+        variants: Variant::ALL.to_vec(),
     };
     let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] [--first-round N] \
-                 [--concurrency N] [--skip-restart]";
+                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate]\n\
+                 --providers: which to run (default all three): cabpk is CABPK with its defaults, \
+                 cabpkc CABPK with bootplate's --concurrency";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -87,6 +92,17 @@ fn args() -> anyhow::Result<Args> {
             "--first-round" => parsed.first_round = value()?.parse()?,
             "--concurrency" => parsed.concurrency = value()?.parse()?,
             "--skip-restart" => parsed.skip_restart = true,
+            "--providers" => {
+                parsed.variants = value()?
+                    .split(',')
+                    .map(|name| {
+                        Variant::ALL
+                            .into_iter()
+                            .find(|v| v.short() == name)
+                            .with_context(|| format!("unknown provider {name:?}: {usage}"))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+            }
             "-h" | "--help" => {
                 println!("{usage}");
                 std::process::exit(0);
@@ -94,8 +110,12 @@ fn args() -> anyhow::Result<Args> {
             _ => bail!("{usage}"),
         }
     }
-    if parsed.machines == 0 || parsed.per_deployment == 0 || parsed.rounds == 0 {
-        bail!("--machines, --per-deployment and --rounds must be more than zero");
+    if parsed.machines == 0
+        || parsed.per_deployment == 0
+        || parsed.rounds == 0
+        || parsed.variants.is_empty()
+    {
+        bail!("--machines, --per-deployment, --rounds and --providers must be more than zero");
     }
     if !parsed.machines.is_multiple_of(parsed.per_deployment) {
         bail!("--machines must be a multiple of --per-deployment");
@@ -269,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut runs = Vec::new();
     for round in 0..bench.args.rounds {
-        let mut order = Variant::ALL.to_vec();
+        let mut order = bench.args.variants.clone();
         if (round + bench.args.first_round) % 2 == 1 {
             order.reverse();
         }
@@ -668,7 +688,11 @@ impl Bench {
         println!(
             "\nratios bootplate / CABPK (medians over the rounds; targets: time <= 0.67, CPU <= 0.5, RSS <= 0.5, requests <= 1):"
         );
+        let ran = |variant: Variant| runs.iter().any(|r| r.variant == variant);
         for cabpk in [Variant::CabpkDefaults, Variant::CabpkConcurrency] {
+            if !ran(Variant::Bootplate) || !ran(cabpk) {
+                continue;
+            }
             let ratio = |f: &dyn Fn(&Run) -> f64| median(Variant::Bootplate, f) / median(cabpk, f);
             println!(
                 "  against {}: time {:.2}, CPU (settled) {:.2}, peak RSS {:.2}, requests per machine {:.2}",
