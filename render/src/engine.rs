@@ -15,11 +15,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use handlebars::template::{DecoratorTemplate, Parameter, Template, TemplateElement};
-use handlebars::{Context, Handlebars, RenderErrorReason, TemplateError};
+use handlebars::{
+    Context, Handlebars, RenderContext, RenderErrorReason, Renderable, TemplateError,
+};
 
 use crate::error::{Position, Problem};
 use crate::helpers;
-use crate::limit::{Budget, LimitedWriter};
+use crate::limit::{Budget, LimitedOutput};
 use crate::tree::{Analysis, analyze, charge_steps, dismantle};
 
 /// Deepest allowed nesting of blocks, `else if` branches, subexpressions and partial includes,
@@ -56,8 +58,8 @@ pub(crate) struct Engine {
     fields: BTreeMap<String, String>,
     analyses: BTreeMap<String, Analysis>,
     partial_names: BTreeSet<String>,
-    /// Texts with an inlined copy (see [`Engine::inline_partials`]).
-    inlined: BTreeSet<String>,
+    /// What each registered text renders with besides its compiled template.
+    prepared: BTreeMap<String, Prepared>,
     /// Compile cost spent so far (see [`MAX_TEXT_COST`]).
     cost: u64,
 }
@@ -74,7 +76,7 @@ impl Engine {
             fields: BTreeMap::new(),
             analyses: BTreeMap::new(),
             partial_names: BTreeSet::new(),
-            inlined: BTreeSet::new(),
+            prepared: BTreeMap::new(),
             cost: 0,
         }
     }
@@ -147,6 +149,11 @@ impl Engine {
         let mut template = template;
         charge_steps(&mut template, field.starts_with("spec.partials."));
         self.registry.register_template(name, template);
+        let prepared = Prepared {
+            inlined: None,
+            capacity: text.len(),
+        };
+        self.prepared.insert(name.to_owned(), prepared);
     }
 
     /// After all texts are added: every partial reference must name a partial of
@@ -322,12 +329,19 @@ impl Engine {
             };
             let mut inlined = template.clone();
             let mut budget = MAX_INLINED;
-            if inline(&mut inlined, &partials, &mut budget) && budget < MAX_INLINED {
-                let fast = format!("{name}{INLINED_SUFFIX}");
-                self.registry.register_template(&fast, inlined);
-                self.inlined.insert(name);
+            if inline(&mut inlined, &partials, &mut budget)
+                && budget < MAX_INLINED
+                && let Some(prepared) = self.prepared.get_mut(&name)
+            {
+                prepared.inlined = Some(inlined);
             }
         }
+    }
+
+    /// Whether `name` renders from an inlined copy.
+    #[cfg(test)]
+    fn is_inlined(&self, name: &str) -> bool {
+        self.prepared.get(name).is_some_and(|p| p.inlined.is_some())
     }
 
     /// Renders `text` against `ctx`, taking the bytes from `budget`.
@@ -345,21 +359,24 @@ impl Engine {
                     Err(FieldError::TooLarge)
                 }
             }
-            Text::Template(name) if self.inlined.contains(name) => {
+            Text::Template(name) => {
+                let prepared = self.prepared.get(name);
+                let capacity = prepared.map_or(0, |p| p.capacity);
+                let Some(inlined) = prepared.and_then(|p| p.inlined.as_ref()) else {
+                    return self.render_registered(name, ctx, budget, capacity);
+                };
                 // A failure is rendered again without inlining, from the same budgets: its
                 // error then names the partial's field, line and column.
                 let (saved, work) = (budget.clone(), crate::helpers::work_left());
-                let fast = format!("{name}{INLINED_SUFFIX}");
-                match self.render_registered(&fast, ctx, budget) {
+                match self.render_template(name, inlined, ctx, budget, capacity) {
                     Ok(out) => Ok(out),
                     Err(_) => {
                         *budget = saved;
                         crate::helpers::set_work_left(work);
-                        self.render_registered(name, ctx, budget)
+                        self.render_registered(name, ctx, budget, capacity)
                     }
                 }
             }
-            Text::Template(name) => self.render_registered(name, ctx, budget),
         }
     }
 
@@ -368,16 +385,36 @@ impl Engine {
         name: &str,
         ctx: &Context,
         budget: &mut Budget,
+        capacity: usize,
     ) -> Result<String, FieldError> {
-        let mut out = LimitedWriter::new(budget);
-        let result = self
-            .registry
-            .render_with_context_to_write(name, ctx, &mut out);
-        let buf = std::mem::take(&mut out.buf);
+        match self.registry.get_template(name) {
+            Some(template) => self.render_template(name, template, ctx, budget, capacity),
+            None => {
+                let e = RenderErrorReason::TemplateNotFound(name.to_owned()).into();
+                Err(FieldError::Failed(self.render_problem(name, &e)))
+            }
+        }
+    }
+
+    /// Renders `template` (the text registered as `name`, or its inlined copy) into a buffer of
+    /// `capacity` bytes, as the registry would, but with escaping turned off: the escape
+    /// function is the identity ([`handlebars::no_escape`]), and with escaping on handlebars
+    /// copies every value it writes to pass it through.
+    fn render_template(
+        &self,
+        name: &str,
+        template: &Template,
+        ctx: &Context,
+        budget: &mut Budget,
+        capacity: usize,
+    ) -> Result<String, FieldError> {
+        let mut out = LimitedOutput::new(budget, capacity);
+        let mut rc = RenderContext::new(template.name.as_ref());
+        rc.set_disable_escape(true);
+        let result = template.render(&self.registry, ctx, &mut rc, &mut out);
+        let buf = out.buf;
         match result {
-            Ok(()) => String::from_utf8(buf).map_err(|_| {
-                FieldError::Failed(Problem::template(name, "rendered text is not UTF-8"))
-            }),
+            Ok(()) => Ok(buf),
             Err(_) if budget.exceeded() => Err(FieldError::TooLarge),
             Err(e) => Err(FieldError::Failed(self.render_problem(name, &e))),
         }
@@ -404,8 +441,13 @@ impl Engine {
 /// copies of partials would cost more memory than the context copies they save time.
 const MAX_INLINED: usize = 32;
 
-/// Registry name of a text's inlined copy: `#` is in no field path nor partial name.
-const INLINED_SUFFIX: &str = "#inlined";
+/// What a registered text renders with besides its compiled template.
+struct Prepared {
+    /// The copy with plain partial includes inlined (see [`Engine::inline_partials`]).
+    inlined: Option<Template>,
+    /// The output buffer's first capacity: the text's own length, about what it renders to.
+    capacity: usize,
+}
 
 /// Replaces the plain partial includes of `template` that are outside context-changing blocks
 /// by the partial's elements (themselves inlined), spending one of `budget` per include.
@@ -656,14 +698,19 @@ mod tests {
         let partials = [("outer", "o={{a}}\n{{> inner}}"), ("inner", "i={{a}}\n")];
         let text = "x\n{{> outer}}\n{{#if a}}{{> inner}}{{else}}none{{/if}}\n{{#each l}}{{> inner}}{{/each}}";
         let engine = engine(&partials, text);
-        assert!(engine.inlined.contains("spec.template"));
+        assert!(engine.is_inlined("spec.template"));
         let data = serde_json::json!({"a": 1, "l": [{"a": 2}, {"a": 3}]});
         let out = render(&engine, data.clone()).ok().unwrap();
         // The same text without inlining, as handlebars expands the includes.
         let mut budget = Budget::new(1 << 20);
         let _work = crate::helpers::WorkBudget::start();
         let expanded = engine
-            .render_registered("spec.template", &Context::wraps(data).unwrap(), &mut budget)
+            .render_registered(
+                "spec.template",
+                &Context::wraps(data).unwrap(),
+                &mut budget,
+                0,
+            )
             .ok()
             .unwrap();
         assert_eq!(out, expanded);
@@ -672,11 +719,7 @@ mod tests {
 
     #[test]
     fn includes_with_parameters_or_in_loops_are_left_to_handlebars() {
-        let inlined = |text: &str| {
-            engine(&[("p", "{{a}}")], text)
-                .inlined
-                .contains("spec.template")
-        };
+        let inlined = |text: &str| engine(&[("p", "{{a}}")], text).is_inlined("spec.template");
         assert!(!inlined("{{> p a=1}}"));
         assert!(!inlined("{{> p this}}"));
         assert!(!inlined("{{#each l}}{{> p}}{{/each}}"));

@@ -92,32 +92,31 @@ impl Budget {
     }
 }
 
-/// An `io::Write` that fails as soon as the shared budget runs out; handlebars then aborts the
-/// render, and the caller turns the failure into `OutputTooLarge` by looking at the budget.
-pub(crate) struct LimitedWriter<'a> {
-    pub(crate) buf: Vec<u8>,
+/// A handlebars output into a `String` that fails as soon as the shared budget runs out;
+/// handlebars then aborts the render, and the caller turns the failure into `OutputTooLarge`
+/// by looking at the budget. Handlebars hands it `&str`, so the text needs no UTF-8 check
+/// afterwards.
+pub(crate) struct LimitedOutput<'a> {
+    pub(crate) buf: String,
     budget: &'a mut Budget,
 }
 
-impl<'a> LimitedWriter<'a> {
-    pub(crate) fn new(budget: &'a mut Budget) -> Self {
-        LimitedWriter {
-            buf: Vec::new(),
+impl<'a> LimitedOutput<'a> {
+    /// An empty output with room for `capacity` bytes.
+    pub(crate) fn new(budget: &'a mut Budget, capacity: usize) -> Self {
+        LimitedOutput {
+            buf: String::with_capacity(capacity),
             budget,
         }
     }
 }
 
-impl io::Write for LimitedWriter<'_> {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if !self.budget.take(data.len()) {
+impl handlebars::Output for LimitedOutput<'_> {
+    fn write(&mut self, seg: &str) -> io::Result<()> {
+        if !self.budget.take(seg.len()) {
             return Err(io::Error::other("output size limit reached"));
         }
-        self.buf.extend_from_slice(data);
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
+        self.buf.push_str(seg);
         Ok(())
     }
 }
@@ -125,7 +124,7 @@ impl io::Write for LimitedWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use handlebars::Output;
 
     #[test]
     fn config_lowers_but_never_raises_the_template_limit() {
@@ -148,12 +147,12 @@ mod tests {
     }
 
     #[test]
-    fn writer_stops_at_the_budget() {
+    fn output_stops_at_the_budget() {
         let mut budget = Budget::new(5);
-        let mut w = LimitedWriter::new(&mut budget);
-        w.write_all(b"abc").unwrap();
-        assert!(w.write_all(b"def").is_err());
-        assert_eq!(w.buf, b"abc");
+        let mut w = LimitedOutput::new(&mut budget, 0);
+        w.write("abc").unwrap();
+        assert!(w.write("def").is_err());
+        assert_eq!(w.buf, "abc");
         assert!(budget.exceeded());
         assert_eq!(budget.used(), 6);
     }

@@ -27,7 +27,8 @@
 //! target/release/capi-bench --machines 1000 --rounds 2
 //! ```
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -63,6 +64,8 @@ struct Args {
     first_round: usize,
     concurrency: usize,
     skip_restart: bool,
+    /// The providers run in each round, in the order of the first.
+    variants: Vec<Variant>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -73,9 +76,12 @@ fn args() -> anyhow::Result<Args> {
         first_round: 0,
         concurrency: 16,
         skip_restart: false,
+        variants: Variant::ALL.to_vec(),
     };
     let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] [--first-round N] \
-                 [--concurrency N] [--skip-restart]";
+                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate]\n\
+                 --providers: which to run (default all three): cabpk is CABPK with its defaults, \
+                 cabpkc CABPK with bootplate's --concurrency";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -86,6 +92,17 @@ fn args() -> anyhow::Result<Args> {
             "--first-round" => parsed.first_round = value()?.parse()?,
             "--concurrency" => parsed.concurrency = value()?.parse()?,
             "--skip-restart" => parsed.skip_restart = true,
+            "--providers" => {
+                parsed.variants = value()?
+                    .split(',')
+                    .map(|name| {
+                        Variant::ALL
+                            .into_iter()
+                            .find(|v| v.short() == name)
+                            .with_context(|| format!("unknown provider {name:?}: {usage}"))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+            }
             "-h" | "--help" => {
                 println!("{usage}");
                 std::process::exit(0);
@@ -93,8 +110,12 @@ fn args() -> anyhow::Result<Args> {
             _ => bail!("{usage}"),
         }
     }
-    if parsed.machines == 0 || parsed.per_deployment == 0 || parsed.rounds == 0 {
-        bail!("--machines, --per-deployment and --rounds must be more than zero");
+    if parsed.machines == 0
+        || parsed.per_deployment == 0
+        || parsed.rounds == 0
+        || parsed.variants.is_empty()
+    {
+        bail!("--machines, --per-deployment, --rounds and --providers must be more than zero");
     }
     if !parsed.machines.is_multiple_of(parsed.per_deployment) {
         bail!("--machines must be a multiple of --per-deployment");
@@ -146,6 +167,57 @@ struct Run {
     peak_rss_mib: f64,
     requests: Requests,
     restart: Option<Requests>,
+    breakdown: Breakdown,
+}
+
+/// Where a run's time went: Cluster API creating the Machines, the provider's lag behind it,
+/// and the CPU every process used until the last Machine had its data.
+struct Breakdown {
+    /// Seconds from the MachineDeployments' creation until the watch saw the last Machine.
+    last_machine_seen: f64,
+    /// Per Machine, seconds from the watch first seeing it to seeing it name its data Secret:
+    /// median, 95th percentile, maximum.
+    lag: [f64; 3],
+    /// CPU seconds until ready: Cluster API's manager, the management apiserver + etcd, the
+    /// workload apiserver + etcd, this program (the test infrastructure provider and the
+    /// control-plane stand-in run in it).
+    cpu: [f64; 4],
+}
+
+/// When the benchmark's watch first saw each Machine, and when it first saw it name its data
+/// Secret.
+#[derive(Default)]
+struct Timeline {
+    seen: HashMap<String, Instant>,
+    done: HashMap<String, Instant>,
+}
+
+impl Timeline {
+    fn breakdown(&self, started: Instant, cpu: [f64; 4]) -> Breakdown {
+        let last_machine_seen = self
+            .seen
+            .values()
+            .map(|at| at.duration_since(started).as_secs_f64())
+            .fold(0.0, f64::max);
+        let mut lags: Vec<f64> = self
+            .done
+            .iter()
+            .filter_map(|(name, done)| {
+                Some(done.duration_since(*self.seen.get(name)?).as_secs_f64())
+            })
+            .collect();
+        lags.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            lags.get(((lags.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        Breakdown {
+            last_machine_seen,
+            lag: [at(0.5), at(0.95), at(1.0)],
+            cpu,
+        }
+    }
 }
 
 /// A running provider: bootplate (the environment's process) or CABPK's manager.
@@ -217,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut runs = Vec::new();
     for round in 0..bench.args.rounds {
-        let mut order = Variant::ALL.to_vec();
+        let mut order = bench.args.variants.clone();
         if (round + bench.args.first_round) % 2 == 1 {
             order.reverse();
         }
@@ -249,12 +321,15 @@ impl Bench {
         let pid = provider.pid(&self.env);
 
         let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(0usize);
+        let timeline = Arc::new(Mutex::new(Timeline::default()));
         let watch = tokio::spawn(count_bootstrapped(
             Api::namespaced_with(self.env.client.clone(), &ns, &objects::machine_resource()),
             ready_tx,
+            timeline.clone(),
         ));
         let audit = self.audit_offsets();
         let cpu_before = cpu_seconds(pid);
+        let others_before = self.others_cpu();
         let started = Instant::now();
         self.create_deployments(&ns, &clusters, variant).await?;
         tokio::time::timeout(
@@ -266,6 +341,11 @@ impl Bench {
         let seconds = started.elapsed().as_secs_f64();
         watch.abort();
         let cpu_at_ready = cpu_seconds(pid) - cpu_before;
+        let others = self.others_cpu();
+        let breakdown = timeline.lock().expect("timeline").breakdown(
+            started,
+            std::array::from_fn(|i| others[i] - others_before[i]),
+        );
         tokio::time::sleep(SETTLE).await;
         let cpu_settled = cpu_seconds(pid) - cpu_before;
         let peak_rss_mib = rss_kib(pid, "VmHWM") / 1024.0;
@@ -275,6 +355,18 @@ impl Bench {
              provider CPU {cpu_at_ready:.1} s until then, {cpu_settled:.1} s after settling; peak RSS {peak_rss_mib:.1} MiB"
         );
         requests.print("run", n);
+        println!(
+            "last Machine seen {:.1} s after the MachineDeployments' creation; data Secret after its Machine: median {:.2} s, p95 {:.2} s, max {:.2} s; \
+             CPU s until ready: Cluster API {:.1}, management apiserver + etcd {:.1}, workload apiserver + etcd {:.1}, test provider (this program) {:.1}",
+            breakdown.last_machine_seen,
+            breakdown.lag[0],
+            breakdown.lag[1],
+            breakdown.lag[2],
+            breakdown.cpu[0],
+            breakdown.cpu[1],
+            breakdown.cpu[2],
+            breakdown.cpu[3],
+        );
 
         provider.stop(&mut self.env)?;
         let restart = if self.args.skip_restart {
@@ -304,7 +396,20 @@ impl Bench {
             peak_rss_mib,
             requests,
             restart,
+            breakdown,
         })
+    }
+
+    /// CPU seconds so far of Cluster API's manager, each apiserver with its etcd, and this
+    /// program.
+    fn others_cpu(&self) -> [f64; 4] {
+        let sum = |pids: [u32; 2]| pids.into_iter().map(cpu_seconds).sum::<f64>();
+        [
+            cpu_seconds(self.env.capi.pid()),
+            sum(self.env.management.pids()),
+            sum(self.env.workload.pids()),
+            cpu_seconds(std::process::id()),
+        ]
     }
 
     async fn start_provider(
@@ -547,6 +652,30 @@ impl Bench {
                 per(run.requests.writes() as f64, n as f64),
             );
         }
+        println!(
+            "\nwhere the time went (Machines: the watch's first sight of the last one; lag: data Secret after its Machine; CPU s until ready):"
+        );
+        println!(
+            "| provider | round | time | last Machine seen | lag median / p95 / max | CPU: Cluster API | management apiserver + etcd | workload apiserver + etcd | test provider |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for run in runs {
+            let b = &run.breakdown;
+            println!(
+                "| {} | {} | {:.1} s | {:.1} s | {:.2} / {:.2} / {:.2} s | {:.1} | {:.1} | {:.1} | {:.1} |",
+                run.variant.label(self.args.concurrency),
+                run.round,
+                run.seconds,
+                b.last_machine_seen,
+                b.lag[0],
+                b.lag[1],
+                b.lag[2],
+                b.cpu[0],
+                b.cpu[1],
+                b.cpu[2],
+                b.cpu[3],
+            );
+        }
         let median = |variant: Variant, f: &dyn Fn(&Run) -> f64| {
             let mut values: Vec<f64> = runs
                 .iter()
@@ -559,7 +688,11 @@ impl Bench {
         println!(
             "\nratios bootplate / CABPK (medians over the rounds; targets: time <= 0.67, CPU <= 0.5, RSS <= 0.5, requests <= 1):"
         );
+        let ran = |variant: Variant| runs.iter().any(|r| r.variant == variant);
         for cabpk in [Variant::CabpkDefaults, Variant::CabpkConcurrency] {
+            if !ran(Variant::Bootplate) || !ran(cabpk) {
+                continue;
+            }
             let ratio = |f: &dyn Fn(&Run) -> f64| median(Variant::Bootplate, f) / median(cabpk, f);
             println!(
                 "  against {}: time {:.2}, CPU (settled) {:.2}, peak RSS {:.2}, requests per machine {:.2}",
@@ -589,8 +722,8 @@ async fn wait_ready(bootplate: &ControllerProcess) -> anyhow::Result<()> {
 async fn count_bootstrapped(
     machines: Api<DynamicObject>,
     ready: tokio::sync::watch::Sender<usize>,
+    timeline: Arc<Mutex<Timeline>>,
 ) {
-    let mut done = HashSet::new();
     let stream = watcher(machines, watcher::Config::default());
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
@@ -598,12 +731,16 @@ async fn count_bootstrapped(
             Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => vec![m],
             _ => continue,
         };
+        let now = Instant::now();
+        let mut timeline = timeline.lock().expect("timeline");
         for machine in objects {
+            let name = machine.name_any();
+            timeline.seen.entry(name.clone()).or_insert(now);
             if machine.data["spec"]["bootstrap"]["dataSecretName"].is_string() {
-                done.insert(machine.name_any());
+                timeline.done.entry(name).or_insert(now);
             }
         }
-        let _ = ready.send(done.len());
+        let _ = ready.send(timeline.done.len());
     }
 }
 

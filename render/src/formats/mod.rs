@@ -54,6 +54,26 @@ pub(crate) fn write(format: OutputFormat, meta: &Meta<'_>, body: &Body) -> Strin
     }
 }
 
+/// About the size of `body` laid out in a format, to allocate the output once: the texts and
+/// some room for the keys, quotes and the generated lines around them.
+fn size_estimate(body: &Body) -> usize {
+    let files: usize = body
+        .files
+        .iter()
+        .map(|f| f.path.len() + f.content.len() + 64)
+        .sum();
+    let units: usize = body
+        .units
+        .iter()
+        .map(|u| {
+            let drop_ins: usize = u.drop_ins.iter().map(|(n, c)| n.len() + c.len() + 96).sum();
+            u.content.as_ref().map_or(0, |c| c.len() + 96) + drop_ins + 64
+        })
+        .sum();
+    let commands: usize = body.commands.iter().map(|c| c.len() + 8).sum();
+    files + units + commands + 512
+}
+
 /// Units as plain files, for the formats without native units.
 fn unit_files(body: &Body) -> Vec<File> {
     let file = |path: String, content: &str| File {
