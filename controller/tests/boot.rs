@@ -158,6 +158,17 @@ fn prove_with(out: &Path, templates: &[PathBuf], config: Option<&Path>) -> Proof
     }
 }
 
+/// Every case of `proof` was proven (prove.sh exited 0).
+fn assert_proven(proof: &Proof) {
+    assert_eq!(
+        proof.status,
+        Some(0),
+        "the boot proof failed:\n{}\n{}",
+        proof.stdout,
+        proof.stderr
+    );
+}
+
 /// One proven case: what prove.sh rendered and the report of its run.
 struct Case {
     template: PathBuf,
@@ -561,13 +572,7 @@ fn every_template_boots_with_real_cloud_init_and_ignition() {
         &out.join("variants"),
     ));
     let proof = prove(&out.join("cases"), &templates);
-    assert_eq!(
-        proof.status,
-        Some(0),
-        "the boot proof failed:\n{}\n{}",
-        proof.stdout,
-        proof.stderr
-    );
+    assert_proven(&proof);
     let cases = cases(&proof);
     for template in &templates {
         let proven = cases.iter().filter(|c| &c.template == template).count();
@@ -628,13 +633,7 @@ fn the_in_place_agent_part_installs_and_starts_the_agent() {
         .map(|t| repo().join(format!("templates/{t}.yaml")));
     let config = fixture("in-place-agent/config.yaml");
     let proof = prove_with(&out.join("cases"), &templates, Some(&config));
-    assert_eq!(
-        proof.status,
-        Some(0),
-        "the boot proof failed:\n{}\n{}",
-        proof.stdout,
-        proof.stderr
-    );
+    assert_proven(&proof);
     let proven = cases(&proof);
     assert_eq!(proven.len(), templates.len() * 3 * VERSIONS.len());
     for case in &proven {
