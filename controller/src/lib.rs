@@ -4,10 +4,12 @@
 //! docs/architecture.md): `core` decides what a reconcile does from plain facts, without a
 //! client; `k8s` holds the thin adapters that read and write objects; `reconcile` gathers the
 //! facts, asks the core and acts; `runtime` wires watches, leader election, HTTP endpoints,
-//! metrics and logging; `webhook` serves admission.
+//! metrics and logging; `webhook` serves admission; `extension` serves Cluster API's in-place
+//! update hooks.
 
 pub mod core;
 pub(crate) mod error;
+pub mod extension;
 pub mod generator;
 pub mod k8s;
 pub mod labels;

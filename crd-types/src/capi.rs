@@ -16,6 +16,10 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 /// Annotation that pauses reconciliation of an object.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// Cluster API puts this annotation on a Machine, its infrastructure machine and its bootstrap
+/// config while it updates the Machine in place (feature gate `InPlaceUpdates`); a bootstrap
+/// provider must not rewrite the data Secret meanwhile.
+pub const UPDATE_IN_PROGRESS_ANNOTATION: &str = "cluster.x-k8s.io/update-in-progress";
 /// Label that scopes objects to one controller instance (`--watch-filter`).
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// The Secret type CAPI uses for the bootstrap data Secret.

@@ -7,6 +7,9 @@ pub const READY: &str = "Ready";
 pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
 /// Config: reconciliation is paused.
 pub const PAUSED: &str = "Paused";
+/// Config: an in-place update of the booted machine is under way (True), or how the last one
+/// ended (False).
+pub const IN_PLACE_UPDATING: &str = "InPlaceUpdating";
 /// Template: every template and partial compiles and renders for each role.
 pub const VALID: &str = "Valid";
 
@@ -61,6 +64,13 @@ pub mod reason {
     pub const GENERATOR_NOT_FOUND: &str = "GeneratorNotFound";
     /// The generator already has `spec.maxConcurrency` requests in flight; tried again shortly.
     pub const WAITING_FOR_GENERATOR: &str = "WaitingForGenerator";
+    /// Cluster API marked the config as being updated in place; the node applies the new
+    /// payload. The data Secret is not rewritten meanwhile.
+    pub const IN_PLACE_UPDATING: &str = "InPlaceUpdating";
+    /// The node reported that applying the payload failed; the message names the part and step.
+    pub const IN_PLACE_UPDATE_FAILED: &str = "InPlaceUpdateFailed";
+    /// The node applied the payload published for it.
+    pub const IN_PLACE_UPDATED: &str = "InPlaceUpdated";
     /// Template valid.
     pub const VALID: &str = "Valid";
     /// Template invalid.

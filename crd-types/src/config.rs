@@ -167,9 +167,32 @@ pub struct BootplateConfigStatus {
     /// The role the machine was rendered for: `init`, `control-plane-join` or `worker`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    /// `Ready`, `DataSecretAvailable` and `Paused`.
+    /// In-place updates of the booted machine (templates with `update: InPlace` parts): the
+    /// payload published for its node and what the node applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place: Option<InPlaceStatus>,
+    /// `Ready`, `DataSecretAvailable`, `Paused` and, once the machine's node has a payload,
+    /// `InPlaceUpdating`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The node payload of a config's machine (see docs/in-place.md).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceStatus {
+    /// The Node the payload is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The revision of the payload published for the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_revision: Option<String>,
+    /// The revision bootplate-agent last reported applied on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<String>,
+    /// The config generation the published payload was rendered from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// CAPI v1beta2 initialization status of a bootstrap config.

@@ -17,7 +17,7 @@ pub mod template;
 pub use config::{
     BootplateConfig, BootplateConfigSpec, BootplateConfigStatus, BootplateConfigTemplate,
     BootplateConfigTemplateResource, BootplateConfigTemplateSpec, ConfigFile, ConfigInitialization,
-    FileSource, ObjectMetaTemplate, SecretKeyRef, TemplateKind, TemplateRef,
+    FileSource, InPlaceStatus, ObjectMetaTemplate, SecretKeyRef, TemplateKind, TemplateRef,
 };
 pub use generator::{
     BootstrapGenerator, ClientConfig, GeneratorSecrets, GeneratorSpec, ServiceReference,

@@ -66,7 +66,7 @@ pub(crate) struct CompiledPart {
     units: Vec<CompiledUnit>,
     commands: Vec<Text>,
     generator: Option<PartGenerator>,
-    update: UpdateStrategy,
+    pub(crate) update: UpdateStrategy,
 }
 
 impl CompiledPart {

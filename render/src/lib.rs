@@ -24,7 +24,9 @@ mod sample;
 mod tree;
 mod values;
 
-use crd_types::{BootplateConfigSpec, Compression, GeneratorSecrets, OutputFormat, TemplateSpec};
+use crd_types::{
+    BootplateConfigSpec, Compression, GeneratorSecrets, OutputFormat, TemplateSpec, UpdateStrategy,
+};
 use handlebars::Context;
 use serde_json::{Map, Value};
 
@@ -350,6 +352,12 @@ impl CompiledTemplate {
                     .with_reason(crd_types::conditions::reason::RENDER_FAILED),
             )
         })
+    }
+
+    /// Whether any part may change on booted machines (`update: InPlace`): only then does a
+    /// joined machine's node get a payload.
+    pub fn updates_in_place(&self) -> bool {
+        matches!(&self.body, Body::Parts(parts) if parts.iter().any(|p| p.update == UpdateStrategy::InPlace))
     }
 
     /// Lints the compiled template: the static checks (undeclared or unknown names, unused

@@ -167,6 +167,18 @@ pub(crate) fn path(
         }
         return Ok(Path::Frozen { role, revision });
     }
+    if previous.ready && !machine.has_node() && super::inplace::in_progress(&config.metadata) {
+        // The contract: the data Secret is not rewritten while Cluster API updates the
+        // machine in place (its new spec reaches the node as a payload, not as user-data).
+        return Err(Blocked::waiting(
+            reason::IN_PLACE_UPDATING,
+            format!(
+                "Cluster API is updating Machine {} in place; Secret {} stays as it is until the update ends",
+                machine.name_any(),
+                config.name_any()
+            ),
+        ));
+    }
     if previous.ready && machine.has_node() {
         return Ok(Path::Frozen {
             role: recorded_role(previous).unwrap_or(Role::Worker),

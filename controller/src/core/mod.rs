@@ -3,6 +3,7 @@
 
 pub(crate) mod blocked;
 pub(crate) mod gate;
+pub(crate) mod inplace;
 pub(crate) mod outcome;
 pub(crate) mod role;
 pub(crate) mod shard;

@@ -1,7 +1,7 @@
 //! The status a config or template should have: conditions from what a reconcile found.
 
 use crd_types::conditions::{self, reason};
-use crd_types::{BootplateConfigStatus, ConfigInitialization, Role};
+use crd_types::{BootplateConfigStatus, ConfigInitialization, InPlaceStatus, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{Timestamp, Unit};
 
@@ -107,8 +107,41 @@ pub(crate) fn ready(
         observed_generation: config.generation,
         template_revision: Some(done.revision.to_owned()),
         role: Some(done.role.as_str().to_owned()),
-        conditions: conditions(&previous.conditions, desired, config.generation, now),
+        in_place: previous.in_place.clone(),
+        conditions: keep_others(
+            &previous.conditions,
+            conditions(&previous.conditions, desired, config.generation, now),
+        ),
     }
+}
+
+/// `set` and, after them, the conditions of `previous` of the types `set` does not have: the
+/// render path writes `Ready`, `DataSecretAvailable` and `Paused`; `InPlaceUpdating` is
+/// written only while a node's payload is looked at, and stays as it was otherwise.
+fn keep_others(previous: &[Condition], mut set: Vec<Condition>) -> Vec<Condition> {
+    let others: Vec<Condition> = (previous.iter())
+        .filter(|p| !set.iter().any(|c| c.type_ == p.type_))
+        .cloned()
+        .collect();
+    set.extend(others);
+    set
+}
+
+/// `status` with the in-place state `in_place` and, when given, the `InPlaceUpdating`
+/// condition `condition` (its transition time kept while its status holds).
+pub(crate) fn with_in_place(
+    mut status: BootplateConfigStatus,
+    in_place: InPlaceStatus,
+    condition: Option<Desired<'_>>,
+    now: Timestamp,
+) -> BootplateConfigStatus {
+    if let Some(desired) = condition {
+        let generation = status.observed_generation;
+        let set = conditions(&status.conditions, vec![desired], generation, now);
+        status.conditions = keep_others(&status.conditions, set);
+    }
+    status.in_place = Some(in_place);
+    status
 }
 
 fn not_paused() -> Desired<'static> {
@@ -161,11 +194,14 @@ pub(crate) fn blocked(
     };
     BootplateConfigStatus {
         observed_generation: config.generation,
-        conditions: conditions(
+        conditions: keep_others(
             &previous.conditions,
-            vec![ready, available, paused],
-            config.generation,
-            now,
+            conditions(
+                &previous.conditions,
+                vec![ready, available, paused],
+                config.generation,
+                now,
+            ),
         ),
         ..previous.clone()
     }

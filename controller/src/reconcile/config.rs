@@ -113,7 +113,11 @@ async fn next_step(
             let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
             match gate::path(config, previous, &machine, &cluster, adopt)? {
                 Path::Frozen { role, revision } => {
-                    let joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
+                    let mut joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
+                    match super::inplace::sync(ctx, config, &machine, &cluster, role).await {
+                        Ok(in_place) => joined.in_place = in_place,
+                        Err(e) => joined.failure = Some(e),
+                    }
                     Ok(Done::Joined(joined))
                 }
                 Path::Render => {
@@ -202,12 +206,28 @@ async fn report_joined(
         revision: &joined.revision,
         secret_version: previous.data_secret_version.as_deref(),
     };
-    let desired = status::ready(&config_id(config), previous, &facts, Timestamp::now());
+    let now = Timestamp::now();
+    let mut desired = status::ready(&config_id(config), previous, &facts, now);
+    let mut updating = false;
+    if let Some(in_place) = joined.in_place {
+        updating = in_place.updating;
+        desired = status::with_in_place(desired, in_place.status, in_place.condition, now);
+        if let Some((note, result)) = in_place.step {
+            ctx.metrics.inplace_update(result);
+            ctx.publish(config, note);
+        }
+    }
     apply_status(ctx, config, &desired).await?;
     let (state, retry) = outcome::joined(joined.failure.is_some());
     if let Some(error) = &joined.failure {
-        warn!(%error, ?retry, "clean-up after join failed; the config stays ready");
+        warn!(%error, ?retry, "clean-up or in-place step after join failed; the config stays ready");
     }
+    // While Cluster API updates the machine in place, the node's report is looked at often.
+    let retry = match (retry, updating) {
+        (Some(r), true) => Some(r.min(crate::core::inplace::POLL)),
+        (None, true) => Some(crate::core::inplace::POLL),
+        (r, false) => r,
+    };
     let action = retry.map_or_else(Action::await_change, Action::requeue);
     Ok((action, state))
 }

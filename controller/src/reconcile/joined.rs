@@ -23,6 +23,8 @@ pub(crate) struct Joined {
     pub revision: String,
     /// The last failure, when some clean-up is left for later.
     pub failure: Option<Error>,
+    /// The in-place step (see `super::inplace`), when the template has `InPlace` parts.
+    pub in_place: Option<super::inplace::InPlace>,
 }
 
 /// Cleans up after config `config` of a joined Machine of `cluster`.
@@ -58,6 +60,7 @@ pub(crate) async fn clean_up(
         role,
         revision,
         failure,
+        in_place: None,
     }
 }
 

@@ -5,6 +5,7 @@ pub(crate) mod config;
 pub(crate) mod context;
 pub(crate) mod deleted;
 pub(crate) mod generate;
+pub(crate) mod inplace;
 pub(crate) mod joined;
 pub(crate) mod memory;
 pub(crate) mod render;

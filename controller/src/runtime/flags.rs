@@ -59,6 +59,16 @@ pub struct RunArgs {
         value_name = "DIR"
     )]
     pub webhook_cert_dir: PathBuf,
+    /// Serve Cluster API's Runtime SDK (HTTPS: discovery and the in-place update hooks
+    /// CanUpdateMachineSet, CanUpdateMachine, UpdateMachine) on this address, for example
+    /// 0.0.0.0:9444; an ExtensionConfig points Cluster API at it (deploy/extension). Every
+    /// replica serves it, leader or not. Off when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub extension_addr: Option<std::net::SocketAddr>,
+    /// Directory holding the extension's `tls.crt` and `tls.key`; default: --webhook-cert-dir
+    /// (one certificate naming both Services).
+    #[arg(long, value_name = "DIR")]
+    pub extension_cert_dir: Option<PathBuf>,
     /// Elect a leader among replicas with a coordination.k8s.io/v1 Lease; only the leader
     /// reconciles. Standbys take over when the leader dies or releases the Lease on SIGTERM.
     #[arg(long)]

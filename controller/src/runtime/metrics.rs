@@ -32,6 +32,8 @@ pub struct Metrics {
     leader: IntGauge,
     generator_requests: IntCounterVec,
     generator_duration: HistogramVec,
+    inplace_updates: IntCounterVec,
+    hook_requests: IntCounterVec,
     /// Per-config state and creation time, to derive the gauges. Keyed by namespace/name;
     /// this map is memory, not label values.
     config_states: Mutex<HashMap<String, (ConfigState, Option<Timestamp>)>>,
@@ -64,6 +66,8 @@ impl Metrics {
         let oldest_waiting = IntGauge::new("bootplate_oldest_waiting_config_age_seconds", "Age of the oldest config that is not ready (waiting or failed); 0 when none.").expect("valid metric");
         let generator_requests = counter_vec(&r, "bootplate_generator_requests_total", "Requests to BootstrapGenerators by generator and result (success, refused, http_error, timeout, unreachable, too_large, invalid).", &["generator", "result"]);
         let generator_duration = histogram_vec(&r, "bootplate_generator_request_duration_seconds", "Time one request to a BootstrapGenerator took, answer read and checked, by generator.", vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0], &["generator"]);
+        let inplace_updates = counter_vec(&r, "bootplate_inplace_updates_total", "In-place updates of booted machines by result: started, succeeded, failed (the node reported a failed step).", &["result"]);
+        let hook_requests = counter_vec(&r, "bootplate_extension_requests_total", "Cluster API Runtime SDK calls served by hook (discovery, can_update_machine_set, can_update_machine, update_machine) and answer (in_place, rollout, unchanged, in_progress, done, failure, error).", &["hook", "answer"]);
         let leader = IntGauge::new("bootplate_leader", "1 while this instance holds the leader Lease (or runs without leader election).").expect("valid metric");
         for collector in [
             Box::new(secrets_written.clone()) as Box<dyn prometheus::core::Collector>,
@@ -86,10 +90,21 @@ impl Metrics {
         Metrics {
             registry: r, reconciles, reconcile_duration, render_duration, render_failures,
             secrets_written, events, events_queued, tokens, configs, templates, time_to_ready,
-            oldest_waiting, leader, generator_requests, generator_duration,
+            oldest_waiting, leader, generator_requests, generator_duration, inplace_updates,
+            hook_requests,
             config_states: Mutex::default(),
             template_validity: Mutex::default(),
         }
+    }
+
+    /// Counts a step of an in-place update (`started`, `succeeded`, `failed`).
+    pub fn inplace_update(&self, result: &str) {
+        self.inplace_updates.with_label_values(&[result]).inc();
+    }
+
+    /// Counts a Runtime SDK call by hook and answer.
+    pub fn hook_request(&self, hook: &str, answer: &str) {
+        self.hook_requests.with_label_values(&[hook, answer]).inc();
     }
 
     /// Counts a reconcile and its duration.

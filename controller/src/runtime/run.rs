@@ -63,6 +63,13 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.webhook_addr {
         crate::webhook::serve(addr, &args.webhook_cert_dir, client.clone()).await?;
     }
+    if let Some(addr) = args.extension_addr {
+        let cert_dir = args
+            .extension_cert_dir
+            .as_ref()
+            .unwrap_or(&args.webhook_cert_dir);
+        crate::extension::serve(addr, cert_dir, client.clone(), metrics.clone()).await?;
+    }
     let stopped = stop_signal();
     // Hashing the executable takes a moment: a standby is ready meanwhile.
     let build = tokio::task::spawn_blocking(build_id);

@@ -170,7 +170,7 @@ async fn off_runtime<T: Send + 'static>(
 
 /// The referenced template when it exists (a missing one is not an error at admission: the
 /// platform team may publish it later). Never looks outside the config's namespace.
-async fn referenced_template(
+pub(crate) async fn referenced_template(
     client: &Client,
     namespace: &str,
     template_ref: &crd_types::TemplateRef,
