@@ -441,6 +441,7 @@ fn config_status() -> impl Strategy<Value = Option<BootplateConfigStatus>> {
                         template_revision: revision,
                         role,
                         conditions,
+                        in_place: Default::default(),
                     }
                 },
             ),
