@@ -118,7 +118,16 @@ struct Proof {
 
 /// Runs `tests/boot/prove.sh` on `templates` with this test's bootplate binary.
 fn prove(out: &Path, templates: &[PathBuf]) -> Proof {
-    let output = Command::new(repo().join("tests/boot/prove.sh"))
+    prove_with(out, templates, None)
+}
+
+/// [`prove`], every render with `config` when given.
+fn prove_with(out: &Path, templates: &[PathBuf], config: Option<&Path>) -> Proof {
+    let mut command = Command::new(repo().join("tests/boot/prove.sh"));
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let output = command
         .arg("--bin")
         .arg(env!("CARGO_BIN_EXE_bootplate"))
         .arg("--out")
@@ -147,6 +156,17 @@ fn prove(out: &Path, templates: &[PathBuf]) -> Proof {
         stderr,
         summary,
     }
+}
+
+/// Every case of `proof` was proven (prove.sh exited 0).
+fn assert_proven(proof: &Proof) {
+    assert_eq!(
+        proof.status,
+        Some(0),
+        "the boot proof failed:\n{}\n{}",
+        proof.stdout,
+        proof.stderr
+    );
 }
 
 /// One proven case: what prove.sh rendered and the report of its run.
@@ -552,13 +572,7 @@ fn every_template_boots_with_real_cloud_init_and_ignition() {
         &out.join("variants"),
     ));
     let proof = prove(&out.join("cases"), &templates);
-    assert_eq!(
-        proof.status,
-        Some(0),
-        "the boot proof failed:\n{}\n{}",
-        proof.stdout,
-        proof.stderr
-    );
+    assert_proven(&proof);
     let cases = cases(&proof);
     for template in &templates {
         let proven = cases.iter().filter(|c| &c.template == template).count();
@@ -604,6 +618,105 @@ fn every_template_boots_with_real_cloud_init_and_ignition() {
         {
             check_fixture_order(case);
         }
+    }
+}
+
+/// The kubeadm templates' opt-in part `in-place-agent`, on: with real cloud-init (Ubuntu) and
+/// real Ignition (Flatcar), bootplate-agent is downloaded into the template's binary directory,
+/// checked by the real sha256sum against the config's digest, installed with mode 0755, and
+/// runs as an enabled service for the Machine's node with the kubelet's kubeconfig. A wrong
+/// digest fails the boot, naming the part, before kubeadm's sentinel, and leaves no binary.
+#[test]
+fn the_in_place_agent_part_installs_and_starts_the_agent() {
+    let out = out_dir("in-place-agent");
+    let templates = ["kubeadm-ubuntu-2404", "kubeadm-flatcar"]
+        .map(|t| repo().join(format!("templates/{t}.yaml")));
+    let config = fixture("in-place-agent/config.yaml");
+    let proof = prove_with(&out.join("cases"), &templates, Some(&config));
+    assert_proven(&proof);
+    let proven = cases(&proof);
+    assert_eq!(proven.len(), templates.len() * 3 * VERSIONS.len());
+    for case in &proven {
+        let label = case.label();
+        assert_eq!(case.report["ok"], true, "{label}: {}", case.dir.display());
+        check_against_template(case);
+        check_kubeadm(case);
+        let bin = if label.starts_with("kubeadm-flatcar") {
+            "/opt/bin"
+        } else {
+            "/usr/local/bin"
+        };
+        let agent = format!("{bin}/bootplate-agent");
+        let upper = case.dir.join("run/upper");
+        let installed = upper.join(agent.trim_start_matches('/'));
+        let content = std::fs::read_to_string(&installed)
+            .unwrap_or_else(|e| panic!("{label}: {}: {e}", installed.display()));
+        assert_eq!(
+            content,
+            "# boot-proof stub: the download of https://artifacts.example.com/bootplate/v0.1.0/bootplate-agent\n",
+            "{label}"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&installed).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o755, "{label}");
+        let unit =
+            std::fs::read_to_string(upper.join("etc/systemd/system/bootplate-agent.service"))
+                .unwrap_or_else(|e| panic!("{label}: the agent's unit: {e}"));
+        let machine = match case.role.as_str() {
+            "worker" => "proof-worker",
+            _ => "proof-control-plane",
+        };
+        let node = format!("{machine}-{}", case.version.replace('.', "-"));
+        assert!(
+            unit.contains(&format!(
+                "\nExecStart={agent} --node-name {node} --kubeconfig /etc/kubernetes/kubelet.conf --interval 2m\n"
+            )),
+            "{label}: {unit}"
+        );
+        let units = case.report["units"].as_array().unwrap();
+        let entry = units
+            .iter()
+            .find(|u| u["name"] == "bootplate-agent.service")
+            .unwrap_or_else(|| panic!("{label}: no bootplate-agent.service in {units:?}"));
+        assert_eq!(entry["state"], "enabled", "{label}: {entry}");
+        let lines = case.stub_lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l == "systemctl enable --now --no-block bootplate-agent.service"),
+            "{label}: {lines:#?}"
+        );
+    }
+
+    // The drill: a digest that does not match.
+    let wrong = fixture("in-place-agent/wrong-digest.yaml");
+    let proof = prove_with(&out.join("wrong-digest"), &templates[..1], Some(&wrong));
+    assert_eq!(proof.status, Some(1), "{}\n{}", proof.stdout, proof.stderr);
+    for case in cases(&proof) {
+        let label = case.label();
+        assert_eq!(case.report["ok"], false, "{label}");
+        assert_eq!(
+            case.report["sentinel"], false,
+            "{label}: sentinel after a failed part"
+        );
+        let output =
+            std::fs::read_to_string(case.dir.join("run/cloud-init-output.log")).unwrap_or_default();
+        assert!(
+            output.contains("does not match inPlaceAgentSha256")
+                && output.contains(
+                    "bootplate: in-place-agent: cannot install bootplate-agent from inPlaceAgentSource"
+                ),
+            "{label}: {output}"
+        );
+        let bin = case.dir.join("run/upper/usr/local/bin");
+        let left: Vec<_> = std::fs::read_dir(&bin)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            left.is_empty(),
+            "{label}: left in {}: {left:?}",
+            bin.display()
+        );
     }
 }
 

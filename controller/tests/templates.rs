@@ -1722,8 +1722,72 @@ fn configured_value(name: &str) -> Value {
         "serviceCommand" => json!(["/usr/bin/python3", "-m", "http.server", "8080"]),
         "serviceUser" => json!("www-data"),
         "serviceEnvironment" => json!({"PYTHONUNBUFFERED": "1"}),
+        "inPlaceAgent" => json!(true),
+        "inPlaceAgentSource" => json!(AGENT_URL),
+        "inPlaceAgentSha256" => json!(AGENT_SHA256),
+        "inPlaceAgentInterval" => json!("30s"),
         other => panic!("configured_value has no value for the variable `{other}`"),
     }
+}
+
+/// Where the configured cases take bootplate-agent from, and the digest of what the sandbox's
+/// `curl` gives (its `sha256sum` is a stub; the boot proof checks with the real one).
+const AGENT_URL: &str = "https://downloads.example.com/bootplate/v0.1.0/bootplate-agent";
+const AGENT_SHA256: &str = "152f52c743b3359cf3d40bb849899a2c7256d8835989356e4c407812cce39916";
+
+/// Where a kubeadm template installs bootplate-agent from a URL (Flatcar's /usr is read-only).
+fn agent_dir(image: Image) -> &'static str {
+    if image == Image::Flatcar {
+        "/opt/bin"
+    } else {
+        "/usr/local/bin"
+    }
+}
+
+/// The node name the configured cases run bootplate-agent for: the Machine's name.
+fn node_name(case: &Case) -> String {
+    let machine: Machine = read_yaml(&case.machine_file());
+    machine.metadata.name.expect("the sample Machine's name")
+}
+
+/// bootplate-agent installed at `binary` and running as a service for the case's node, with
+/// the kubelet's kubeconfig.
+fn check_agent_service(what: &str, case: &Case, sandbox: &Sandbox, binary: &str, interval: &str) {
+    let path = "/etc/systemd/system/bootplate-agent.service";
+    let unit = sandbox
+        .read(path)
+        .unwrap_or_else(|| panic!("{what}: no {path}"));
+    assert_eq!(sandbox.mode(path), 0o644, "{what}");
+    let exec = format!(
+        "\nExecStart={binary} --node-name {} --kubeconfig /etc/kubernetes/kubelet.conf --interval {interval}\n",
+        node_name(case)
+    );
+    assert!(unit.contains(&exec), "{what}: {exec:?} not in\n{unit}");
+    assert!(unit.contains("\nRestart=always\n") && unit.contains("\nWantedBy=multi-user.target\n"));
+    check_unit(what, path, &unit, &[]);
+    let calls = sandbox.calls();
+    let reload = calls
+        .iter()
+        .rposition(|c| c == &["systemctl", "daemon-reload"])
+        .unwrap_or_else(|| panic!("{what}: no daemon-reload: {calls:?}"));
+    let enable = calls
+        .iter()
+        .position(|c| {
+            c == &[
+                "systemctl",
+                "enable",
+                "--now",
+                "--no-block",
+                "bootplate-agent.service",
+            ]
+        })
+        .unwrap_or_else(|| {
+            panic!("{what}: bootplate-agent.service not enabled and started: {calls:?}")
+        });
+    assert!(
+        reload < enable,
+        "{what}: enabled before the unit file was loaded"
+    );
 }
 
 fn configured(entry: Entry, role: Role, version: &'static str) -> Case {
@@ -1802,6 +1866,20 @@ fn check_configured_effects(case: &Case, sandbox: &Sandbox) {
         assert!(sandbox.called(&["systemctl", "enable", "--now", "hello.service"]));
         return;
     }
+    // bootplate-agent: downloaded, checked, installed, running.
+    let agent = format!("{}/bootplate-agent", agent_dir(case.entry.image));
+    assert_eq!(
+        sandbox.read(&agent).as_deref(),
+        Some("stub download\n"),
+        "{what}: {agent}"
+    );
+    assert_eq!(sandbox.mode(&agent), 0o755, "{what}");
+    assert!(called_with("curl", AGENT_URL), "{what}: {calls:?}");
+    assert!(
+        called_with("sha256sum", "--check"),
+        "{what}: the download was not checked: {calls:?}"
+    );
+    check_agent_service(&what, case, sandbox, &agent, "30s");
     // Proxy: the settings, and everything of the cluster reached directly.
     let env = sandbox.read("/etc/bootplate/proxy.env").expect("proxy.env");
     assert_eq!(sandbox.mode("/etc/bootplate/proxy.env"), 0o600);
@@ -1966,6 +2044,81 @@ fn configured_cases() -> Vec<Case> {
         }
     }
     cases
+}
+
+/// bootplate-agent is opt-in: without `inPlaceAgent` no template mentions it (its part renders
+/// nothing), and the part rolls out. With it, the agent also comes from a path on a pre-baked
+/// image (the configured cases take it from a URL), and a missing binary or source fails the
+/// boot with a message naming the part and the variable.
+#[test]
+fn the_in_place_agent_is_opt_in() {
+    for entry in CATALOGUE.iter().filter(|e| e.kubeadm) {
+        let case = Case::new(*entry, Role::Worker, "v1.31");
+        let data = case.render().expect("renders");
+        assert!(
+            !String::from_utf8_lossy(&data).contains("bootplate-agent"),
+            "{}: the agent is installed without inPlaceAgent",
+            entry.name
+        );
+        let spec = spec(entry.name);
+        let part = spec.parts.last().expect("parts");
+        assert_eq!(
+            (part.name.as_str(), part.update),
+            ("in-place-agent", crd_types::UpdateStrategy::Rollout),
+            "{}: installing the agent needs a new machine",
+            entry.name
+        );
+        // From the image: the binary is used where it is, no download.
+        let pre_baked = "/opt/bootplate/bin/bootplate-agent";
+        // The node is named after the Machine (the sandbox's `hostname` is a stub).
+        let case = case.with_variables(json!({
+            "inPlaceAgent": true,
+            "inPlaceAgentSource": pre_baked,
+            "nodeNameFromHostname": false,
+        }));
+        let what = format!("{} {} from the image", entry.name, case.label());
+        let data = case.render().expect("renders");
+        let boot = check_output(&what, case.format(), &data, false);
+        let sandbox = Sandbox::new(entry.image);
+        sandbox.write(pre_baked, b"#!/bin/sh\n", 0o755);
+        let run = sandbox.boot(&boot);
+        assert!(run.status.success(), "{what}: {}", run.output);
+        assert!(
+            !sandbox
+                .calls()
+                .iter()
+                .any(|c| c[0] == "curl" && c.iter().any(|a| a.contains("bootplate-agent")))
+        );
+        check_agent_service(&what, &case, &sandbox, pre_baked, "60s");
+        // Not on the image: the boot fails, naming the part and the variable.
+        let sandbox = Sandbox::new(entry.image);
+        let run = sandbox.boot(&boot);
+        assert!(!run.status.success(), "{what}: booted without the binary");
+        assert!(
+            run.output.contains("bootplate: in-place-agent: /opt/bootplate/bin/bootplate-agent (inPlaceAgentSource) is not an executable file"),
+            "{what}: {}",
+            run.output
+        );
+        assert!(
+            sandbox
+                .read("/etc/systemd/system/bootplate-agent.service")
+                .is_none()
+        );
+        // On, but no source.
+        let case = Case::new(*entry, Role::Worker, "v1.31")
+            .with_variables(json!({"inPlaceAgent": true, "nodeNameFromHostname": false}));
+        let data = case.render().expect("renders");
+        let sandbox = Sandbox::new(entry.image);
+        let run = sandbox.boot(&decode(case.format(), &data));
+        assert!(!run.status.success());
+        assert!(
+            run.output
+                .contains("bootplate: in-place-agent: set inPlaceAgentSource"),
+            "{}: {}",
+            entry.name,
+            run.output
+        );
+    }
 }
 
 /// templates/golden holds the golden files of the cases above and nothing else.

@@ -490,7 +490,13 @@ pub(crate) fn collect_split(
             });
         }
         for c in &part.commands {
-            out.commands.push(engine.render(c, ctx, budget)?);
+            // A command that renders to white space only is left out: a template makes a
+            // command depend on a variable with `{{#if}}` around all of it (an opt-in step
+            // leaves no trace in the user-data of machines that do not take it).
+            let command = engine.render(c, ctx, budget)?;
+            if !command.trim().is_empty() {
+                out.commands.push(command);
+            }
         }
         if let Some(output) = generated.get(&part.name) {
             add_generated(&mut out, output, budget)?;

@@ -47,6 +47,14 @@ pub struct RenderedPart {
     pub content: PayloadPart,
 }
 
+impl RenderedPart {
+    /// No file, unit or command: the part applies but contributes nothing.
+    fn renders_nothing(&self) -> bool {
+        let c = &self.content;
+        c.files.is_empty() && c.units.is_empty() && c.commands.is_empty()
+    }
+}
+
 /// How a change from one render to another reaches a booted machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpdatePlan {
@@ -68,7 +76,7 @@ impl PartsRender {
     /// How a machine rendered as `old` gets to `self`. A part counts as `InPlace` only when
     /// both renders say so: a part that was `Rollout` when the machine booted may hold what the
     /// agent never managed there.
-    pub fn update_from(&self, old: &PartsRender) -> UpdatePlan {
+    pub fn update_from<'a>(&'a self, old: &'a PartsRender) -> UpdatePlan {
         if self.format != old.format {
             return rollout(format!(
                 "the output format changed from {} to {}",
@@ -80,7 +88,10 @@ impl PartsRender {
         }
         let mut changed = Vec::new();
         for name in part_names(old, self) {
-            let (before, after) = (old.part(&name), self.part(&name));
+            // A part that renders nothing (an opt-in part turned off) is no part: adding such a
+            // part to a template changes no machine.
+            let rendered = |p: Option<&'a RenderedPart>| p.filter(|p| !p.renders_nothing());
+            let (before, after) = (rendered(old.part(&name)), rendered(self.part(&name)));
             if before.map(|p| &p.content) == after.map(|p| &p.content) {
                 continue;
             }

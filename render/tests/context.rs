@@ -73,3 +73,43 @@ template: |
         })
     );
 }
+
+#[test]
+fn a_command_that_renders_to_white_space_is_left_out() {
+    let yaml = r#"format: script
+variables:
+  - { name: agent, default: false, schema: { type: boolean } }
+parts:
+  - name: base
+    commands: ["echo base"]
+  - name: opt-in
+    commands:
+      - |
+        {{#if values.agent}}
+        echo agent
+        {{/if}}
+"#;
+    let off = render(yaml, &BootplateConfigSpec::default(), Role::Worker);
+    let without_part = render(
+        yaml,
+        &BootplateConfigSpec {
+            skip_parts: vec!["opt-in".into()],
+            ..Default::default()
+        },
+        Role::Worker,
+    );
+    assert_eq!(off, without_part, "an empty command leaves no trace");
+    assert!(!off.contains("agent"), "{off}");
+    let on = render(
+        yaml,
+        &BootplateConfigSpec {
+            variables: serde_json::from_str(r#"{"agent": true}"#).unwrap(),
+            ..Default::default()
+        },
+        Role::Worker,
+    );
+    assert!(
+        on.contains("echo base\n") && on.contains("echo agent\n"),
+        "{on}"
+    );
+}

@@ -202,3 +202,26 @@ fn an_unset_update_keeps_the_template_revision() {
             .contains(r#""update":"InPlace""#)
     );
 }
+
+#[test]
+fn an_opt_in_part_that_renders_nothing_is_no_part() {
+    // A part whose only command is inside `{{#if}}` renders nothing while the variable is off:
+    // adding it to a template changes no machine; turning it on is a change of that part.
+    let with_agent = TEMPLATE.replace(
+        "variables:\n",
+        "variables:\n  - { name: agent, default: false, schema: { type: boolean } }\n",
+    ) + "  - name: agent\n    commands: [\"{{#if values.agent}}install-agent{{/if}}\"]\n";
+    assert_eq!(
+        plan((TEMPLATE, "{}"), (&with_agent, "{}")),
+        UpdatePlan::Unchanged
+    );
+    assert_eq!(
+        plan(
+            (&with_agent, "{}"),
+            (&with_agent, "variables: { agent: true }")
+        ),
+        UpdatePlan::Rollout {
+            reason: "part `agent` was added and is not `update: InPlace`".into()
+        }
+    );
+}

@@ -442,6 +442,7 @@ fn config_status() -> impl Strategy<Value = Option<BootplateConfigStatus>> {
                         role,
                         in_place: None,
                         conditions,
+                        in_place: Default::default(),
                     }
                 },
             ),
@@ -892,19 +893,23 @@ fn validate_all(input: Admission) -> Result<(), TestCaseError> {
             }
         }
         let start = Instant::now();
-        let problems = validate::config_update(&input.old, &input.new);
+        let template = Some((display, &input.template));
+        let problems = validate::config_update(&input.old, &input.new, template, template);
         timed("validate::config_update", start, &problems)?;
         let written = input
             .old
             .status
             .as_ref()
             .is_some_and(|s| s.ready || s.data_secret_name.is_some());
-        let expected = written && input.old.spec.template_ref != input.new.spec.template_ref;
-        if problems.is_empty() == expected {
+        // A config not yet written, or an update that leaves the spec alone, is always
+        // admitted; otherwise the renders decide, and a refusal says why, at `spec`.
+        if (!written || input.old.spec == input.new.spec) && !problems.is_empty() {
             return Err(format!(
-                "config_update: written={written}, templateRef changed={}, problems={problems:?}",
-                input.old.spec.template_ref != input.new.spec.template_ref
+                "config_update refused an update it must admit (written={written}): {problems:?}"
             ));
+        }
+        if let Some(p) = problems.iter().find(|p| !p.starts_with("spec: ")) {
+            return Err(format!("config_update: a denial not at spec: {p}"));
         }
         let _ = tx.send(());
         Ok(())

@@ -224,7 +224,8 @@ spec:
         "{message}"
     );
 
-    // A good config is admitted; once its data Secret is written, templateRef is immutable.
+    // A good config is admitted; once its data Secret is written, a change must apply in place
+    // (docs/in-place.md): `good` is a raw template, so no change to its output does.
     let ok = wrong_type
         .replace("name: wrong-type", "name: ok")
         .replace("greeting: 7", "greeting: hi");
@@ -246,7 +247,77 @@ spec:
     );
     let message = denied(&kubectl_apply(&kubeconfig, &switched));
     assert!(
-        message.contains("spec.templateRef is immutable"),
+        message.contains("spec: the data Secret is written")
+            && message.contains("ClusterBootstrapTemplate other is not found"),
+        "{message}"
+    );
+    let message = denied(&kubectl_apply(
+        &kubeconfig,
+        &ok.replace("greeting: hi", "greeting: hey"),
+    ));
+    assert!(
+        message.contains("a raw spec.template has no parts"),
+        "{message}"
+    );
+
+    // Templates with parts: on a written config, a change that lies in `update: InPlace` parts
+    // is admitted, also when it moves the config to another template; one that changes a
+    // Rollout part is refused, naming the part.
+    let parts = r#"
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootstrapTemplate
+metadata: {name: parts, namespace: team-a}
+spec:
+  os: {name: linux}
+  format: cloud-config
+  variables:
+  - {name: mirror, default: "https://mirror.example", schema: {type: string}}
+  - {name: runtime, default: "2.0", schema: {type: string}}
+  parts:
+  - name: install
+    commands: ["install-runtime {{shell_quote values.runtime}}"]
+  - name: configure
+    update: InPlace
+    files: [{path: /etc/mirror.toml, content: "endpoint = {{json values.mirror}}"}]
+"#;
+    admitted(&kubectl_apply(&kubeconfig, parts));
+    admitted(&kubectl_apply(
+        &kubeconfig,
+        &parts
+            .replace("name: parts,", "name: parts-v2,")
+            .replace("endpoint = ", "mirror = "),
+    ));
+    let on_parts = r#"
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfig
+metadata: {name: in-place, namespace: team-a}
+spec:
+  templateRef: {kind: BootstrapTemplate, name: parts}
+  variables: {mirror: "https://one.example"}
+"#;
+    admitted(&kubectl_apply(&kubeconfig, on_parts));
+    let status = json!({"apiVersion": "bootstrap.bootplate.dev/v1alpha1", "kind": "BootplateConfig",
+                        "status": {"ready": true, "dataSecretName": "in-place", "role": "worker"}});
+    configs
+        .patch_status(
+            "in-place",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .unwrap();
+    let mirrored = on_parts.replace("https://one.example", "https://two.example");
+    admitted(&kubectl_apply(&kubeconfig, &mirrored));
+    admitted(&kubectl_apply(
+        &kubeconfig,
+        &mirrored.replace("name: parts}", "name: parts-v2}"),
+    ));
+    let message = denied(&kubectl_apply(
+        &kubeconfig,
+        &mirrored.replace("variables: {", "variables: {runtime: \"3.0\", "),
+    ));
+    assert!(
+        message.contains("needs a new machine (role worker): part `install` changed"),
         "{message}"
     );
 

@@ -110,15 +110,31 @@ async fn check(
             let config: BootplateConfig = decode(object, "BootplateConfig")?;
             let template =
                 referenced_template(client, &namespace, &config.spec.template_ref).await?;
-            let spec = config.spec.clone();
+            let (spec, checked, in_namespace) =
+                (config.spec.clone(), template.clone(), namespace.clone());
             let mut problems = off_runtime(move || {
-                let template = template.as_ref().map(|(d, s)| (d.as_str(), s));
-                validate::config("spec", &namespace, &spec, template)
+                let template = checked.as_ref().map(|(d, s)| (d.as_str(), s));
+                validate::config("spec", &in_namespace, &spec, template)
             })
             .await?;
             if let Some(old) = &request.old_object {
                 let old: BootplateConfig = decode(old, "BootplateConfig")?;
-                problems.extend(validate::config_update(&old, &config));
+                // The same template for both unless the reference changed.
+                let old_template = if old.spec.template_ref == config.spec.template_ref {
+                    template.clone()
+                } else {
+                    referenced_template(client, &namespace, &old.spec.template_ref).await?
+                };
+                let update = off_runtime(move || {
+                    validate::config_update(
+                        &old,
+                        &config,
+                        old_template.as_ref().map(|(d, s)| (d.as_str(), s)),
+                        template.as_ref().map(|(d, s)| (d.as_str(), s)),
+                    )
+                })
+                .await?;
+                problems.extend(update);
             }
             Ok(problems)
         }

@@ -1,9 +1,10 @@
 //! What the admission webhook checks, free of HTTP and TLS: each function returns the reasons
 //! to deny, each naming the field (and, for template text, the line and column).
 
-use crd_types::{BootplateConfig, BootplateConfigSpec, TemplateSpec};
-use render::{Origin, Severity};
+use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec};
+use render::{Origin, Severity, UpdatePlan};
 
+use crate::core::gate::Owner;
 use crate::k8s::templates::{
     check_one_content_source, check_secret_namespace, check_template_namespace,
 };
@@ -85,14 +86,8 @@ pub fn config(
         }
     }
     if let Some((display, template)) = template {
-        // Render with the config's variables and sample context; file contents from Secrets are
-        // not read here, so stand-ins keep the render going.
-        let mut sample = spec.clone();
-        for file in &mut sample.files {
-            if file.content_from.take().is_some() {
-                file.content = Some(String::new());
-            }
-        }
+        // Render with the config's variables and sample context.
+        let sample = sample_spec(spec);
         let skipped: Vec<_> = spec
             .skip_parts
             .iter()
@@ -116,21 +111,133 @@ pub fn config(
     problems
 }
 
-/// On update: `spec.templateRef` is fixed once the data Secret is written, so a Machine never
-/// silently switches to a different template after it was bootstrapped.
-pub fn config_update(old: &BootplateConfig, new: &BootplateConfig) -> Vec<String> {
+/// On update, the Cluster API contract for in-place updates: once the data Secret is written
+/// (the machine may have booted from it), a spec change is admitted only when it can reach the
+/// machine in place, that is when every difference between the renders of the old and the new
+/// spec, with the same sample machine, lies in `update: InPlace` parts
+/// (`render::PartsRender::update_from`). That holds for a `templateRef` to another template too:
+/// Cluster API's in-place flow applies the new spec from a new `BootplateConfigTemplate`. A change
+/// that needs a new machine is refused, naming the part. `old_template` and `new_template` are
+/// what the old and the new `spec.templateRef` reference (`None`: not found).
+pub fn config_update(
+    old: &BootplateConfig,
+    new: &BootplateConfig,
+    old_template: Option<(&str, &TemplateSpec)>,
+    new_template: Option<(&str, &TemplateSpec)>,
+) -> Vec<String> {
     let written = old
         .status
         .as_ref()
         .is_some_and(|s| s.ready || s.data_secret_name.is_some());
-    if written && old.spec.template_ref != new.spec.template_ref {
-        vec![format!(
-            "spec.templateRef is immutable once the data Secret is written (was {} {}); create a new config instead",
-            old.spec.template_ref.kind, old.spec.template_ref.name
-        )]
-    } else {
-        Vec::new()
+    if !written || old.spec == new.spec {
+        return Vec::new();
     }
+    // A MachinePool's config is the launch data of its instances: a change is meant to reach
+    // the pool's new instances (the infrastructure provider decides about the running ones).
+    if matches!(crate::core::gate::owner(old), Some(Owner::Pool(_))) {
+        return Vec::new();
+    }
+    let refuse = |why: String| {
+        vec![format!(
+            "spec: the data Secret is written, so only a change that applies in place is admitted, \
+             and this one {why}; create a new config (a new Machine) instead (docs/in-place.md)"
+        )]
+    };
+    let (Some(old_template), Some(new_template)) = (old_template, new_template) else {
+        let missing = if old_template.is_none() {
+            &old.spec.template_ref
+        } else {
+            &new.spec.template_ref
+        };
+        return refuse(format!(
+            "cannot be judged: {} {} is not found",
+            missing.kind, missing.name
+        ));
+    };
+    // The machine's role when the controller recorded it; otherwise every role must agree.
+    let roles = match old.status.as_ref().and_then(|s| s.role.as_deref()) {
+        Some(role) => match role.parse::<Role>() {
+            Ok(role) => vec![role],
+            Err(_) => Role::ALL.to_vec(),
+        },
+        None => Role::ALL.to_vec(),
+    };
+    let compiled = (
+        render::CompiledTemplate::compile(old_template.0, old_template.1),
+        render::CompiledTemplate::compile(new_template.0, new_template.1),
+    );
+    let (old_compiled, new_compiled) = match compiled {
+        (Err(e), _) => return refuse(format!("cannot be judged: {e}")),
+        // `config` refuses a new template that does not compile, with the line and column.
+        (_, Err(_)) => return Vec::new(),
+        (Ok(old), Ok(new)) => (old, new),
+    };
+    let (old_spec, new_spec) = (sample_spec(&old.spec), sample_spec(&new.spec));
+    for role in roles {
+        match update_plan((&old_compiled, &old_spec), (&new_compiled, &new_spec), role) {
+            Ok(UpdatePlan::Unchanged | UpdatePlan::InPlace { .. }) => {}
+            Ok(UpdatePlan::Rollout { reason }) => {
+                return refuse(format!("needs a new machine (role {role}): {reason}"));
+            }
+            // `config` refuses a new spec that does not render, with the line and column.
+            Err(Unjudged::NewSpec) => {}
+            Err(Unjudged::Old(why)) => {
+                return refuse(format!("cannot be judged (role {role}): {why}"));
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// Why a change cannot be judged.
+enum Unjudged {
+    /// The old spec does not render (any more).
+    Old(String),
+    /// The new one does not: `config` says why.
+    NewSpec,
+}
+
+/// How a machine of `role` rendered from the old spec gets to the new one, both rendered with
+/// the same sample machine. A raw `spec.template` has no parts: any difference rolls out.
+fn update_plan(
+    (old_compiled, old_sample): (&render::CompiledTemplate, &BootplateConfigSpec),
+    (new_compiled, new_sample): (&render::CompiledTemplate, &BootplateConfigSpec),
+    role: Role,
+) -> Result<UpdatePlan, Unjudged> {
+    let ctx = render::sample_context(role);
+    let generated = render::generator::Generated::new();
+    let old_failed =
+        |e: render::RenderError| Unjudged::Old(format!("the old spec does not render: {e}"));
+    let old_parts =
+        (old_compiled.render_parts(old_sample, &ctx, &generated)).map_err(old_failed)?;
+    let new_parts =
+        (new_compiled.render_parts(new_sample, &ctx, &generated)).map_err(|_| Unjudged::NewSpec)?;
+    match (old_parts, new_parts) {
+        (Some(old), Some(new)) => Ok(new.update_from(&old)),
+        _ => {
+            let old = old_compiled.render(old_sample, &ctx).map_err(old_failed)?;
+            let new = (new_compiled.render(new_sample, &ctx)).map_err(|_| Unjudged::NewSpec)?;
+            Ok(if old.data == new.data {
+                UpdatePlan::Unchanged
+            } else {
+                UpdatePlan::Rollout {
+                    reason: "a raw spec.template has no parts, so every change to its output needs a new machine".to_owned(),
+                }
+            })
+        }
+    }
+}
+
+/// `spec` for a sample render: file contents from Secrets are not read at admission, so
+/// empty stand-ins keep the render going.
+fn sample_spec(spec: &BootplateConfigSpec) -> BootplateConfigSpec {
+    let mut sample = spec.clone();
+    for file in &mut sample.files {
+        if file.content_from.take().is_some() {
+            file.content = Some(String::new());
+        }
+    }
+    sample
 }
 
 #[cfg(test)]
@@ -186,5 +293,192 @@ mod tests {
                 .to_string()
                 .contains("unknown field `nmae`")
         );
+    }
+
+    /// A template with a `Rollout` part (`install`), an `InPlace` one (`configure`) and an
+    /// init-only `Rollout` one (`init`).
+    const TEMPLATE: &str = r#"
+os: { name: linux }
+format: cloud-config
+variables:
+  - { name: mirror, default: "https://mirror.example" }
+  - { name: runtime, default: "2.0" }
+  - { name: apiFlag, default: "" }
+parts:
+  - name: install
+    commands: ["install-runtime {{shell_quote values.runtime}}"]
+  - name: configure
+    update: InPlace
+    files: [{ path: /etc/mirror.toml, content: "endpoint = \"{{values.mirror}}\"\n" }]
+  - name: init
+    roles: [init]
+    commands: ["init {{shell_quote values.apiFlag}}"]
+"#;
+
+    fn template(yaml: &str) -> crd_types::TemplateSpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    /// A config on template `name` with `variables`, written (data Secret set) when `role` is
+    /// given, recorded with that role unless it is empty.
+    fn config(
+        name: &str,
+        variables: serde_json::Value,
+        role: Option<&str>,
+    ) -> crd_types::BootplateConfig {
+        serde_json::from_value(json!({
+            "apiVersion": "bootstrap.bootplate.dev/v1alpha1",
+            "kind": "BootplateConfig",
+            "metadata": {"name": "m-0", "namespace": "team-a"},
+            "spec": {"templateRef": {"kind": "BootstrapTemplate", "name": name}, "variables": variables},
+            "status": match role {
+                None => json!({}),
+                Some("") => json!({"ready": true, "dataSecretName": "m-0"}),
+                Some(role) => json!({"ready": true, "dataSecretName": "m-0", "role": role}),
+            },
+        }))
+        .unwrap()
+    }
+
+    fn update(
+        old: &crd_types::BootplateConfig,
+        new: &crd_types::BootplateConfig,
+        templates: [Option<&crd_types::TemplateSpec>; 2],
+    ) -> Vec<String> {
+        let [old_template, new_template] =
+            templates.map(|t| t.map(|t| ("BootstrapTemplate team-a/t", t)));
+        super::config_update(old, new, old_template, new_template)
+    }
+
+    #[test]
+    fn a_config_not_yet_written_takes_any_change() {
+        let t = template(TEMPLATE);
+        let old = config("t", json!({}), None);
+        let new = config("other", json!({"runtime": "3.0"}), None);
+        assert!(update(&old, &new, [Some(&t), None]).is_empty());
+    }
+
+    #[test]
+    fn a_written_config_takes_a_change_of_in_place_parts_only() {
+        let t = template(TEMPLATE);
+        let old = config("t", json!({}), Some("worker"));
+        let mirror = config(
+            "t",
+            json!({"mirror": "https://other.example"}),
+            Some("worker"),
+        );
+        assert_eq!(
+            update(&old, &mirror, [Some(&t), Some(&t)]),
+            Vec::<String>::new()
+        );
+        let runtime = config("t", json!({"runtime": "3.0"}), Some("worker"));
+        assert_eq!(
+            update(&old, &runtime, [Some(&t), Some(&t)]),
+            [
+                "spec: the data Secret is written, so only a change that applies in place is \
+              admitted, and this one needs a new machine (role worker): part `install` changed \
+              and is not `update: InPlace`; create a new config (a new Machine) instead \
+              (docs/in-place.md)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_machine_pools_config_takes_any_change() {
+        let t = template(TEMPLATE);
+        let mut old = config("t", json!({}), Some("worker"));
+        old.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+                "name": "pool", "uid": "1",
+            }))
+            .unwrap(),
+        ]);
+        let mut new = config("t", json!({"runtime": "3.0"}), Some("worker"));
+        new.metadata.owner_references = old.metadata.owner_references.clone();
+        assert!(update(&old, &new, [Some(&t), Some(&t)]).is_empty());
+        old.metadata.owner_references.as_mut().unwrap()[0].kind = "Machine".into();
+        assert!(!update(&old, &new, [Some(&t), Some(&t)]).is_empty());
+    }
+
+    #[test]
+    fn another_template_is_judged_by_its_render() {
+        let t = template(TEMPLATE);
+        let old = config("t", json!({}), Some("worker"));
+        let new = config("t2", json!({}), Some("worker"));
+        // Another template that renders differently only in its InPlace part: admitted.
+        let mirror_only = template(&TEMPLATE.replace("endpoint = ", "mirror = "));
+        assert!(update(&old, &new, [Some(&t), Some(&mirror_only)]).is_empty());
+        // One that also changes the Rollout part: refused, naming the part.
+        let new_install = template(&TEMPLATE.replace("install-runtime", "install-runtime --v2"));
+        let problems = update(&old, &new, [Some(&t), Some(&new_install)]);
+        assert!(
+            problems[0].contains("part `install` changed"),
+            "{problems:?}"
+        );
+        // One that is not found cannot be judged.
+        let problems = update(&old, &new, [Some(&t), None]);
+        assert!(
+            problems[0].contains("cannot be judged: BootstrapTemplate t2 is not found"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn the_recorded_role_decides_which_parts_count() {
+        let t = template(TEMPLATE);
+        // Only the init machine renders `init`: a worker's config takes the change.
+        let (old, new) = (
+            config("t", json!({}), Some("worker")),
+            config("t", json!({"apiFlag": "--x"}), Some("worker")),
+        );
+        assert!(update(&old, &new, [Some(&t), Some(&t)]).is_empty());
+        let (old, new) = (
+            config("t", json!({}), Some("init")),
+            config("t", json!({"apiFlag": "--x"}), Some("init")),
+        );
+        let problems = update(&old, &new, [Some(&t), Some(&t)]);
+        assert!(
+            problems[0].contains("(role init): part `init` changed"),
+            "{problems:?}"
+        );
+        // No role recorded: every role must agree.
+        let (old, new) = (
+            config("t", json!({}), Some("")),
+            config("t", json!({"apiFlag": "--x"}), Some("")),
+        );
+        let problems = update(&old, &new, [Some(&t), Some(&t)]);
+        assert!(problems[0].contains("(role init)"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_raw_template_takes_no_change_to_its_output() {
+        let raw = template(
+            "os: { name: linux }\nformat: script\nvariables: [{ name: x, default: a }]\ntemplate: \"#!/bin/sh\\necho {{shell_quote values.x}}\\n\"\n",
+        );
+        let old = config("t", json!({}), Some("worker"));
+        let same = config("t", json!({"x": "a"}), Some("worker"));
+        assert!(update(&old, &same, [Some(&raw), Some(&raw)]).is_empty());
+        let other = config("t", json!({"x": "b"}), Some("worker"));
+        let problems = update(&old, &other, [Some(&raw), Some(&raw)]);
+        assert!(
+            problems[0].contains("a raw spec.template has no parts"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_spec_that_does_not_render_is_left_to_the_config_check() {
+        let t = template(TEMPLATE);
+        let old = config("t", json!({}), Some("worker"));
+        let undeclared = config("t", json!({"nope": 1}), Some("worker"));
+        assert!(update(&old, &undeclared, [Some(&t), Some(&t)]).is_empty());
+        let problems = super::config(
+            "spec",
+            "team-a",
+            &undeclared.spec,
+            Some(("BootstrapTemplate team-a/t", &t)),
+        );
+        assert!(!problems.is_empty());
     }
 }
