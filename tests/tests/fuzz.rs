@@ -442,7 +442,6 @@ fn config_status() -> impl Strategy<Value = Option<BootplateConfigStatus>> {
                         role,
                         in_place: None,
                         conditions,
-                        in_place: Default::default(),
                     }
                 },
             ),
