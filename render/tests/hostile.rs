@@ -211,7 +211,13 @@ parts:
         assert_eq!(files.len(), 2);
         assert_eq!(files[0]["content"], json!(value));
         assert_eq!(files[1]["content"], json!(format!("{value}\n")));
-        assert!(doc["runcmd"].as_array().unwrap().contains(&json!(value)));
+        // A command that renders to white space only is dropped (nothing to run).
+        let commands = doc["runcmd"].as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            commands.contains(&json!(value)),
+            !value.trim().is_empty(),
+            "{value:?}"
+        );
         let path = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(path.path(), &rendered.data).unwrap();
         common::check_cloud_config(path.path());
