@@ -118,23 +118,7 @@ async fn check(
             })
             .await?;
             if let Some(old) = &request.old_object {
-                let old: BootplateConfig = decode(old, "BootplateConfig")?;
-                // The same template for both unless the reference changed.
-                let old_template = if old.spec.template_ref == config.spec.template_ref {
-                    template.clone()
-                } else {
-                    referenced_template(client, &namespace, &old.spec.template_ref).await?
-                };
-                let update = off_runtime(move || {
-                    validate::config_update(
-                        &old,
-                        &config,
-                        old_template.as_ref().map(|(d, s)| (d.as_str(), s)),
-                        template.as_ref().map(|(d, s)| (d.as_str(), s)),
-                    )
-                })
-                .await?;
-                problems.extend(update);
+                problems.extend(config_update(client, &namespace, old, config, template).await?);
             }
             Ok(problems)
         }
@@ -155,6 +139,33 @@ async fn check(
         }
         _ => Ok(Vec::new()),
     }
+}
+
+/// The problems of updating a written config from `old` to `config` (whose template is
+/// `template`): see `validate::config_update`.
+async fn config_update(
+    client: &Client,
+    namespace: &str,
+    old: &DynamicObject,
+    config: BootplateConfig,
+    template: Option<(String, TemplateSpec)>,
+) -> Result<Vec<String>, String> {
+    let old: BootplateConfig = decode(old, "BootplateConfig")?;
+    // The same template for both unless the reference changed.
+    let old_template = if old.spec.template_ref == config.spec.template_ref {
+        template.clone()
+    } else {
+        referenced_template(client, namespace, &old.spec.template_ref).await?
+    };
+    off_runtime(move || {
+        validate::config_update(
+            &old,
+            &config,
+            old_template.as_ref().map(|(d, s)| (d.as_str(), s)),
+            template.as_ref().map(|(d, s)| (d.as_str(), s)),
+        )
+    })
+    .await
 }
 
 /// Runs `work` (compiling, linting and sample-rendering templates: CPU-bound, unbounded by
