@@ -7,9 +7,6 @@
 //! The agent runs in-process (`agent::watch::Agent`, the code its binary's loop runs); the
 //! Cluster API hooks that drive it in a cluster are not part of this test.
 
-use std::os::unix::fs::PermissionsExt;
-
-use base64::Engine as _;
 use bootplate::k8s::node_payload;
 use crd_types::payload::{
     APPLIED_ANNOTATION, CONDITION_TYPE, NodePayload, PayloadFile, PayloadPart, PayloadUnit,
@@ -19,19 +16,12 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use testenv::ApiServer;
+use testenv::agent::{NodeDisk, node_kubeconfig};
 use testenv::pki::TestCa;
 
 /// A client with the identity of node `name`.
 async fn node_client(apiserver: &ApiServer, ca: &TestCa, name: &str) -> kube::Client {
-    let leaf = ca.client(&format!("system:node:{name}"), "system:nodes");
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let yaml = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: w\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {}\nusers:\n- name: n\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: c\n  context: {{cluster: w, user: n}}\ncurrent-context: c\n",
-        apiserver.port(),
-        b64(&ca.cert_pem),
-        b64(&leaf.cert_pem),
-        b64(&leaf.key_pem),
-    );
+    let yaml = node_kubeconfig(apiserver.port(), ca, name);
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
@@ -86,26 +76,14 @@ async fn workload(nodes: &[&str]) -> Workload {
 }
 
 /// A directory root and a systemctl stub that logs its arguments there.
-fn node_dir() -> (tempfile::TempDir, agent::Node) {
-    let dir = tempfile::tempdir().unwrap();
-    let stub = dir.path().join("systemctl");
-    std::fs::write(
-        &stub,
-        format!(
-            "#!/bin/sh\necho \"$*\" >> '{}/systemctl.log'\n",
-            dir.path().display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+fn node_dir() -> (NodeDisk, agent::Node) {
+    let disk = NodeDisk::new().unwrap();
     let node = agent::Node {
-        root,
-        systemctl: stub.into(),
+        root: disk.root(),
+        systemctl: disk.systemctl().into(),
         shell: "sh".into(),
     };
-    (dir, node)
+    (disk, node)
 }
 
 #[tokio::test]
@@ -200,9 +178,8 @@ async fn the_agent_applies_reports_puts_drift_back_and_reports_a_failed_step() {
         "the applied revision stays the last one that succeeded"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "b");
-    let calls = std::fs::read_to_string(dir.path().join("systemctl.log")).unwrap();
     assert_eq!(
-        calls.lines().collect::<Vec<_>>(),
+        dir.take_systemctl_calls(),
         [
             "enable containerd.service",
             "restart containerd.service",
