@@ -19,7 +19,8 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// Cluster API puts this annotation on a Machine, its infrastructure machine and its bootstrap
 /// config while it updates the Machine in place (feature gate `InPlaceUpdates`); a bootstrap
 /// provider must not rewrite the data Secret meanwhile.
-pub const UPDATE_IN_PROGRESS_ANNOTATION: &str = "cluster.x-k8s.io/update-in-progress";
+pub const UPDATE_IN_PROGRESS_ANNOTATION: &str =
+    "in-place-updates.internal.cluster.x-k8s.io/update-in-progress";
 /// Label that scopes objects to one controller instance (`--watch-filter`).
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// The Secret type CAPI uses for the bootstrap data Secret.

@@ -124,8 +124,11 @@ impl ApiServer {
         flags: &[&str],
     ) -> anyhow::Result<ApiServer> {
         let binary = apiserver_binary()?;
+        // BOOTPLATE_KEEP_TEST_DIRS=1 keeps the directory (logs of the apiserver and of the
+        // processes started beside it) for a look after a failure.
         let dir = tempfile::Builder::new()
             .prefix("bootplate-apiserver-")
+            .disable_cleanup(std::env::var_os("BOOTPLATE_KEEP_TEST_DIRS").is_some())
             .tempdir()?;
         let d = dir.path();
         std::fs::create_dir_all(d.join("certs"))?;

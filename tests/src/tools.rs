@@ -97,32 +97,44 @@ pub fn capi_source() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("BOOTPLATE_CAPI_SOURCE") {
         return Ok(PathBuf::from(dir));
     }
-    SOURCE
-        .get_or_init(|| {
-            let cache = std::env::var_os("BOOTPLATE_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/bootplate"))
-                })
-                .ok_or("neither BOOTPLATE_CACHE nor HOME is set")?;
-            let out = Command::new("go")
-                .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api"])
-                .current_dir(repo_root().join("tests/tools/capi"))
-                .env("GOMODCACHE", cache.join("go/mod"))
-                .env("GOFLAGS", "-mod=readonly")
-                .env("GOTOOLCHAIN", "local")
-                .output()
-                .map_err(|e| format!("cannot run go list: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "go list sigs.k8s.io/cluster-api failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-        })
-        .clone()
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    module_dir(&SOURCE, "sigs.k8s.io/cluster-api")
+}
+
+/// The directory of Cluster API's API module (`sigs.k8s.io/cluster-api/api`, a module of its own),
+/// in the version the tools were built with: the types, labels and annotations.
+pub fn capi_api_source() -> anyhow::Result<PathBuf> {
+    static SOURCE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    module_dir(&SOURCE, "sigs.k8s.io/cluster-api/api")
+}
+
+/// `go list -m` of `module` in `tests/tools/capi`, with the tools' module cache, once.
+fn module_dir(
+    cell: &'static OnceLock<Result<PathBuf, String>>,
+    module: &str,
+) -> anyhow::Result<PathBuf> {
+    cell.get_or_init(|| {
+        let cache = std::env::var_os("BOOTPLATE_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/bootplate")))
+            .ok_or("neither BOOTPLATE_CACHE nor HOME is set")?;
+        let out = Command::new("go")
+            .args(["list", "-m", "-f", "{{.Dir}}", module])
+            .current_dir(repo_root().join("tests/tools/capi"))
+            .env("GOMODCACHE", cache.join("go/mod"))
+            .env("GOFLAGS", "-mod=readonly")
+            .env("GOTOOLCHAIN", "local")
+            .output()
+            .map_err(|e| format!("cannot run go list: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "go list {module} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 #[cfg(test)]

@@ -1448,3 +1448,49 @@ async fn i_every_kubeadm_template_joins_a_real_control_plane() {
     })
     .await;
 }
+
+/// Every label, annotation, Secret type and condition name bootplate takes from Cluster API
+/// (`crd_types::capi`) is spelled as Cluster API's own API module (the version the tests run)
+/// spells it: a wrong name fails quietly at run time (an annotation never seen is simply absent).
+#[test]
+fn cluster_api_names_bootplate_uses_are_those_of_cluster_apis_source() {
+    use crd_types::capi;
+    let source = testenv::tools::capi_api_source().expect("Cluster API's API module");
+    let mut go = String::new();
+    for dir in [
+        "core/v1beta2",
+        "runtime/v1beta2",
+        "bootstrap/kubeadm/v1beta2",
+    ] {
+        let Ok(entries) = std::fs::read_dir(source.join(dir)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.ends_with(".go") && !name.ends_with("_test.go") {
+                go.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    assert!(
+        go.len() > 10_000,
+        "read Cluster API's API types from {}",
+        source.display()
+    );
+    for name in [
+        capi::CLUSTER_NAME_LABEL,
+        capi::CONTROL_PLANE_LABEL,
+        capi::PAUSED_ANNOTATION,
+        capi::UPDATE_IN_PROGRESS_ANNOTATION,
+        capi::WATCH_FILTER_LABEL,
+        capi::CLUSTER_SECRET_TYPE,
+        capi::CONTROL_PLANE_INITIALIZED,
+    ] {
+        assert!(
+            go.contains(&format!("\"{name}\"")),
+            "Cluster API's source in {} has no string {name:?}",
+            source.display()
+        );
+    }
+}

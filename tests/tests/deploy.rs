@@ -1149,3 +1149,105 @@ fn operations_guide_lists_every_metric_with_its_labels() {
         }
     }
 }
+
+/// The objects of `built` by key.
+fn by_key(built: &str) -> BTreeMap<String, Value> {
+    documents(built)
+        .into_iter()
+        .map(|o| (object_key(&o), o))
+        .collect()
+}
+
+#[test]
+fn extension_overlay_adds_only_the_extension_and_its_parts_fit_together() {
+    let base = by_key(&kustomize("deploy"));
+    let mut overlay = by_key(&kustomize("deploy/extension"));
+    let config = overlay
+        .remove("ExtensionConfig//bootplate")
+        .expect("deploy/extension has the ExtensionConfig `bootplate`, cluster-scoped");
+    let service = overlay
+        .remove(&format!("Service/{NAMESPACE}/bootplate-extension-service"))
+        .expect("deploy/extension has the extension's Service");
+    assert_eq!(
+        overlay.keys().collect::<Vec<_>>(),
+        base.keys().collect::<Vec<_>>(),
+        "deploy/extension builds the objects of deploy/ and two more"
+    );
+    let deployment_key = format!("Deployment/{NAMESPACE}/bootplate-controller-manager");
+    let certificate_key = format!("Certificate/{NAMESPACE}/bootplate-serving-cert");
+    for (key, object) in &base {
+        if *key != deployment_key && *key != certificate_key {
+            assert_eq!(&overlay[key], object, "{key} differs in deploy/extension");
+        }
+    }
+
+    // The controller: deploy/'s arguments and ports, plus the extension's, on a real flag.
+    let container = |objects: &BTreeMap<String, Value>| {
+        objects[&deployment_key]["spec"]["template"]["spec"]["containers"][0].clone()
+    };
+    let (before, after) = (container(&base), container(&overlay));
+    let added = |field: &str| -> Vec<Value> {
+        let old = before[field].as_array().unwrap();
+        let new = after[field].as_array().unwrap();
+        assert_eq!(&new[..old.len()], &old[..], "deploy/'s {field} are kept");
+        new[old.len()..].to_vec()
+    };
+    assert_eq!(
+        added("args"),
+        vec![Value::from("--extension-addr=0.0.0.0:9444")]
+    );
+    assert!(run_flags().contains_key("extension-addr"));
+    let ports = added("ports");
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["name"], "extension");
+    assert_eq!(ports[0]["containerPort"], 9444);
+
+    // Cluster API calls the Service, which sends 443 to that port of the controller's pods.
+    let client = &config["spec"]["clientConfig"]["service"];
+    assert_eq!(client["name"], service["metadata"]["name"]);
+    assert_eq!(client["namespace"], NAMESPACE);
+    let service_port = &service["spec"]["ports"][0];
+    assert_eq!(client["port"], service_port["port"]);
+    assert_eq!(service_port["targetPort"], "extension");
+    let pod_labels = &overlay[&deployment_key]["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            &pod_labels[key], value,
+            "the extension Service selects the pods"
+        );
+    }
+    assert!(
+        config["spec"]["namespaceSelector"]
+            .as_object()
+            .is_some_and(|s| s.is_empty()),
+        "the hooks are called for every namespace"
+    );
+
+    // TLS: the webhook's certificate names the Service too, and its Secret is where Cluster API
+    // reads the CA from (the extension serves from --webhook-cert-dir by default).
+    let certificate = &overlay[&certificate_key];
+    let names: Vec<&str> = (certificate["spec"]["dnsNames"].as_array().unwrap().iter())
+        .filter_map(Value::as_str)
+        .collect();
+    let service_name = service["metadata"]["name"].as_str().unwrap();
+    for name in [
+        format!("{service_name}.{NAMESPACE}.svc"),
+        format!("{service_name}.{NAMESPACE}.svc.cluster.local"),
+    ] {
+        assert!(
+            names.contains(&name.as_str()),
+            "the certificate names {name}"
+        );
+    }
+    let secret = certificate["spec"]["secretName"].as_str().unwrap();
+    assert_eq!(
+        config["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"],
+        format!("{NAMESPACE}/{secret}")
+    );
+    assert!(
+        !after["args"].as_array().unwrap().iter().any(|a| a
+            .as_str()
+            .is_some_and(|a| a.starts_with("--extension-cert-dir"))),
+        "the extension serves the webhook's certificate (the default of --extension-cert-dir)"
+    );
+}

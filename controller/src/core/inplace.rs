@@ -51,6 +51,17 @@ pub(crate) fn observe_node(previous: &BootplateConfigStatus, updating: bool) -> 
     updating || in_place_condition(previous).is_some_and(|c| c.status == "True")
 }
 
+/// Since when a config has been under an in-place update: its `InPlaceUpdating` condition's
+/// last transition to True, which a restarted controller reads back from the status; `None`
+/// when no update was in progress.
+pub(crate) fn updating_since(
+    status: &BootplateConfigStatus,
+) -> Option<k8s_openapi::jiff::Timestamp> {
+    in_place_condition(status)
+        .filter(|c| c.status == "True")
+        .map(|c| c.last_transition_time.0)
+}
+
 fn in_place_condition(
     status: &BootplateConfigStatus,
 ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
@@ -387,6 +398,16 @@ mod tests {
             ),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_update_runs_since_its_condition_turned_true_and_not_after_it_ended() {
+        let applying = Progress::Applying { applied: None };
+        assert_eq!(updating_since(&BootplateConfigStatus::default()), None);
+        let during = status_with(condition(true, "n", "r2", &applying));
+        assert_eq!(updating_since(&during), Some(Timestamp::UNIX_EPOCH));
+        let ended = status_with(condition(false, "n", "r2", &Progress::Applied));
+        assert_eq!(updating_since(&ended), None);
     }
 
     #[test]

@@ -217,6 +217,8 @@ async fn report_joined(
             ctx.publish(config, note);
         }
     }
+    let since = updating.then(|| crate::core::inplace::updating_since(previous).unwrap_or(now));
+    ctx.metrics.inplace_updating(&config_key(config), since);
     apply_status(ctx, config, &desired).await?;
     let (state, retry) = outcome::joined(joined.failure.is_some());
     if let Some(error) = &joined.failure {

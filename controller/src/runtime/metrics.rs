@@ -33,11 +33,14 @@ pub struct Metrics {
     generator_requests: IntCounterVec,
     generator_duration: HistogramVec,
     inplace_updates: IntCounterVec,
+    oldest_inplace_update: IntGauge,
     hook_requests: IntCounterVec,
     /// Per-config state and creation time, to derive the gauges. Keyed by namespace/name;
     /// this map is memory, not label values.
     config_states: Mutex<HashMap<String, (ConfigState, Option<Timestamp>)>>,
     template_validity: Mutex<HashMap<String, bool>>,
+    /// When each config under an in-place update started it, keyed by namespace/name.
+    inplace_since: Mutex<HashMap<String, Timestamp>>,
 }
 
 impl Default for Metrics {
@@ -67,6 +70,7 @@ impl Metrics {
         let generator_requests = counter_vec(&r, "bootplate_generator_requests_total", "Requests to BootstrapGenerators by generator and result (success, refused, http_error, timeout, unreachable, too_large, invalid).", &["generator", "result"]);
         let generator_duration = histogram_vec(&r, "bootplate_generator_request_duration_seconds", "Time one request to a BootstrapGenerator took, answer read and checked, by generator.", vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0], &["generator"]);
         let inplace_updates = counter_vec(&r, "bootplate_inplace_updates_total", "In-place updates of booted machines by result: started, succeeded, failed (the node reported a failed step).", &["result"]);
+        let oldest_inplace_update = IntGauge::new("bootplate_oldest_inplace_update_age_seconds", "Age of the oldest in-place update still in progress (Cluster API marked the machine, its node has not reported the payload applied); 0 when none.").expect("valid metric");
         let hook_requests = counter_vec(&r, "bootplate_extension_requests_total", "Cluster API Runtime SDK calls served by hook (discovery, can_update_machine_set, can_update_machine, update_machine) and answer (in_place, rollout, unchanged, in_progress, done, failure, error).", &["hook", "answer"]);
         let leader = IntGauge::new("bootplate_leader", "1 while this instance holds the leader Lease (or runs without leader election).").expect("valid metric");
         for collector in [
@@ -75,6 +79,7 @@ impl Metrics {
             Box::new(time_to_ready.clone()),
             Box::new(oldest_waiting.clone()),
             Box::new(leader.clone()),
+            Box::new(oldest_inplace_update.clone()),
         ] {
             r.register(collector).expect("unique metric names");
         }
@@ -91,15 +96,25 @@ impl Metrics {
             registry: r, reconciles, reconcile_duration, render_duration, render_failures,
             secrets_written, events, events_queued, tokens, configs, templates, time_to_ready,
             oldest_waiting, leader, generator_requests, generator_duration, inplace_updates,
-            hook_requests,
+            oldest_inplace_update, hook_requests,
             config_states: Mutex::default(),
             template_validity: Mutex::default(),
+            inplace_since: Mutex::default(),
         }
     }
 
     /// Counts a step of an in-place update (`started`, `succeeded`, `failed`).
     pub fn inplace_update(&self, result: &str) {
         self.inplace_updates.with_label_values(&[result]).inc();
+    }
+
+    /// Records whether a config is under an in-place update, and since when.
+    pub fn inplace_updating(&self, key: &str, since: Option<Timestamp>) {
+        let mut updating = self.inplace_since.lock().expect("metrics lock");
+        match since {
+            Some(since) => updating.insert(key.to_owned(), since),
+            None => updating.remove(key),
+        };
     }
 
     /// Counts a Runtime SDK call by hook and answer.
@@ -199,6 +214,7 @@ impl Metrics {
         let mut states = self.config_states.lock().expect("metrics lock");
         let previous = states.remove(key);
         self.move_config_gauge(previous.map(|(s, _)| s), None);
+        self.inplace_updating(key, None);
     }
 
     /// Moves one config between the per-state gauges (called under the states lock, so the
@@ -251,6 +267,11 @@ impl Metrics {
             .max()
             .unwrap_or(0);
         self.oldest_waiting.set(oldest.max(0));
+        let oldest_update = (self.inplace_since.lock().expect("metrics lock").values())
+            .map(|since| now.duration_since(*since).as_secs())
+            .max()
+            .unwrap_or(0);
+        self.oldest_inplace_update.set(oldest_update.max(0));
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
@@ -303,6 +324,27 @@ mod tests {
             .with_label_values(&[state])
             .get()
             .to_string()
+    }
+
+    #[test]
+    fn oldest_inplace_update_is_the_age_of_the_earliest_update_still_running() {
+        let metrics = Metrics::new();
+        // The gauge as a scrape leaves it.
+        let age = |metrics: &Metrics| {
+            metrics.encode();
+            metrics.oldest_inplace_update.get()
+        };
+        assert_eq!(age(&metrics), 0);
+        let now = Timestamp::now();
+        let ago = |secs: i64| now - k8s_openapi::jiff::SignedDuration::from_secs(secs);
+        metrics.inplace_updating("ns/a", Some(ago(600)));
+        metrics.inplace_updating("ns/b", Some(ago(4000)));
+        assert!((4000..4060).contains(&age(&metrics)));
+        // b's update ended; a config deleted mid-update is forgotten too.
+        metrics.inplace_updating("ns/b", None);
+        assert!((600..660).contains(&age(&metrics)));
+        metrics.config_deleted("ns/a");
+        assert_eq!(age(&metrics), 0);
     }
 
     #[test]

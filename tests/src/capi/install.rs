@@ -75,7 +75,7 @@ pub fn for_loopback(object: &mut Value, port: u16, ca_pem: &str) -> anyhow::Resu
     Ok(())
 }
 
-fn kustomize(dir: &Path) -> anyhow::Result<String> {
+pub(crate) fn kustomize(dir: &Path) -> anyhow::Result<String> {
     let out = std::process::Command::new("kubectl")
         .arg("kustomize")
         .arg(dir)

@@ -557,20 +557,42 @@ fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf
     Ok((port, cert_dir))
 }
 
-/// An ExtensionConfig pointing Cluster API at bootplate's extension on a loopback port, with
-/// the webhook's test certificate (in `cert_dir`). Returns the `bootplate run` arguments serving it.
+/// The ExtensionConfig of `deploy/extension`, pointed at bootplate's extension on a loopback
+/// port instead of its Service. Its CA comes the way it does in a cluster: Cluster API reads
+/// `ca.crt` from the Secret its annotation names (cert-manager's, in a cluster; here the
+/// webhook's test CA from `cert_dir`, which the extension serves with by default). Returns the
+/// `bootplate run` arguments serving it.
 fn install_bootplate_extension(server: &ApiServer, cert_dir: &Path) -> anyhow::Result<Vec<String>> {
+    const INJECT_CA: &str = "runtime.cluster.x-k8s.io/inject-ca-from-secret";
     let port = crate::free_port()?;
+    let built =
+        install::kustomize(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/extension"))?;
+    let mut config = serde_yaml::Deserializer::from_str(&built)
+        .map(<serde_yaml::Value as serde::Deserialize>::deserialize)
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .find(|o| o["kind"] == "ExtensionConfig")
+        .context("deploy/extension has no ExtensionConfig")?;
+    let secret = config["metadata"]["annotations"][INJECT_CA]
+        .as_str()
+        .with_context(|| format!("the ExtensionConfig has no {INJECT_CA} annotation"))?;
+    let (namespace, name) = secret
+        .split_once('/')
+        .with_context(|| format!("{INJECT_CA} is not <namespace>/<name>: {secret}"))?;
     let ca_pem = std::fs::read_to_string(cert_dir.join("ca.crt"))?;
-    let config = json!({
-        "apiVersion": "runtime.cluster.x-k8s.io/v1beta2",
-        "kind": "ExtensionConfig",
-        "metadata": {"name": "bootplate"},
-        "spec": {
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}"), "caBundle": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_pem)},
-            "namespaceSelector": {},
-        },
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {"ca.crt": ca_pem},
     });
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+    config["spec"]["clientConfig"] =
+        serde_yaml::to_value(json!({"url": format!("https://127.0.0.1:{port}")}))?;
+    for object in [namespace, secret] {
+        kubectl_apply(server, &serde_yaml::to_string(&object)?)?;
+    }
     kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
     Ok(vec![format!("--extension-addr=127.0.0.1:{port}")])
 }
