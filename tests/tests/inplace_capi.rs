@@ -12,6 +12,8 @@
 //! (b) A change to a `Rollout` part: the hook refuses, Cluster API replaces the Machines.
 //! (c) The agent fails a step: the Machine's update is reported failed, the config's condition
 //! names the part and the step, and the node's file is whole (old or new, never torn).
+//! (d) A node's identity reads its own payload Secret and not another node's.
+//! (e) A file changed by hand on a node is put back by its agent.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -348,9 +350,68 @@ async fn cluster_api_updates_machines_in_place_through_bootplate() {
         );
     }
 
+    only_its_own_payload(&env, &before).await;
+    drift_is_put_back(&before, &disks).await;
     in_place_update(&env, &before, &disks, &secret_versions).await;
     failed_step(&env, &failing, &failing_disks).await;
     rollout(&env, &before).await;
+}
+
+fn node_of(machine: &DynamicObject) -> String {
+    machine.data["status"]["nodeRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// (d) With its node's identity, an agent reads its own payload Secret (the one bootplate
+/// published and granted), not another node's, and cannot list them.
+async fn only_its_own_payload(env: &CapiEnv, machines: &BTreeMap<String, DynamicObject>) {
+    let nodes: Vec<String> = machines.values().map(node_of).collect();
+    let yaml = testenv::agent::node_kubeconfig(env.workload.port(), &env.cluster_ca, &nodes[0]);
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let secrets: Api<Secret> =
+        Api::namespaced(kube::Client::try_from(config).unwrap(), "kube-system");
+    let own = secrets
+        .get(&format!("bootplate-node-{}", nodes[0]))
+        .await
+        .expect("a node reads its own payload");
+    assert!(own.data.unwrap().contains_key("payload.json"));
+    for denied in [
+        secrets
+            .get(&format!("bootplate-node-{}", nodes[1]))
+            .await
+            .map(|_| ()),
+        secrets.list(&ListParams::default()).await.map(|_| ()),
+    ] {
+        match denied {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+            other => panic!("node {} read what is not its own: {other:?}", nodes[0]),
+        }
+    }
+}
+
+/// (e) A file changed by hand on a node is put back by its agent (interval 1 s here).
+async fn drift_is_put_back(
+    machines: &BTreeMap<String, DynamicObject>,
+    disks: &BTreeMap<String, NodeDisk>,
+) {
+    let name = machines.keys().next().unwrap();
+    let file = disks[name].path(MIRROR_FILE);
+    let original = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, "[host.\"https://edited-by-hand.example\"]\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&file).unwrap() != original {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not put {MIRROR_FILE} back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    disks[name].take_systemctl_calls();
 }
 
 /// (a) Only the `InPlace` part changes: the Machines stay, the nodes apply it.
