@@ -859,8 +859,12 @@ async fn a_workload_apiserver_restart_fails_no_render() {
     );
 }
 
+/// Cluster API's Machine controller can set the init Machine's nodeRef before the Cluster reports
+/// its control plane initialized. The lock must hold until the Cluster says so: a second
+/// control-plane machine meanwhile decides from that same Cluster, and a lock released at the
+/// join let it render a second `init` (seen on real Cluster API under load).
 #[tokio::test]
-async fn init_lock_released_when_machine_has_node_ref_before_control_plane_initialized() {
+async fn init_lock_holds_from_the_init_machines_join_until_the_control_plane_is_initialized() {
     let env = env().await;
     publish_cluster_template(&env.client, "probe", "v1").await;
     env.cluster("n1", false).await;
@@ -870,13 +874,15 @@ async fn init_lock_released_when_machine_has_node_ref_before_control_plane_initi
         .await;
     env.wait_ready("n-cp").await;
     let locks = Api::<ConfigMap>::namespaced(env.client.clone(), NS);
-    assert!(
-        locks.get_opt("n1-lock").await.unwrap().is_some(),
-        "the lock is held while the control plane initializes"
-    );
-    // CAPI's Machine controller can set nodeRef before the Cluster reports its control plane
-    // initialized: the lock has served then.
     env.set_node_ref("n-cp").await;
+    env.machine("n1", "n-cp-2", true, cluster_template("probe"))
+        .await;
+    let waiting = env.wait_reason("n-cp-2", "WaitingForInitLock").await;
+    assert!(waiting.contains("n-cp"), "{waiting}");
+    let lock = locks.get("n1-lock").await.expect("the lock is held");
+    assert_eq!(lock.data.unwrap()["machine"], "n-cp");
+
+    env.set_cluster_status("n1", true, true).await;
     eventually("init lock released", WAIT, || async {
         locks
             .get_opt("n1-lock")
@@ -886,13 +892,12 @@ async fn init_lock_released_when_machine_has_node_ref_before_control_plane_initi
             .then_some(())
     })
     .await;
-    let cluster = Api::<Cluster>::namespaced(env.client.clone(), NS)
-        .get("n1")
-        .await
-        .unwrap();
-    assert!(
-        !cluster.control_plane_initialized(),
-        "released before the Cluster says so"
+    env.wait_ready("n-cp-2").await;
+    let joined = env.user_data("n-cp-2").await;
+    assert_eq!(
+        field(&joined, "role").as_deref(),
+        Some("control-plane-join"),
+        "one init only"
     );
 }
 

@@ -119,10 +119,27 @@ pub(crate) fn lock_contended(cluster: &str) -> Blocked {
     )
 }
 
-/// Whether the init lock is to be released: it has served once the machine rendering `init`
-/// sees the control plane initialized or its own Node joined.
-pub(crate) fn release_init_lock(role: Role, initialized: bool, machine_joined: bool) -> bool {
-    role == Role::Init && (initialized || machine_joined)
+/// Whether the init lock is to be released: once the machine that rendered `init` sees the
+/// control plane initialized, and not before, even when its own Node joined earlier. Until the
+/// Cluster says initialized, another control-plane machine decides `init` or wait from that
+/// same Cluster: a lock released at the join let it take the lock and render a second `init`
+/// (seen on real Cluster API under load: the Machine's nodeRef came before the Cluster's
+/// ControlPlaneInitialized reached the cache).
+pub(crate) fn release_init_lock(role: Role, initialized: bool) -> bool {
+    role == Role::Init && initialized
+}
+
+/// The role of a control-plane machine that just took the init lock, given whether its Cluster,
+/// read again after taking it, is initialized. The lock is released only once that same cache
+/// shows the Cluster initialized ([`release_init_lock`]), so a machine that decided from an
+/// older read and took the lock right after it was released finds the Cluster initialized here
+/// and joins instead of initializing a second time.
+pub(crate) fn after_lock_taken(initialized_now: bool) -> Role {
+    if initialized_now {
+        Role::ControlPlaneJoin
+    } else {
+        Role::Init
+    }
 }
 
 #[cfg(test)]
@@ -203,23 +220,27 @@ mod tests {
     }
 
     #[test]
-    fn init_lock_released_when_machine_has_node_ref_before_control_plane_initialized() {
-        // Cluster API's Machine controller may set nodeRef before the Cluster reports
-        // ControlPlaneInitialized: the lock has served either way.
+    fn init_lock_is_released_only_once_the_control_plane_is_initialized() {
+        // Cluster API may set the init Machine's nodeRef before the Cluster reports
+        // ControlPlaneInitialized: the lock stays until the Cluster says so.
         let cases = [
-            (Role::Init, false, false, false),
-            (Role::Init, true, false, true),
-            (Role::Init, false, true, true),
-            (Role::Init, true, true, true),
-            (Role::ControlPlaneJoin, true, true, false),
-            (Role::Worker, true, true, false),
+            (Role::Init, false, false),
+            (Role::Init, true, true),
+            (Role::ControlPlaneJoin, true, false),
+            (Role::Worker, true, false),
         ];
-        for (role, initialized, joined, release) in cases {
+        for (role, initialized, release) in cases {
             assert_eq!(
-                release_init_lock(role, initialized, joined),
+                release_init_lock(role, initialized),
                 release,
-                "{role} initialized={initialized} joined={joined}"
+                "{role} initialized={initialized}"
             );
         }
+    }
+
+    #[test]
+    fn a_machine_that_took_a_released_lock_joins_an_initialized_control_plane() {
+        assert_eq!(after_lock_taken(false), Role::Init);
+        assert_eq!(after_lock_taken(true), Role::ControlPlaneJoin);
     }
 }

@@ -37,7 +37,7 @@ pub(crate) async fn clean_up(
 ) -> Joined {
     let uid = config.uid().unwrap_or_default();
     let mut failure = None;
-    if role::release_init_lock(role, cluster.control_plane_initialized(), true)
+    if role::release_init_lock(role, cluster.control_plane_initialized())
         && !ctx.lock_released(&uid)
     {
         match init_lock::release(&ctx.client, cluster).await {

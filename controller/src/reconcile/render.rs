@@ -143,11 +143,19 @@ async fn decide_role(
         RoleDecision::Decided(role) => role,
         RoleDecision::InitIfLocked => {
             init_lock::acquire(&ctx.client, &ctx.stores, cluster, machine).await?;
-            Role::Init
+            let now = ctx.stores.cluster(
+                &cluster.namespace().unwrap_or_default(),
+                &cluster.name_any(),
+            );
+            let role = role::after_lock_taken(now.is_some_and(|c| c.control_plane_initialized()));
+            if role != Role::Init {
+                init_lock::release(&ctx.client, cluster).await?;
+            }
+            role
         }
     };
     let uid = config.uid().unwrap_or_default();
-    if role::release_init_lock(role, initialized, machine.has_node()) && !ctx.lock_released(&uid) {
+    if role::release_init_lock(role, initialized) && !ctx.lock_released(&uid) {
         init_lock::release(&ctx.client, cluster).await?;
         ctx.mark_lock_released(uid);
     }
