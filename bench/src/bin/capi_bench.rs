@@ -17,7 +17,9 @@
 //!   by its ServiceAccount; in the workload cluster by the `<cluster>-kubeconfig` user and the
 //!   provider's user agent (Cluster API's manager uses the same kubeconfig);
 //! - restart: SIGTERM, start again over the ready machines, the requests in the next
-//!   `RESTART_WINDOW` after it is ready (writes should be none).
+//!   `RESTART_WINDOW` after it is ready; among the writes, the bootstrap token extensions that
+//!   were due (half the token's lifetime or less left, by its expiry at the stop) and those the
+//!   restart brought forward (should be none).
 //!
 //! The order of the providers is reversed every other round.
 //!
