@@ -153,14 +153,15 @@ pub(crate) const SHORTEST_LOOK: Duration = Duration::from_secs(1);
 /// that moment, and no other: with a fixed period, each look extended every token past its
 /// half-life, so a restart brought forward the extensions a running process would only have made
 /// at its next look. An expiry that is not known (every render and every skip knows it) is
-/// looked at after a third of `ttl`, well before it could expire.
+/// looked at after a third of `ttl`, well before it could expire; one further away than a
+/// lifetime (not one this controller set, see [`young`]) after half of `ttl` at the latest.
 pub(crate) fn next_look(
     expires: Option<Timestamp>,
     now: Timestamp,
     ttl: SignedDuration,
 ) -> Duration {
     let wait = match expires {
-        Some(expires) => now.duration_until(due(expires, ttl)),
+        Some(expires) => now.duration_until(due(expires, ttl)).min(ttl / 2),
         None => ttl / 3,
     };
     Duration::try_from(wait)
@@ -356,6 +357,9 @@ mod tests {
         // Already due (a look that came early by the wall clock): again shortly, not at once.
         assert_eq!(next_look(Some(in_mins(7)), now(), TTL), SHORTEST_LOOK);
         assert_eq!(next_look(None, now(), TTL), Duration::from_secs(300));
+        // Forward-dated by a year: looked at again after half a lifetime, not in half a year.
+        let far = now() + SignedDuration::from_hours(24 * 366);
+        assert_eq!(next_look(Some(far), now(), TTL), Duration::from_secs(450));
     }
 
     #[test]
