@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 /// `part / whole`, NaN for an empty whole.
@@ -182,5 +183,123 @@ impl Requests {
                 per(*count as f64, n as f64)
             );
         }
+    }
+}
+
+/// A provider's updates of bootstrap token Secrets (expiry extensions) after a restart, split
+/// by whether the token was due: `due`, the token had half of `--bootstrap-token-ttl` or less
+/// left at the update, by the expiry it had when the old process stopped, so a process that
+/// kept running would have extended it by then too; `early`, it had more, so the restart
+/// brought the extension forward.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TokenUpdates {
+    pub due: u64,
+    pub early: u64,
+    seen: HashSet<String>,
+}
+
+impl TokenUpdates {
+    /// Adds the token Secret updates in the audit log at `path` after byte `offset` that
+    /// `select` picks. `expiries`: each token Secret's expiry (by name) when the old process
+    /// stopped; `ttl`: the tokens' lifetime.
+    pub fn add_from(
+        &mut self,
+        path: &Path,
+        offset: u64,
+        select: impl Fn(&Value) -> bool,
+        expiries: &BTreeMap<String, Timestamp>,
+        ttl: SignedDuration,
+    ) -> anyhow::Result<()> {
+        let text = std::fs::read(path)?;
+        let text = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default());
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            self.add(&event, &select, expiries, ttl);
+        }
+        Ok(())
+    }
+
+    /// Counts `event` when it is a token Secret update `select` picks (once per audit ID).
+    pub fn add(
+        &mut self,
+        event: &Value,
+        select: impl Fn(&Value) -> bool,
+        expiries: &BTreeMap<String, Timestamp>,
+        ttl: SignedDuration,
+    ) {
+        let object = &event["objectRef"];
+        let name = object["name"].as_str().unwrap_or_default();
+        let update = matches!(event["verb"].as_str(), Some("update" | "patch"));
+        let token = object["resource"] == "secrets"
+            && object["namespace"] == "kube-system"
+            && name.starts_with("bootstrap-token-");
+        if !update || !token || !select(event) {
+            return;
+        }
+        let id = event["auditID"].as_str().unwrap_or_default().to_owned();
+        if !self.seen.insert(id) {
+            return;
+        }
+        let at = event["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        let due = match (expiries.get(name), at) {
+            (Some(expires), Some(at)) => at >= *expires - ttl / 2,
+            // A token without a known expiry never expires: due at any time.
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        if due {
+            self.due += 1;
+        } else {
+            self.early += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_token_update_counts_as_due_from_half_its_lifetime() {
+        let ttl = SignedDuration::from_mins(15);
+        let stop: Timestamp = "2026-12-01T07:00:00Z".parse().unwrap();
+        let expiries = BTreeMap::from([
+            // 10 minutes left at the stop: due 2.5 minutes after it.
+            (
+                "bootstrap-token-aaaaaa".to_owned(),
+                stop + SignedDuration::from_mins(10),
+            ),
+            // 5 minutes left: due already.
+            (
+                "bootstrap-token-bbbbbb".to_owned(),
+                stop + SignedDuration::from_mins(5),
+            ),
+        ]);
+        let update = |id: &str, name: &str, verb: &str, seconds_after: i64| {
+            json!({
+                "auditID": id,
+                "verb": verb,
+                "requestReceivedTimestamp": (stop + SignedDuration::from_secs(seconds_after)).to_string(),
+                "objectRef": {"resource": "secrets", "namespace": "kube-system", "name": name},
+            })
+        };
+        let mut counted = TokenUpdates::default();
+        for event in [
+            update("1", "bootstrap-token-aaaaaa", "patch", 20),
+            update("2", "bootstrap-token-aaaaaa", "patch", 150),
+            update("3", "bootstrap-token-bbbbbb", "update", 20),
+            update("3", "bootstrap-token-bbbbbb", "update", 20),
+            update("4", "bootstrap-token-bbbbbb", "get", 20),
+            update("5", "bootstrap-token-cccccc", "create", 20),
+            update("6", "kubeadm-config", "patch", 20),
+        ] {
+            counted.add(&event, |_| true, &expiries, ttl);
+        }
+        assert_eq!((counted.due, counted.early), (2, 1));
     }
 }

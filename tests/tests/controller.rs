@@ -204,7 +204,7 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
     let after = written(&env, &workers).await;
     assert_eq!(before, after, "no data secret or status rewritten");
 
-    // A token past half its lifetime is extended (by the requeue every third of the TTL: the
+    // A token is extended once half its lifetime is left (by the requeue at that moment: the
     // controller trusts the expiry it wrote until then).
     let w0_token = field(&env.user_data("w-0").await, "token").unwrap();
     let w0_id = w0_token.split_once('.').unwrap().0.to_owned();

@@ -17,7 +17,9 @@
 //!   by its ServiceAccount; in the workload cluster by the `<cluster>-kubeconfig` user and the
 //!   provider's user agent (Cluster API's manager uses the same kubeconfig);
 //! - restart: SIGTERM, start again over the ready machines, the requests in the next
-//!   `RESTART_WINDOW` after it is ready (writes should be none).
+//!   `RESTART_WINDOW` after it is ready; among the writes, the bootstrap token extensions that
+//!   were due (half the token's lifetime or less left, by its expiry at the stop) and those the
+//!   restart brought forward (should be none).
 //!
 //! The order of the providers is reversed every other round.
 //!
@@ -27,14 +29,17 @@
 //! target/release/capi-bench --machines 1000 --rounds 2
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use bootplate_bench::measure::{Requests, cpu_seconds, file_len, load_average, per, rss_kib};
+use bootplate_bench::measure::{
+    Requests, TokenUpdates, cpu_seconds, file_len, load_average, per, rss_kib,
+};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::watcher;
@@ -53,6 +58,9 @@ const TEMPLATE_NAME: &str = "kubeadm-ubuntu-2404";
 const SETTLE: Duration = Duration::from_secs(10);
 /// How long requests are counted after a restarted provider is ready.
 const RESTART_WINDOW: Duration = Duration::from_secs(20);
+/// The bootstrap token lifetime of both providers unless `--token-ttl-seconds` says otherwise:
+/// bootplate's default `--bootstrap-token-ttl`, and the flag in CABPK's Deployment.
+const TOKEN_TTL: SignedDuration = SignedDuration::from_mins(15);
 /// The user the `<cluster>-kubeconfig` Secrets of the control-plane stand-in authenticate as.
 const WORKLOAD_USER: &str = "kubernetes-admin";
 
@@ -66,6 +74,9 @@ struct Args {
     skip_restart: bool,
     /// The providers run in each round, in the order of the first.
     variants: Vec<Variant>,
+    /// bootplate's `--bootstrap-token-ttl`, in seconds, when not its default: shorter than a
+    /// run, tokens are extended during it, and the restart's extensions can be told apart.
+    token_ttl_seconds: Option<u64>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -77,11 +88,14 @@ fn args() -> anyhow::Result<Args> {
         concurrency: 16,
         skip_restart: false,
         variants: Variant::ALL.to_vec(),
+        token_ttl_seconds: None,
     };
     let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] [--first-round N] \
-                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate]\n\
+                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate] \
+                 [--token-ttl-seconds N]\n\
                  --providers: which to run (default all three): cabpk is CABPK with its defaults, \
-                 cabpkc CABPK with bootplate's --concurrency";
+                 cabpkc CABPK with bootplate's --concurrency\n\
+                 --token-ttl-seconds: bootplate's --bootstrap-token-ttl (default 900; CABPK keeps 15m)";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -92,6 +106,7 @@ fn args() -> anyhow::Result<Args> {
             "--first-round" => parsed.first_round = value()?.parse()?,
             "--concurrency" => parsed.concurrency = value()?.parse()?,
             "--skip-restart" => parsed.skip_restart = true,
+            "--token-ttl-seconds" => parsed.token_ttl_seconds = Some(value()?.parse()?),
             "--providers" => {
                 parsed.variants = value()?
                     .split(',')
@@ -167,6 +182,8 @@ struct Run {
     peak_rss_mib: f64,
     requests: Requests,
     restart: Option<Requests>,
+    /// The token expiry extensions among the restart's writes, due or brought forward.
+    restart_tokens: Option<TokenUpdates>,
     breakdown: Breakdown,
 }
 
@@ -369,10 +386,11 @@ impl Bench {
         );
 
         provider.stop(&mut self.env)?;
-        let restart = if self.args.skip_restart {
-            None
+        let (restart, restart_tokens) = if self.args.skip_restart {
+            (None, None)
         } else {
             let audit = self.audit_offsets();
+            let expiries = self.token_expiries().await?;
             let restarted = Instant::now();
             let mut provider = self
                 .start_provider(variant, &concurrency, &format!("{ns}-restart.log"))
@@ -380,12 +398,17 @@ impl Bench {
             let ready = restarted.elapsed().as_secs_f64();
             tokio::time::sleep(RESTART_WINDOW).await;
             let requests = self.requests_since(audit, variant)?;
+            let tokens = self.token_updates_since(audit[1], variant, &expiries)?;
             provider.stop(&mut self.env)?;
             println!(
                 "restart: ready {ready:.2} s after start; requests in the {RESTART_WINDOW:?} after:"
             );
             requests.print("restart", n);
-            Some(requests)
+            println!(
+                "restart: token expiry extensions {} due anyway (half the lifetime or less left), {} brought forward",
+                tokens.due, tokens.early
+            );
+            (Some(requests), Some(tokens))
         };
         Ok(Run {
             round,
@@ -396,6 +419,7 @@ impl Bench {
             peak_rss_mib,
             requests,
             restart,
+            restart_tokens,
             breakdown,
         })
     }
@@ -420,7 +444,12 @@ impl Bench {
     ) -> anyhow::Result<Provider> {
         Ok(match variant {
             Variant::Bootplate => {
-                let args = ["--concurrency", concurrency, "--log-level", "info"].map(String::from);
+                let mut args = ["--concurrency", concurrency, "--log-level", "info"]
+                    .map(String::from)
+                    .to_vec();
+                if let Some(seconds) = self.args.token_ttl_seconds {
+                    args.extend(["--bootstrap-token-ttl".into(), format!("{seconds}s")]);
+                }
                 self.env.restart_bootplate(&args, log).await?;
                 wait_ready(&self.env.bootplate).await?;
                 Provider::Bootplate
@@ -590,21 +619,76 @@ impl Bench {
         ]
     }
 
+    /// The expiry of every bootstrap token in the workload cluster now, by Secret name.
+    async fn token_expiries(&self) -> anyhow::Result<BTreeMap<String, Timestamp>> {
+        let tokens = Api::<Secret>::namespaced(self.env.workload_client.clone(), "kube-system")
+            .list(&ListParams::default().fields("type=bootstrap.kubernetes.io/token"))
+            .await?;
+        Ok(tokens
+            .items
+            .into_iter()
+            .filter_map(|secret| {
+                let expiration = secret.data.as_ref()?.get("expiration")?;
+                let expires = std::str::from_utf8(&expiration.0).ok()?.parse().ok()?;
+                Some((secret.name_any(), expires))
+            })
+            .collect())
+    }
+
+    /// The provider's token expiry extensions in the workload cluster since `offset`, judged
+    /// against the tokens' `expiries` when the old process stopped.
+    fn token_updates_since(
+        &self,
+        offset: u64,
+        variant: Variant,
+        expiries: &BTreeMap<String, Timestamp>,
+    ) -> anyhow::Result<TokenUpdates> {
+        let mut tokens = TokenUpdates::default();
+        let (_, ours) = self.provider_filter(variant);
+        tokens.add_from(
+            &self.env.workload.audit_log(),
+            offset,
+            |e| Requests::user(e) == Some(WORKLOAD_USER) && ours(e),
+            expiries,
+            self.token_ttl(variant),
+        )?;
+        Ok(tokens)
+    }
+
+    /// The lifetime of the tokens `variant` makes.
+    fn token_ttl(&self, variant: Variant) -> SignedDuration {
+        match (variant, self.args.token_ttl_seconds) {
+            (Variant::Bootplate, Some(seconds)) => {
+                SignedDuration::from_secs(i64::try_from(seconds).unwrap_or(i64::MAX))
+            }
+            _ => TOKEN_TTL,
+        }
+    }
+
+    /// The provider's user in the management cluster, and whether a workload cluster request
+    /// (an audit event) is the provider's: Cluster API's manager uses the same kubeconfig there,
+    /// and its user agents (and CABPK's) name "cluster-api", bootplate's client sends none.
+    fn provider_filter(&self, variant: Variant) -> (String, impl Fn(&Value) -> bool + use<>) {
+        let user = match variant {
+            Variant::Bootplate => self.bootplate_user.clone(),
+            _ => kubeadm_bootstrap::user(),
+        };
+        let ours = move |e: &Value| {
+            let agent = e["userAgent"].as_str().unwrap_or("");
+            match variant {
+                Variant::Bootplate => !agent.contains("cluster-api"),
+                _ => agent.contains("kubeadm-bootstrap"),
+            }
+        };
+        (user, ours)
+    }
+
     /// The provider's requests since `offsets`: in the management cluster by its user, in the
     /// workload cluster by the kubeconfig Secrets' user and the provider's user agent.
     fn requests_since(&self, offsets: [u64; 2], variant: Variant) -> anyhow::Result<Requests> {
         // The audit backend writes as requests complete; let the last ones land.
         std::thread::sleep(Duration::from_millis(500));
-        // In the workload cluster Cluster API's manager uses the same kubeconfig; its user
-        // agents (and CABPK's) name "cluster-api", bootplate's client sends none.
-        let user = match variant {
-            Variant::Bootplate => self.bootplate_user.clone(),
-            _ => kubeadm_bootstrap::user(),
-        };
-        let ours = |agent: &str| match variant {
-            Variant::Bootplate => !agent.contains("cluster-api"),
-            _ => agent.contains("kubeadm-bootstrap"),
-        };
+        let (user, ours) = self.provider_filter(variant);
         let mut requests = Requests::default();
         requests.add_from(
             "management",
@@ -616,10 +700,7 @@ impl Bench {
             "workload",
             &self.env.workload.audit_log(),
             offsets[1],
-            |e| {
-                Requests::user(e) == Some(WORKLOAD_USER)
-                    && ours(e["userAgent"].as_str().unwrap_or(""))
-            },
+            |e| Requests::user(e) == Some(WORKLOAD_USER) && ours(e),
         )?;
         Ok(requests)
     }
@@ -633,13 +714,20 @@ impl Bench {
             self.args.rounds
         );
         println!(
-            "| provider | round | time to every data Secret | CPU s (to ready / settled) | peak RSS | requests per machine (writes) | restart: writes (reads) |"
+            "| provider | round | time to every data Secret | CPU s (to ready / settled) | peak RSS | requests per machine (writes) | restart: writes (reads); token extensions |"
         );
         println!("|---|---|---|---|---|---|---|");
         for run in runs {
-            let restart = run.restart.as_ref().map_or("not run".to_owned(), |r| {
-                format!("{} ({})", r.writes(), r.reads())
-            });
+            let restart = match (&run.restart, &run.restart_tokens) {
+                (Some(r), Some(t)) => format!(
+                    "{} ({}); token extensions: {} due, {} brought forward",
+                    r.writes(),
+                    r.reads(),
+                    t.due,
+                    t.early
+                ),
+                _ => "not run".to_owned(),
+            };
             println!(
                 "| {} | {} | {:.2} s | {:.1} / {:.1} | {:.1} MiB | {:.2} ({:.2}) | {restart} |",
                 run.variant.label(self.args.concurrency),

@@ -37,20 +37,18 @@ impl ConfigState {
     }
 }
 
-/// When to look again at a ready config; `None`: only when something changes. `token_in_use`:
-/// its user-data holds a token, refreshed or rotated before it expires. `cleanup_failed`: a
-/// MachinePool's replaced token could not be deleted after the write; it is tried again soon,
-/// so it does not outlive the write for longer than it must.
+/// When to look again at a ready config; `None`: only when something changes. `token_look`:
+/// its user-data holds a token, to be looked at after that long (`token::next_look`: when it
+/// falls due). `cleanup_failed`: a MachinePool's replaced token could not be deleted after the
+/// write; it is tried again soon, so it does not outlive the write for longer than it must.
 pub(crate) fn ready_requeue(
-    token_in_use: bool,
+    token_look: Option<Duration>,
     cleanup_failed: bool,
-    ttl: Duration,
 ) -> Option<Duration> {
     if cleanup_failed {
-        return Some(CLEANUP_RETRY.min(ttl / 3));
+        return Some(token_look.map_or(CLEANUP_RETRY, |look| look.min(CLEANUP_RETRY)));
     }
-    // Check the token again well before it expires.
-    token_in_use.then_some(ttl / 3)
+    token_look
 }
 
 /// When to look again at a joined config whose clean-up failed.
@@ -213,19 +211,17 @@ mod tests {
     }
 
     #[test]
-    fn a_ready_config_with_a_token_is_looked_at_within_a_third_of_its_lifetime() {
-        let ttl = Duration::from_secs(900);
+    fn a_ready_config_is_looked_at_when_its_token_says() {
+        let look = Duration::from_secs(450);
+        assert_eq!(ready_requeue(Some(look), false), Some(look));
+        assert_eq!(ready_requeue(None, false), None);
+        assert_eq!(ready_requeue(Some(look), true), Some(CLEANUP_RETRY));
+        assert_eq!(ready_requeue(None, true), Some(CLEANUP_RETRY));
+        let soon = Duration::from_secs(10);
         assert_eq!(
-            ready_requeue(true, false, ttl),
-            Some(Duration::from_secs(300))
-        );
-        assert_eq!(ready_requeue(false, false, ttl), None);
-        assert_eq!(ready_requeue(true, true, ttl), Some(CLEANUP_RETRY));
-        let short = Duration::from_secs(30);
-        assert_eq!(
-            ready_requeue(true, true, short),
-            Some(Duration::from_secs(10)),
-            "never later than the next token check"
+            ready_requeue(Some(soon), true),
+            Some(soon),
+            "never later than the next token look"
         );
     }
 

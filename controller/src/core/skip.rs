@@ -1,10 +1,11 @@
 //! Whether a config's render can be skipped: nothing it depends on changed since the last one.
 //!
 //! What the last full render of a config did is kept in memory by config UID ([`Record`]). A
-//! reconcile whose inputs digest is the same, whose token has more than half its lifetime left
-//! and whose data Secret still has the resourceVersion seen after the write does nothing and
-//! sends no request: that is the reconcile the controller's own status and Secret writes
-//! trigger, and the periodic one while the token is young. Anything else (a changed config,
+//! reconcile whose inputs digest is the same, whose token is not due yet (more than half its
+//! lifetime left) and whose data Secret still has the resourceVersion seen after the write does
+//! nothing and sends no request: that is the reconcile the controller's own status and Secret
+//! writes trigger, and one that another change to a watched object triggers while the token is
+//! young. Anything else (a changed config,
 //! Machine, Cluster, template or certificate Secret; a token to refresh; a touched data Secret;
 //! another build of the controller) takes the full path, which reads and compares.
 //!

@@ -131,10 +131,42 @@ pub(crate) fn assess(expiration: Option<&str>, now: Timestamp, ttl: SignedDurati
     }
 }
 
-/// Whether a token expiring at `expires` has less than half of its lifetime `ttl` left at
-/// `now`: then it is extended (and a render that relied on it looks at it again).
+/// When a token expiring at `expires` falls due: once half of its lifetime `ttl` is left, it
+/// is extended (a MachinePool's is rotated), and a render that relied on it looks at it again.
+pub(crate) fn due(expires: Timestamp, ttl: SignedDuration) -> Timestamp {
+    expires.checked_sub(ttl / 2).unwrap_or(Timestamp::MIN)
+}
+
+/// Whether a token expiring at `expires` is due at `now` ([`due`]): half of its lifetime `ttl`
+/// or less is left.
 pub(crate) fn past_half_life(expires: Timestamp, now: Timestamp, ttl: SignedDuration) -> bool {
-    expires.duration_since(now) * 2 < ttl
+    now >= due(expires, ttl)
+}
+
+/// The shortest wait before a token is looked at again: a timer that fires a little before the
+/// wall clock reaches the due moment finds the token not due yet, and must not spin.
+pub(crate) const SHORTEST_LOOK: Duration = Duration::from_secs(1);
+
+/// How long after `now` to look again at a ready config whose user-data holds a token expiring
+/// at `expires`: exactly when it falls due ([`due`]), not on a fixed period. A process that
+/// starts over ready configs then extends the tokens the running one would have extended by
+/// that moment, and no other: with a fixed period, each look extended every token past its
+/// half-life, so a restart brought forward the extensions a running process would only have made
+/// at its next look. An expiry that is not known (every render and every skip knows it) is
+/// looked at after a third of `ttl`, well before it could expire; one further away than a
+/// lifetime (not one this controller set, see [`young`]) after half of `ttl` at the latest.
+pub(crate) fn next_look(
+    expires: Option<Timestamp>,
+    now: Timestamp,
+    ttl: SignedDuration,
+) -> Duration {
+    let wait = match expires {
+        Some(expires) => now.duration_until(due(expires, ttl)).min(ttl / 2),
+        None => ttl / 3,
+    };
+    Duration::try_from(wait)
+        .unwrap_or(Duration::ZERO)
+        .max(SHORTEST_LOOK)
 }
 
 /// How far past one lifetime from now a token expiry this controller set can be: expiries are
@@ -291,7 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn a_token_is_past_half_life_with_less_than_half_its_ttl_left() {
+    fn a_token_is_past_half_life_with_half_its_ttl_or_less_left() {
         let cases = [(15, false), (8, false), (7, true), (-1, true)];
         for (minutes_left, past) in cases {
             assert_eq!(
@@ -300,6 +332,89 @@ mod tests {
                 "{minutes_left} minutes left"
             );
         }
+        let at_half = now() + TTL / 2;
+        assert_eq!(due(at_half, TTL), now());
+        assert!(past_half_life(at_half, now(), TTL), "due at exactly half");
+        assert!(!past_half_life(
+            at_half,
+            now() - SignedDuration::from_millis(1),
+            TTL
+        ));
+    }
+
+    #[test]
+    fn a_ready_config_is_looked_at_when_its_token_falls_due() {
+        // Expires in 14 minutes: due in 6.5, when 7.5 are left.
+        assert_eq!(
+            next_look(Some(in_mins(14)), now(), TTL),
+            Duration::from_secs(390)
+        );
+        // Freshly made: due after half its lifetime.
+        assert_eq!(
+            next_look(Some(expiry(now(), TTL)), now(), TTL),
+            Duration::from_secs(450)
+        );
+        // Already due (a look that came early by the wall clock): again shortly, not at once.
+        assert_eq!(next_look(Some(in_mins(7)), now(), TTL), SHORTEST_LOOK);
+        assert_eq!(next_look(None, now(), TTL), Duration::from_secs(300));
+        // Forward-dated by a year: looked at again after half a lifetime, not in half a year.
+        let far = now() + SignedDuration::from_hours(24 * 366);
+        assert_eq!(next_look(Some(far), now(), TTL), Duration::from_secs(450));
+    }
+
+    #[test]
+    fn a_token_checked_at_restart_before_it_is_due_is_kept_until_its_due_time() {
+        // Made 6 minutes before the restart: 9 minutes left, due in 1.5.
+        let expiration = in_mins(9).to_string();
+        assert_eq!(
+            assess(Some(&expiration), now(), TTL),
+            Verdict::Keep(in_mins(9))
+        );
+        assert_eq!(
+            next_look(Some(in_mins(9)), now(), TTL),
+            Duration::from_secs(90)
+        );
+        // At that look it is extended, and the next one is half a lifetime later.
+        let then = now() + SignedDuration::from_secs(90);
+        assert_eq!(assess(Some(&expiration), then, TTL), Verdict::Refresh);
+        assert_eq!(
+            next_look(Some(expiry(then, TTL)), then, TTL),
+            Duration::from_secs(450)
+        );
+    }
+
+    /// Runs a process that looks at one token when [`next_look`] says, from its creation at
+    /// `created` until `until` (excluded); returns the token's expiry then.
+    fn expiry_when_stopped(created: Timestamp, until: Timestamp) -> Timestamp {
+        let mut expires = expiry(created, TTL);
+        let mut look = created;
+        loop {
+            look += SignedDuration::try_from(next_look(Some(expires), look, TTL)).unwrap();
+            if look >= until {
+                return expires;
+            }
+            match assess(Some(&expires.to_string()), look, TTL) {
+                Verdict::Refresh => expires = expiry(look, TTL),
+                Verdict::Keep(_) => {}
+                Verdict::Unusable => panic!("the token expired while the process ran"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_restart_extends_no_token_the_running_process_would_not_have_extended_then() {
+        // Tokens made one every 7 seconds over 40 minutes (several extensions each); the process
+        // stops between two whole seconds, and a new one looks at every token at once.
+        let restart = in_mins(40) + SignedDuration::from_millis(250);
+        let mut extended = Vec::new();
+        for n in 0..(40 * 60 / 7) {
+            let created = now() + SignedDuration::from_secs(7 * n);
+            let expiration = expiry_when_stopped(created, restart).to_string();
+            if assess(Some(&expiration), restart, TTL) == Verdict::Refresh {
+                extended.push(n);
+            }
+        }
+        assert_eq!(extended, Vec::<i64>::new(), "no extension brought forward");
     }
 
     #[test]

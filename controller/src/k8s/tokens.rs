@@ -43,8 +43,8 @@ fn string_data(secret: &Secret, key: &str) -> Option<String> {
 }
 
 /// Ensures the config has a valid token in the workload cluster and returns it with what
-/// was done and when it now expires: reuses the existing one, extends it when less than half of
-/// `ttl` is left, or creates one.
+/// was done and when it now expires: reuses the existing one, extends it once it is due (half of
+/// `ttl` or less left, [`token::due`]), or creates one.
 ///
 /// `first`: the config was never rendered (no ready status, no data Secret), so it has no token
 /// but one whose creation was interrupted. Then the token is created at once under an ID

@@ -21,6 +21,7 @@ use crate::core::blocked::Blocked;
 use crate::core::gate::{self, Owner, Path};
 use crate::core::outcome::{self, ConfigState};
 use crate::core::status::{self, ConfigId, ReadyFacts};
+use crate::core::token;
 use crate::error::{Error, Result};
 
 /// Reconciles one config.
@@ -188,9 +189,10 @@ async fn report_rendered(
             ctx.remember(uid, record);
         }
     }
-    let token_in_use = done.role != Role::Init;
-    let ttl = ctx.settings.bootstrap_token_ttl;
-    let action = outcome::ready_requeue(token_in_use, done.cleanup_failed, ttl)
+    let ttl = token::signed_ttl(ctx.settings.bootstrap_token_ttl);
+    let token_look = (done.role != Role::Init)
+        .then(|| token::next_look(done.token_expires, Timestamp::now(), ttl));
+    let action = outcome::ready_requeue(token_look, done.cleanup_failed)
         .map_or_else(Action::await_change, Action::requeue);
     Ok((action, ConfigState::Ready))
 }

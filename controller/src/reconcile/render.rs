@@ -39,6 +39,9 @@ pub(crate) struct Rendered {
     pub secret_version: Option<String>,
     /// A MachinePool's replaced token could not be deleted after the write (tried again soon).
     pub cleanup_failed: bool,
+    /// When the token in the user-data expires (`None` for `init`): the config is looked at
+    /// again when it falls due.
+    pub token_expires: Option<Timestamp>,
 }
 
 /// What a config renders for: the Machine it bootstraps, or the MachinePool whose instances
@@ -249,6 +252,7 @@ fn unchanged(
         unchanged: true,
         secret_version: stored,
         cleanup_failed: false,
+        token_expires: last.token_expires.filter(|_| role != Role::Init),
     })
 }
 
@@ -381,6 +385,7 @@ async fn write_and_tell(
         unchanged: false,
         secret_version,
         cleanup_failed,
+        token_expires: made.token_expires,
     })
 }
 

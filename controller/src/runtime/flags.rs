@@ -34,8 +34,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Lifetime of bootstrap tokens (for example 15m, 1h). Tokens are extended while their
-    /// Machine has not joined, and deleted once it has; a MachinePool's token is rotated once
-    /// less than half of it is left.
+    /// Machine has not joined, and deleted once it has; a MachinePool's token is rotated
+    /// instead. Both happen when half of the lifetime is left.
     #[arg(long, default_value = "15m", value_parser = parse_token_ttl)]
     pub bootstrap_token_ttl: Duration,
     /// Timeout of each request to a workload cluster.

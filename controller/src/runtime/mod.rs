@@ -8,3 +8,4 @@ pub(crate) mod logging;
 pub mod metrics;
 pub mod run;
 pub(crate) mod triggers;
+pub(crate) mod trim;

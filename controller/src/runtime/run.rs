@@ -28,6 +28,7 @@ use crate::runtime::http::Readiness;
 use crate::runtime::leader::LeaderElection;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::triggers::{Deletions, NoSharedBackoff, settled};
+use crate::runtime::trim::{self, strip};
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -289,8 +290,13 @@ fn watches(
         Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
         None => watcher::Config::default(),
     };
-    let (machines, machine_events) =
-        watch(api(client, ns), filtered(), strip, Deletions::Skip, |_| {});
+    let (machines, machine_events) = watch(
+        api(client, ns),
+        filtered(),
+        trim::machine,
+        Deletions::Skip,
+        |_| {},
+    );
     let (machine_pools, machine_pool_events) =
         pool_watch(pools_served.then(|| api(client, ns)), filtered());
     let (clusters, cluster_events) = watch(
@@ -303,17 +309,7 @@ fn watches(
     let ((templates, template_events), (cluster_templates, cluster_template_events)) =
         watch_templates(client, ns, metrics, compiled);
     let (generators, generator_events) = watch_generators(client, caches);
-    // Secrets: metadata only, of those labelled with a cluster name (CAPI's certificate and
-    // kubeconfig Secrets, and the data Secrets, which also trigger their config's reconcile).
-    let (secrets, secret_events) = watch(
-        api::<PartialObjectMeta<Secret>>(client, ns),
-        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
-        |s| s.metadata.managed_fields = None,
-        Deletions::Include,
-        |_| {},
-    );
-    let data_secrets = secret_events
-        .try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
+    let (secrets, data_secrets) = watch_secrets(client, ns);
     let forget_config = forget_config(metrics.clone(), deleted_configs);
     // Configs: those of this shard only; what they read (Machines, Clusters) in full.
     let filter = settings.watch_filter.as_deref();
@@ -352,6 +348,29 @@ fn watches(
         generators: generator_events.boxed(),
     };
     (stores, triggers)
+}
+
+/// The watch of Secrets: metadata only, of those labelled with a cluster name (CAPI's
+/// certificate and kubeconfig Secrets, and the data Secrets), trimmed to what is read of them;
+/// the data Secrets also trigger their config's reconcile.
+#[allow(clippy::type_complexity)]
+fn watch_secrets(
+    client: &Client,
+    ns: Option<&str>,
+) -> (
+    Store<PartialObjectMeta<Secret>>,
+    impl futures::Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static,
+) {
+    let (secrets, events) = watch(
+        api::<PartialObjectMeta<Secret>>(client, ns),
+        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+        trim::secret,
+        Deletions::Include,
+        |_| {},
+    );
+    let data_secrets =
+        events.try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
+    (secrets, data_secrets)
 }
 
 /// The watches of both template kinds, every one of them (any config may name any template);
@@ -592,16 +611,6 @@ fn watch<K: Cached>(
         .modify(trim)
         .reflect(writer);
     (store.clone(), settled(events, store, deletions, deleted))
-}
-
-/// Drops what the controller never reads from a cached object: its managedFields (often the
-/// larger part of an object) and kubectl's last-applied-configuration copy of it.
-fn strip<K: Resource>(object: &mut K) {
-    let meta = object.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
 }
 
 /// A Machine's config, from `spec.bootstrap.configRef`.

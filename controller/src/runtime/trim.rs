@@ -1,0 +1,260 @@
+//! What the watch caches keep of each object: what reconciles and triggers read, nothing more.
+//!
+//! The caches hold every config, Machine and labelled Secret for as long as the process runs;
+//! at 20 000 configs they are the larger part of its memory. Each trim here names the readers
+//! of what it keeps; a field that gains a reader must be kept here too, or it reads as absent.
+
+use std::collections::BTreeMap;
+
+use crd_types::capi::Machine;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Resource;
+use kube::core::PartialObjectMeta;
+
+use crate::labels;
+
+/// Drops what the controller never reads from any cached object: its managedFields (often the
+/// larger part of an object) and kubectl's last-applied-configuration copy of it.
+pub(crate) fn strip<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// The annotations of a data Secret that reconciles read: the role and template revision a
+/// Secret to adopt was rendered with (`gate::adoptable`), and the hints a restarted process
+/// skips a render by (`skip::LastRender::from_hints`).
+const SECRET_ANNOTATIONS: [&str; 4] = [
+    labels::ROLE,
+    labels::TEMPLATE_REVISION,
+    labels::INPUTS,
+    labels::TOKEN_EXPIRES,
+];
+
+/// Keeps of a watched Secret's metadata its name and namespace (the cache's key), its
+/// resourceVersion (`Stores::secret_version`: cached CA hashes, workload clients and data
+/// Secret comparisons are good while it holds), the data Secret label (the trigger filter and
+/// `gate::adoptable`), the ownerReferences naming a BootplateConfig (the trigger's owner and
+/// `gate::adoptable`), and [`SECRET_ANNOTATIONS`]. Its UID, timestamps, finalizers, its other
+/// labels (the cluster-name label it was selected by) and annotations (the template's name, the
+/// format) are read by nobody.
+pub(crate) fn secret(secret: &mut PartialObjectMeta<Secret>) {
+    let meta = &mut secret.metadata;
+    let old = std::mem::take(meta);
+    meta.name = old.name;
+    meta.namespace = old.namespace;
+    meta.resource_version = old.resource_version;
+    meta.labels = keep(old.labels, &[labels::DATA_SECRET]);
+    meta.annotations = keep(old.annotations, &SECRET_ANNOTATIONS);
+    meta.owner_references = old
+        .owner_references
+        .map(|refs| {
+            refs.into_iter()
+                .filter(|r| {
+                    r.kind == "BootplateConfig"
+                        && r.api_version.split('/').next() == Some(crd_types::GROUP)
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|refs| !refs.is_empty());
+}
+
+/// Keeps of a Machine what reconciles read: its name and namespace, its labels (templates see
+/// them; the control-plane label sets the role), its resourceVersion, spec and status. Its
+/// annotations, ownerReferences, finalizers, UID and timestamps are read by nobody (a Machine
+/// is found by name, from its config's ownerReference or the init lock's holder).
+pub(crate) fn machine(machine: &mut Machine) {
+    let meta = &mut machine.metadata;
+    let old = std::mem::take(meta);
+    meta.name = old.name;
+    meta.namespace = old.namespace;
+    meta.resource_version = old.resource_version;
+    meta.labels = old.labels.filter(|l| !l.is_empty());
+}
+
+/// `map` with only the entries under `keys`; `None` when none is left (an empty map still
+/// holds a node).
+fn keep(map: Option<BTreeMap<String, String>>, keys: &[&str]) -> Option<BTreeMap<String, String>> {
+    let kept: BTreeMap<String, String> = map?
+        .into_iter()
+        .filter(|(k, _)| keys.contains(&k.as_str()))
+        .collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+    use kube::api::ObjectMeta;
+
+    fn owner(api_version: &str, kind: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: "w-0".into(),
+            uid: "0f8fad5b".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    fn map(entries: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+        Some(
+            entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn full_meta() -> ObjectMeta {
+        ObjectMeta {
+            name: Some("w-0".into()),
+            namespace: Some("ns".into()),
+            resource_version: Some("42".into()),
+            uid: Some("7c9e6679".into()),
+            generation: Some(1),
+            creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            )),
+            finalizers: Some(vec!["machine.cluster.x-k8s.io".into()]),
+            managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+            ..Default::default()
+        }
+    }
+
+    /// What every trim keeps of [`full_meta`] (renamed `name`), with `labels`.
+    fn kept(name: &str, labels: Option<BTreeMap<String, String>>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            resource_version: Some("42".into()),
+            labels,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_data_secret_keeps_what_adoption_the_hints_and_the_triggers_read() {
+        let group_version = format!("{}/v1alpha1", crd_types::GROUP);
+        let mut secret = PartialObjectMeta::<Secret> {
+            metadata: ObjectMeta {
+                labels: map(&[
+                    ("cluster.x-k8s.io/cluster-name", "c1"),
+                    (labels::DATA_SECRET, "w-0"),
+                ]),
+                annotations: map(&[
+                    (labels::TEMPLATE, "ClusterBootstrapTemplate/kubeadm"),
+                    (labels::TEMPLATE_REVISION, "r1"),
+                    (labels::FORMAT, "cloud-config"),
+                    (labels::ROLE, "worker"),
+                    (labels::INPUTS, "d1"),
+                    (labels::TOKEN_EXPIRES, "2027-01-15T08:00:00Z"),
+                ]),
+                owner_references: Some(vec![
+                    owner(&group_version, "BootplateConfig"),
+                    owner("cluster.x-k8s.io/v1beta2", "Machine"),
+                ]),
+                ..full_meta()
+            },
+            ..Default::default()
+        };
+        super::secret(&mut secret);
+        let meta = &secret.metadata;
+        assert_eq!(
+            (
+                meta.name.as_deref(),
+                meta.namespace.as_deref(),
+                meta.resource_version.as_deref()
+            ),
+            (Some("w-0"), Some("ns"), Some("42"))
+        );
+        assert_eq!(meta.labels, map(&[(labels::DATA_SECRET, "w-0")]));
+        assert_eq!(
+            meta.annotations,
+            map(&[
+                (labels::TEMPLATE_REVISION, "r1"),
+                (labels::ROLE, "worker"),
+                (labels::INPUTS, "d1"),
+                (labels::TOKEN_EXPIRES, "2027-01-15T08:00:00Z"),
+            ])
+        );
+        assert_eq!(
+            meta.owner_references,
+            Some(vec![owner(&group_version, "BootplateConfig")])
+        );
+        let dropped = ObjectMeta {
+            name: None,
+            namespace: None,
+            resource_version: None,
+            labels: None,
+            annotations: None,
+            owner_references: None,
+            ..meta.clone()
+        };
+        assert_eq!(dropped, ObjectMeta::default(), "the rest is dropped");
+    }
+
+    #[test]
+    fn a_certificate_secret_keeps_its_name_and_version_only() {
+        let mut secret = PartialObjectMeta::<Secret> {
+            metadata: ObjectMeta {
+                name: Some("c1-ca".into()),
+                labels: map(&[("cluster.x-k8s.io/cluster-name", "c1")]),
+                annotations: map(&[("note", "x")]),
+                owner_references: Some(vec![owner(
+                    "controlplane.cluster.x-k8s.io/v1beta2",
+                    "KubeadmControlPlane",
+                )]),
+                ..full_meta()
+            },
+            ..Default::default()
+        };
+        super::secret(&mut secret);
+        assert_eq!(secret.metadata, kept("c1-ca", None));
+    }
+
+    #[test]
+    fn a_machine_keeps_its_name_labels_spec_and_status() {
+        let mut machine = crd_types::capi::Machine::new("w-0", Default::default());
+        machine.spec.cluster_name = "c1".into();
+        machine.spec.version = Some("v1.31.2".into());
+        machine.status = Some(crd_types::capi::MachineStatus {
+            node_ref: Some(crd_types::capi::NodeReference { name: "n0".into() }),
+        });
+        machine.metadata = ObjectMeta {
+            labels: map(&[("cluster.x-k8s.io/control-plane", ""), ("team", "a")]),
+            annotations: map(&[(
+                "controlplane.cluster.x-k8s.io/kubeadm-cluster-configuration",
+                "{}",
+            )]),
+            owner_references: Some(vec![owner("cluster.x-k8s.io/v1beta2", "MachineSet")]),
+            ..full_meta()
+        };
+        let (spec, status) = (machine.spec.clone(), machine.status.clone());
+        super::machine(&mut machine);
+        let labels = map(&[("cluster.x-k8s.io/control-plane", ""), ("team", "a")]);
+        assert_eq!(machine.metadata, kept("w-0", labels));
+        assert!(machine.is_control_plane());
+        assert_eq!((machine.spec, machine.status), (spec, status));
+    }
+
+    #[test]
+    fn strip_drops_managed_fields_and_the_last_applied_copy_only() {
+        let mut machine = crd_types::capi::Machine::new("w-0", Default::default());
+        machine.metadata = ObjectMeta {
+            annotations: map(&[
+                ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+                ("keep", "me"),
+            ]),
+            ..full_meta()
+        };
+        strip(&mut machine);
+        assert_eq!(machine.metadata.managed_fields, None);
+        assert_eq!(machine.metadata.annotations, map(&[("keep", "me")]));
+        assert_eq!(machine.metadata.uid.as_deref(), Some("7c9e6679"));
+    }
+}
