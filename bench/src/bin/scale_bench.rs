@@ -70,6 +70,13 @@ fn args() -> anyhow::Result<Args> {
         skip_restart: false,
         controller_args: Vec::new(),
     };
+    let usage = "usage: scale-bench [--machines N] [--per-cluster N] [--concurrency N] \
+                 [--controller-arg ARG]... [--skip-floor] [--skip-restart]\n\n\
+                 Times `bootplate run` (the binary built beside this one) making N worker configs ready \
+                 (default 1000, clusters of --per-cluster, default 50) against real apiservers, \
+                 beside a floor client doing only the unavoidable writes (--skip-floor leaves it \
+                 out), then restarts it over the ready configs (--skip-restart leaves that out). \
+                 --controller-arg passes one argument to `bootplate run`. See docs/benchmarks.md.";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -80,10 +87,11 @@ fn args() -> anyhow::Result<Args> {
             "--controller-arg" => parsed.controller_args.push(value()?),
             "--skip-floor" => parsed.skip_floor = true,
             "--skip-restart" => parsed.skip_restart = true,
-            _ => bail!(
-                "usage: scale-bench [--machines N] [--per-cluster N] [--concurrency N] \
-                 [--controller-arg ARG]... [--skip-floor] [--skip-restart]"
-            ),
+            "-h" | "--help" => {
+                println!("{usage}");
+                std::process::exit(0);
+            }
+            _ => bail!("unknown argument {flag:?}\n{usage}"),
         }
     }
     if parsed.per_cluster == 0 || parsed.machines == 0 {
