@@ -24,6 +24,39 @@ pub fn node_kubeconfig(port: u16, ca: &TestCa, node: &str) -> String {
     )
 }
 
+/// A client of the apiserver on `port` (signed by `ca`) with the identity of node `node`.
+pub async fn node_client(port: u16, ca: &TestCa, node: &str) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&node_kubeconfig(port, ca, node))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Asserts that `client`, with node `node`'s identity, reads that node's payload Secret and is
+/// refused (403) node `other`'s and the list of Secrets; returns its own Secret.
+pub async fn assert_reads_only_its_own_payload(
+    client: kube::Client,
+    node: &str,
+    other: &str,
+) -> k8s_openapi::api::core::v1::Secret {
+    use crd_types::payload::secret_name;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client, "kube-system");
+    let own = secrets
+        .get(&secret_name(node))
+        .await
+        .unwrap_or_else(|e| panic!("node {node} cannot read its own payload: {e}"));
+    for denied in [
+        secrets.get(&secret_name(other)).await.map(|_| ()),
+        secrets.list(&Default::default()).await.map(|_| ()),
+    ] {
+        match denied {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+            other => panic!("node {node} read what is not its own: {other:?}"),
+        }
+    }
+    own
+}
+
 /// A node's disk: a directory root, and a systemctl stub logging each call's arguments.
 pub struct NodeDisk {
     dir: tempfile::TempDir,

@@ -10,23 +10,19 @@
 use bootplate::k8s::node_payload;
 use crd_types::payload::{
     APPLIED_ANNOTATION, CONDITION_TYPE, NodePayload, PayloadFile, PayloadPart, PayloadUnit,
-    secret_name,
 };
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use testenv::ApiServer;
-use testenv::agent::{NodeDisk, node_kubeconfig};
+use testenv::agent::NodeDisk;
 use testenv::pki::TestCa;
 
 /// A client with the identity of node `name`.
 async fn node_client(apiserver: &ApiServer, ca: &TestCa, name: &str) -> kube::Client {
-    let yaml = node_kubeconfig(apiserver.port(), ca, name);
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    testenv::agent::node_client(apiserver.port(), ca, name)
         .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+        .unwrap()
 }
 
 fn payload(mirror: &str, command: &str) -> NodePayload {
@@ -96,20 +92,7 @@ async fn a_node_reads_its_own_payload_and_no_other() {
         .await
         .unwrap();
     let a = node_client(&w.apiserver, &w.ca, "node-a").await;
-    let secrets: Api<Secret> = Api::namespaced(a, "kube-system");
-    secrets
-        .get(&secret_name("node-a"))
-        .await
-        .expect("node-a reads its own payload");
-    for denied in [
-        secrets.get(&secret_name("node-b")).await.map(|_| ()),
-        secrets.list(&ListParams::default()).await.map(|_| ()),
-    ] {
-        match denied {
-            Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
-            other => panic!("node-a read what is not its own: {other:?}"),
-        }
-    }
+    testenv::agent::assert_reads_only_its_own_payload(a, "node-a", "node-b").await;
 }
 
 #[tokio::test]

@@ -368,30 +368,11 @@ fn node_of(machine: &DynamicObject) -> String {
 /// published and granted), not another node's, and cannot list them.
 async fn only_its_own_payload(env: &CapiEnv, machines: &BTreeMap<String, DynamicObject>) {
     let nodes: Vec<String> = machines.values().map(node_of).collect();
-    let yaml = testenv::agent::node_kubeconfig(env.workload.port(), &env.cluster_ca, &nodes[0]);
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let client = testenv::agent::node_client(env.workload.port(), &env.cluster_ca, &nodes[0])
         .await
         .unwrap();
-    let secrets: Api<Secret> =
-        Api::namespaced(kube::Client::try_from(config).unwrap(), "kube-system");
-    let own = secrets
-        .get(&format!("bootplate-node-{}", nodes[0]))
-        .await
-        .expect("a node reads its own payload");
+    let own = testenv::agent::assert_reads_only_its_own_payload(client, &nodes[0], &nodes[1]).await;
     assert!(own.data.unwrap().contains_key("payload.json"));
-    for denied in [
-        secrets
-            .get(&format!("bootplate-node-{}", nodes[1]))
-            .await
-            .map(|_| ()),
-        secrets.list(&ListParams::default()).await.map(|_| ()),
-    ] {
-        match denied {
-            Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
-            other => panic!("node {} read what is not its own: {other:?}", nodes[0]),
-        }
-    }
 }
 
 /// (e) A file changed by hand on a node is put back by its agent (interval 1 s here).
