@@ -8,6 +8,10 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
+/// The binary picks the allocator, as it picks the Kubernetes API version; see Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// bootplate: a Cluster API bootstrap provider whose bootstrap data comes from templates
 /// published as Kubernetes objects.
 #[derive(Parser)]

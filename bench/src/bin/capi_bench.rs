@@ -56,6 +56,8 @@ const TEMPLATE_NAME: &str = "kubeadm-ubuntu-2404";
 /// How long a provider settles after the last Machine got its data, before its requests are
 /// counted (the reconciles its own writes trigger count too).
 const SETTLE: Duration = Duration::from_secs(10);
+/// How long the restart waits for the Machines to join.
+const JOIN_LIMIT: Duration = Duration::from_secs(900);
 /// How long requests are counted after a restarted provider is ready.
 const RESTART_WINDOW: Duration = Duration::from_secs(20);
 /// The bootstrap token lifetime of both providers unless `--token-ttl-seconds` says otherwise:
@@ -385,10 +387,12 @@ impl Bench {
             breakdown.cpu[3],
         );
 
-        provider.stop(&mut self.env)?;
         let (restart, restart_tokens) = if self.args.skip_restart {
+            provider.stop(&mut self.env)?;
             (None, None)
         } else {
+            self.wait_joined(&ns, n).await;
+            provider.stop(&mut self.env)?;
             let audit = self.audit_offsets();
             let expiries = self.token_expiries().await?;
             let restarted = Instant::now();
@@ -422,6 +426,32 @@ impl Bench {
             restart_tokens,
             breakdown,
         })
+    }
+
+    /// Waits (at most [`JOIN_LIMIT`]) until every Machine of `ns` has joined, as Cluster API
+    /// reports it (`status.nodeRef`), then [`SETTLE`] more for the provider to finish with
+    /// them (bootplate deletes a joined machine's token). The restart is measured over ready
+    /// machines that have joined, as in a cluster whose rollout is over; a machine that never
+    /// joins keeps its token in use, and extending it falls due whether or not the provider
+    /// restarts.
+    async fn wait_joined(&self, ns: &str, n: usize) {
+        let machines =
+            Api::namespaced_with(self.env.client.clone(), ns, &objects::machine_resource());
+        let started = Instant::now();
+        let (joined_tx, mut joined_rx) = tokio::sync::watch::channel(0usize);
+        let watch = tokio::spawn(count_joined(machines, joined_tx));
+        let all = tokio::time::timeout(JOIN_LIMIT, joined_rx.wait_for(|joined| *joined >= n))
+            .await
+            .is_ok();
+        watch.abort();
+        let joined = *joined_rx.borrow();
+        let seconds = started.elapsed().as_secs_f64();
+        if all {
+            println!("every Machine joined; waited {seconds:.1} s for the last");
+        } else {
+            println!("{joined} of {n} Machines joined within {JOIN_LIMIT:?}; restarting anyway");
+        }
+        tokio::time::sleep(SETTLE).await;
     }
 
     /// CPU seconds so far of Cluster API's manager, each apiserver with its etcd, and this
@@ -829,6 +859,21 @@ async fn count_bootstrapped(
             }
         }
         let _ = ready.send(timeline.done.len());
+    }
+}
+
+/// Sends the number of Machines that have joined (`status.nodeRef`), as a watch sees them.
+async fn count_joined(machines: Api<DynamicObject>, joined: tokio::sync::watch::Sender<usize>) {
+    let stream = watcher(machines, watcher::Config::default());
+    futures::pin_mut!(stream);
+    let mut names = std::collections::HashSet::new();
+    while let Some(event) = stream.next().await {
+        if let Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) = event
+            && m.data["status"]["nodeRef"].is_object()
+        {
+            names.insert(m.name_any());
+            let _ = joined.send(names.len());
+        }
     }
 }
 

@@ -4,11 +4,10 @@ use crd_types::capi::{Cluster, Machine, has_paused_annotation};
 use crd_types::conditions::reason;
 use crd_types::{BootplateConfig, BootplateConfigStatus, Role};
 use kube::ResourceExt;
-use kube::api::ObjectMeta;
 use render::Endpoint;
 
 use super::blocked::Blocked;
-use crate::labels;
+use super::cached_secret::CachedSecret;
 
 /// What owns a config, by the ownerReference CAPI adds: the Machine it bootstraps (CAPI's
 /// Machine controller), or the MachinePool whose instances all boot from it (CAPI's MachinePool
@@ -118,24 +117,16 @@ pub(crate) enum Path {
 pub(crate) fn adoptable(
     config: &BootplateConfig,
     machine: &Machine,
-    secret: Option<&ObjectMeta>,
+    secret: Option<&CachedSecret>,
 ) -> Option<(Role, String)> {
     let name = config.name_any();
     let secret = secret?;
     let named = machine.spec.bootstrap.data_secret_name.as_deref() == Some(name.as_str());
-    let labelled = secret
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::DATA_SECRET))
-        == Some(&name);
-    let controlled = secret
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == config.metadata.uid.as_ref());
-    let annotations = secret.annotations.as_ref()?;
-    let role = annotations.get(labels::ROLE)?.parse().ok()?;
-    let revision = annotations.get(labels::TEMPLATE_REVISION)?.clone();
+    let labelled = secret.data_secret_of.as_ref() == Some(&name);
+    let controlled = secret.controller_uid().is_some()
+        && secret.controller_uid() == config.metadata.uid.as_deref();
+    let role = secret.role.as_deref()?.parse().ok()?;
+    let revision = secret.template_revision.clone()?;
     (named && labelled && controlled).then_some((role, revision))
 }
 
@@ -470,15 +461,19 @@ pub(crate) mod tests {
 
     /// The data Secret a config wrote, as `clusterctl move` recreates it: controlled by the
     /// recreated config (whose UID is `uid`).
-    fn moved_secret(uid: &str) -> ObjectMeta {
-        serde_json::from_value(serde_json::json!({
-            "name": "c",
-            "labels": {labels::DATA_SECRET: "c"},
-            "annotations": {labels::ROLE: "worker", labels::TEMPLATE_REVISION: "r7"},
-            "ownerReferences": [{"apiVersion": "bootstrap.bootplate.dev/v1alpha1",
-                "kind": "BootplateConfig", "name": "c", "uid": uid, "controller": true}],
-        }))
-        .unwrap()
+    fn moved_secret(uid: &str) -> CachedSecret {
+        CachedSecret {
+            metadata: serde_json::from_value(serde_json::json!({
+                "name": "c",
+                "ownerReferences": [{"apiVersion": "bootstrap.bootplate.dev/v1alpha1",
+                    "kind": "BootplateConfig", "name": "c", "uid": uid, "controller": true}],
+            }))
+            .unwrap(),
+            data_secret_of: Some("c".into()),
+            role: Some("worker".into()),
+            template_revision: Some("r7".into()),
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -14,15 +14,13 @@
 //! recorded after the write (anyone else's edit, of the user-data or of a hint, changes it), and
 //! a token expiry further away than one lifetime cannot be one this controller set.
 
-use std::collections::BTreeMap;
-
 use crd_types::{BootplateConfigStatus, Role};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use render::RenderContext;
 use serde::Serialize;
 
+use super::cached_secret::CachedSecret;
 use super::token::young;
-use crate::labels;
 
 /// What the last full render of a config did (see the module documentation).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,15 +61,11 @@ impl LastRender {
 
     /// From the hint annotations of the data Secret and the resourceVersion the config's status
     /// recorded for it (not the Secret's own: that one would vouch for any edit).
-    pub(crate) fn from_hints(
-        annotations: Option<&BTreeMap<String, String>>,
-        status: &BootplateConfigStatus,
-    ) -> Self {
-        let hint = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
+    pub(crate) fn from_hints(secret: &CachedSecret, status: &BootplateConfigStatus) -> Self {
         LastRender {
             remembered: false,
-            inputs: hint(labels::INPUTS),
-            token_expires: hint(labels::TOKEN_EXPIRES).and_then(|t| t.parse().ok()),
+            inputs: secret.inputs.clone(),
+            token_expires: secret.token_expires.as_deref().and_then(|t| t.parse().ok()),
             secret_version: status.data_secret_version.clone(),
         }
     }
@@ -249,24 +243,24 @@ mod tests {
     fn edited_data_secret_value_is_not_vouched_for_by_its_own_version() {
         // Hints are read with the resourceVersion the status recorded: an edit of `value` that
         // keeps the annotations changes the Secret's resourceVersion, and the render is redone.
-        let annotations = BTreeMap::from([
-            (labels::INPUTS.to_owned(), "d1".to_owned()),
-            (labels::TOKEN_EXPIRES.to_owned(), at(14).to_string()),
-        ]);
+        let secret = CachedSecret {
+            inputs: Some("d1".into()),
+            token_expires: Some(at(14).to_string()),
+            ..Default::default()
+        };
         let status = BootplateConfigStatus {
             ready: true,
             data_secret_version: Some("7".into()),
             ..Default::default()
         };
-        let hints = LastRender::from_hints(Some(&annotations), &status);
+        let hints = LastRender::from_hints(&secret, &status);
         assert_eq!(hints.token_expires, Some(at(14)));
         assert!(unchanged(&hints, true, "d1", Role::Worker, Some("7"), NOW));
         assert!(
             !unchanged(&hints, true, "d1", Role::Worker, Some("9"), NOW),
             "edited since"
         );
-        let unrecorded =
-            LastRender::from_hints(Some(&annotations), &BootplateConfigStatus::default());
+        let unrecorded = LastRender::from_hints(&secret, &BootplateConfigStatus::default());
         assert!(!unchanged(
             &unrecorded,
             true,

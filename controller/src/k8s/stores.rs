@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use crd_types::capi::{Cluster, Machine, MachinePool};
 use crd_types::{BootplateConfig, BootstrapGenerator, BootstrapTemplate, ClusterBootstrapTemplate};
-use k8s_openapi::api::core::v1::Secret;
-use kube::core::PartialObjectMeta;
+
+use crate::core::cached_secret::CachedSecret;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 /// Read-only caches kept up to date by watches.
@@ -25,11 +25,11 @@ pub struct Stores {
     pub cluster_templates: Store<ClusterBootstrapTemplate>,
     /// Generators (cluster-scoped).
     pub generators: Store<BootstrapGenerator>,
-    /// Metadata only (no data, no managedFields) of the Secrets labelled
-    /// `cluster.x-k8s.io/cluster-name`: CAPI's `<cluster>-ca` and `<cluster>-kubeconfig` and
-    /// the data Secrets. Their resourceVersions tell when a cached CA hash, workload client or
-    /// data Secret comparison is still good, without reading the Secret.
-    pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// What is read of the Secrets labelled `cluster.x-k8s.io/cluster-name` (CAPI's
+    /// `<cluster>-ca` and `<cluster>-kubeconfig` and the data Secrets), never their data. Their
+    /// resourceVersions tell when a cached CA hash, workload client or data Secret comparison
+    /// is still good, without reading the Secret.
+    pub secrets: Store<CachedSecret>,
 }
 
 impl Stores {
@@ -57,7 +57,7 @@ impl Stores {
     }
 
     /// The cached metadata of Secret `name` in `namespace` (labelled ones only).
-    pub fn secret(&self, namespace: &str, name: &str) -> Option<Arc<PartialObjectMeta<Secret>>> {
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<Arc<CachedSecret>> {
         self.secrets.get(&ObjectRef::new(name).within(namespace))
     }
 

@@ -111,7 +111,7 @@ async fn next_step(
                 &machine.spec.cluster_name,
             )?;
             let secret = ctx.stores.secret(namespace, name);
-            let adopt = gate::adoptable(config, &machine, secret.as_ref().map(|s| &s.metadata));
+            let adopt = gate::adoptable(config, &machine, secret.as_deref());
             match gate::path(config, previous, &machine, &cluster, adopt)? {
                 Path::Frozen { role, revision } => {
                     let mut joined = joined::clean_up(ctx, config, &cluster, role, revision).await;

@@ -220,10 +220,7 @@ pub(crate) fn last_render(ctx: &Context, config: &BootplateConfig) -> Option<Las
     let namespace = config.namespace().unwrap_or_default();
     let secret = ctx.stores.secret(&namespace, &config.name_any())?;
     let status = config.status.clone().unwrap_or_default();
-    Some(LastRender::from_hints(
-        secret.metadata.annotations.as_ref(),
-        &status,
-    ))
+    Some(LastRender::from_hints(&secret, &status))
 }
 
 /// The last render's result when nothing it depended on changed (see [`skip::unchanged`]).

@@ -17,10 +17,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{error, info, warn};
 
+use crate::core::cached_secret::CachedSecret;
 use crate::core::shard;
 use crate::k8s::stores::Stores;
 use crate::k8s::templates::{CompiledCache, display_of};
-use crate::labels;
 use crate::reconcile::context::{Caches, Context, Settings};
 use crate::reconcile::deleted::{self, DeletedConfig};
 use crate::reconcile::{config as config_controller, template as template_controller};
@@ -266,7 +266,7 @@ pub async fn shutdown_signal() {
 /// The trigger streams of the config controller, from the watches that fill the stores.
 struct Triggers {
     configs: BoxStream<'static, Result<BootplateConfig, watcher::Error>>,
-    data_secrets: BoxStream<'static, Result<PartialObjectMeta<Secret>, watcher::Error>>,
+    data_secrets: BoxStream<'static, Result<CachedSecret, watcher::Error>>,
     machines: BoxStream<'static, Result<Machine, watcher::Error>>,
     machine_pools: BoxStream<'static, Result<MachinePool, watcher::Error>>,
     clusters: BoxStream<'static, Result<Cluster, watcher::Error>>,
@@ -351,26 +351,25 @@ fn watches(
 }
 
 /// The watch of Secrets: metadata only, of those labelled with a cluster name (CAPI's
-/// certificate and kubeconfig Secrets, and the data Secrets), trimmed to what is read of them;
-/// the data Secrets also trigger their config's reconcile.
+/// certificate and kubeconfig Secrets, and the data Secrets), cached as what is read of them
+/// (`trim::secret`); the data Secrets also trigger their config's reconcile.
 #[allow(clippy::type_complexity)]
 fn watch_secrets(
     client: &Client,
     ns: Option<&str>,
 ) -> (
-    Store<PartialObjectMeta<Secret>>,
-    impl futures::Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static,
+    Store<CachedSecret>,
+    impl futures::Stream<Item = Result<CachedSecret, watcher::Error>> + Send + 'static,
 ) {
-    let (secrets, events) = watch(
-        api::<PartialObjectMeta<Secret>>(client, ns),
-        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
-        trim::secret,
-        Deletions::Include,
-        |_| {},
-    );
-    let data_secrets =
-        events.try_filter(|s| std::future::ready(s.labels().contains_key(labels::DATA_SECRET)));
-    (secrets, data_secrets)
+    let (store, writer) = reflector::store::<CachedSecret>();
+    let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
+    let events = watcher(api::<PartialObjectMeta<Secret>>(client, ns), config)
+        .default_backoff()
+        .map_ok(|event| trim::map_event(event, trim::secret))
+        .reflect(writer);
+    let data_secrets = settled(events, store.clone(), Deletions::Include, |_| {})
+        .try_filter(|s| std::future::ready(s.is_data_secret()));
+    (store, data_secrets)
 }
 
 /// The watches of both template kinds, every one of them (any config may name any template);

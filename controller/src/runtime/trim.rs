@@ -4,13 +4,14 @@
 //! at 20 000 configs they are the larger part of its memory. Each trim here names the readers
 //! of what it keeps; a field that gains a reader must be kept here too, or it reads as absent.
 
-use std::collections::BTreeMap;
-
 use crd_types::capi::Machine;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
+use kube::api::ObjectMeta;
 use kube::core::PartialObjectMeta;
+use kube::runtime::watcher::Event;
 
+use crate::core::cached_secret::CachedSecret;
 use crate::labels;
 
 /// Drops what the controller never reads from any cached object: its managedFields (often the
@@ -23,42 +24,56 @@ pub(crate) fn strip<K: Resource>(object: &mut K) {
     }
 }
 
-/// The annotations of a data Secret that reconciles read: the role and template revision a
-/// Secret to adopt was rendered with (`gate::adoptable`), and the hints a restarted process
-/// skips a render by (`skip::LastRender::from_hints`).
-const SECRET_ANNOTATIONS: [&str; 4] = [
-    labels::ROLE,
-    labels::TEMPLATE_REVISION,
-    labels::INPUTS,
-    labels::TOKEN_EXPIRES,
-];
-
-/// Keeps of a watched Secret's metadata its name and namespace (the cache's key), its
-/// resourceVersion (`Stores::secret_version`: cached CA hashes, workload clients and data
-/// Secret comparisons are good while it holds), the data Secret label (the trigger filter and
-/// `gate::adoptable`), the ownerReferences naming a BootplateConfig (the trigger's owner and
-/// `gate::adoptable`), and [`SECRET_ANNOTATIONS`]. Its UID, timestamps, finalizers, its other
+/// What the cache keeps of a watched Secret's metadata: its name and namespace (the cache's
+/// key), its resourceVersion (`Stores::secret_version`: cached CA hashes, workload clients and
+/// data Secret comparisons are good while it holds), the ownerReferences naming a
+/// BootplateConfig (the trigger's owner and `gate::adoptable`), and as plain fields the data
+/// Secret label (the trigger filter and `gate::adoptable`), the role and template revision a
+/// Secret to adopt was rendered with (`gate::adoptable`) and the hints a restarted process skips
+/// a render by (`skip::LastRender::from_hints`). Its UID, timestamps, finalizers, its other
 /// labels (the cluster-name label it was selected by) and annotations (the template's name, the
 /// format) are read by nobody.
-pub(crate) fn secret(secret: &mut PartialObjectMeta<Secret>) {
-    let meta = &mut secret.metadata;
-    let old = std::mem::take(meta);
-    meta.name = old.name;
-    meta.namespace = old.namespace;
-    meta.resource_version = old.resource_version;
-    meta.labels = keep(old.labels, &[labels::DATA_SECRET]);
-    meta.annotations = keep(old.annotations, &SECRET_ANNOTATIONS);
-    meta.owner_references = old
-        .owner_references
-        .map(|refs| {
-            refs.into_iter()
-                .filter(|r| {
-                    r.kind == "BootplateConfig"
-                        && r.api_version.split('/').next() == Some(crd_types::GROUP)
+pub(crate) fn secret(secret: PartialObjectMeta<Secret>) -> CachedSecret {
+    let old = secret.metadata;
+    let mut labels = old.labels.unwrap_or_default();
+    let mut annotations = old.annotations.unwrap_or_default();
+    let mut annotation = |key: &str| annotations.remove(key);
+    CachedSecret {
+        metadata: ObjectMeta {
+            name: old.name,
+            namespace: old.namespace,
+            resource_version: old.resource_version,
+            owner_references: old
+                .owner_references
+                .map(|refs| {
+                    refs.into_iter()
+                        .filter(|r| {
+                            r.kind == "BootplateConfig"
+                                && r.api_version.split('/').next() == Some(crd_types::GROUP)
+                        })
+                        .collect::<Vec<_>>()
                 })
-                .collect::<Vec<_>>()
-        })
-        .filter(|refs| !refs.is_empty());
+                .filter(|refs| !refs.is_empty()),
+            ..Default::default()
+        },
+        data_secret_of: labels.remove(labels::DATA_SECRET),
+        role: annotation(labels::ROLE),
+        template_revision: annotation(labels::TEMPLATE_REVISION),
+        inputs: annotation(labels::INPUTS),
+        token_expires: annotation(labels::TOKEN_EXPIRES),
+    }
+}
+
+/// `event` with its object, if any, passed through `convert`: a watch of one type that fills
+/// a store of another.
+pub(crate) fn map_event<A, B>(event: Event<A>, convert: impl FnOnce(A) -> B) -> Event<B> {
+    match event {
+        Event::Apply(object) => Event::Apply(convert(object)),
+        Event::Delete(object) => Event::Delete(convert(object)),
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(convert(object)),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// Keeps of a Machine what reconciles read: its name and namespace, its labels (templates see
@@ -74,21 +89,11 @@ pub(crate) fn machine(machine: &mut Machine) {
     meta.labels = old.labels.filter(|l| !l.is_empty());
 }
 
-/// `map` with only the entries under `keys`; `None` when none is left (an empty map still
-/// holds a node).
-fn keep(map: Option<BTreeMap<String, String>>, keys: &[&str]) -> Option<BTreeMap<String, String>> {
-    let kept: BTreeMap<String, String> = map?
-        .into_iter()
-        .filter(|(k, _)| keys.contains(&k.as_str()))
-        .collect();
-    (!kept.is_empty()).then_some(kept)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
-    use kube::api::ObjectMeta;
+    use std::collections::BTreeMap;
 
     fn owner(api_version: &str, kind: &str) -> OwnerReference {
         OwnerReference {
@@ -140,7 +145,7 @@ mod tests {
     #[test]
     fn a_data_secret_keeps_what_adoption_the_hints_and_the_triggers_read() {
         let group_version = format!("{}/v1alpha1", crd_types::GROUP);
-        let mut secret = PartialObjectMeta::<Secret> {
+        let secret = PartialObjectMeta::<Secret> {
             metadata: ObjectMeta {
                 labels: map(&[
                     ("cluster.x-k8s.io/cluster-name", "c1"),
@@ -162,45 +167,28 @@ mod tests {
             },
             ..Default::default()
         };
-        super::secret(&mut secret);
-        let meta = &secret.metadata;
+        let cached = super::secret(secret);
+        let mut metadata = kept("w-0", None);
+        metadata.owner_references = Some(vec![owner(&group_version, "BootplateConfig")]);
         assert_eq!(
-            (
-                meta.name.as_deref(),
-                meta.namespace.as_deref(),
-                meta.resource_version.as_deref()
-            ),
-            (Some("w-0"), Some("ns"), Some("42"))
+            cached,
+            CachedSecret {
+                metadata,
+                data_secret_of: Some("w-0".into()),
+                role: Some("worker".into()),
+                template_revision: Some("r1".into()),
+                inputs: Some("d1".into()),
+                token_expires: Some("2027-01-15T08:00:00Z".into()),
+            },
+            "the rest (UID, timestamps, finalizers, other labels and annotations, other owners) is dropped"
         );
-        assert_eq!(meta.labels, map(&[(labels::DATA_SECRET, "w-0")]));
-        assert_eq!(
-            meta.annotations,
-            map(&[
-                (labels::TEMPLATE_REVISION, "r1"),
-                (labels::ROLE, "worker"),
-                (labels::INPUTS, "d1"),
-                (labels::TOKEN_EXPIRES, "2027-01-15T08:00:00Z"),
-            ])
-        );
-        assert_eq!(
-            meta.owner_references,
-            Some(vec![owner(&group_version, "BootplateConfig")])
-        );
-        let dropped = ObjectMeta {
-            name: None,
-            namespace: None,
-            resource_version: None,
-            labels: None,
-            annotations: None,
-            owner_references: None,
-            ..meta.clone()
-        };
-        assert_eq!(dropped, ObjectMeta::default(), "the rest is dropped");
+        assert!(cached.is_data_secret());
+        assert_eq!(cached.controller_uid(), Some("0f8fad5b"));
     }
 
     #[test]
     fn a_certificate_secret_keeps_its_name_and_version_only() {
-        let mut secret = PartialObjectMeta::<Secret> {
+        let secret = PartialObjectMeta::<Secret> {
             metadata: ObjectMeta {
                 name: Some("c1-ca".into()),
                 labels: map(&[("cluster.x-k8s.io/cluster-name", "c1")]),
@@ -213,8 +201,16 @@ mod tests {
             },
             ..Default::default()
         };
-        super::secret(&mut secret);
-        assert_eq!(secret.metadata, kept("c1-ca", None));
+        let cached = super::secret(secret);
+        assert_eq!(
+            cached,
+            CachedSecret {
+                metadata: kept("c1-ca", None),
+                ..Default::default()
+            }
+        );
+        assert!(!cached.is_data_secret());
+        assert_eq!(cached.controller_uid(), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -374,50 +375,56 @@ async fn owner_machine(
     Ok(machines.get_opt(&owner.name).await?)
 }
 
+/// How many machines the cloud boots, and kubelets register, at once: a rollout of thousands
+/// of Machines (the side-by-side benchmark) should see them join while it runs, as real ones
+/// do, not one request at a time.
+const AT_ONCE: usize = 8;
+
 /// A DevMachine whose Machine has bootstrap data boots: the cloud reads the data Secret, gives
 /// the machine a provider ID and an address and reports it provisioned.
 async fn provision_machines(config: &CloudConfig) -> anyhow::Result<()> {
     let all = api_all(&config.management, INFRA_GROUP, "DevMachine");
-    for machine in all.list(&ListParams::default()).await? {
-        if provisioned(&machine) {
-            continue;
-        }
-        let Some(capi_machine) = owner_machine(config, &machine).await? else {
-            continue;
-        };
-        let namespace = machine.namespace().unwrap_or_default();
-        let Some(data_secret) = capi_machine.data["spec"]["bootstrap"]["dataSecretName"].as_str()
-        else {
-            continue;
-        };
-        let secrets: Api<Secret> = Api::namespaced(config.management.clone(), &namespace);
-        let user_data = secrets
-            .get_opt(data_secret)
-            .await?
-            .and_then(|s| s.data)
-            .and_then(|d| d.get("value").cloned());
-        if user_data.is_none_or(|v| v.0.is_empty()) {
-            continue;
-        }
-        let api = api(&config.management, &namespace, INFRA_GROUP, "DevMachine");
-        let provider_id = format!("dev:///{namespace}/{}", capi_machine.name_any());
-        api.patch(
-            &machine.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
-        )
-        .await?;
-        patch_status(
-            &api,
-            &machine.name_any(),
-            json!({
-                "initialization": {"provisioned": true},
-                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-            }),
-        )
-        .await?;
+    let waiting = all.list(&ListParams::default()).await?.items;
+    futures::stream::iter(waiting.into_iter().filter(|m| !provisioned(m)).map(Ok))
+        .try_for_each_concurrent(AT_ONCE, |machine| provision_machine(config, machine))
+        .await
+}
+
+async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyhow::Result<()> {
+    let Some(capi_machine) = owner_machine(config, &machine).await? else {
+        return Ok(());
+    };
+    let namespace = machine.namespace().unwrap_or_default();
+    let Some(data_secret) = capi_machine.data["spec"]["bootstrap"]["dataSecretName"].as_str()
+    else {
+        return Ok(());
+    };
+    let secrets: Api<Secret> = Api::namespaced(config.management.clone(), &namespace);
+    let user_data = secrets
+        .get_opt(data_secret)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get("value").cloned());
+    if user_data.is_none_or(|v| v.0.is_empty()) {
+        return Ok(());
     }
-    Ok(())
+    let api = api(&config.management, &namespace, INFRA_GROUP, "DevMachine");
+    let provider_id = format!("dev:///{namespace}/{}", capi_machine.name_any());
+    api.patch(
+        &machine.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+    )
+    .await?;
+    patch_status(
+        &api,
+        &machine.name_any(),
+        json!({
+            "initialization": {"provisioned": true},
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        }),
+    )
+    .await
 }
 
 /// The kubelet of each provisioned machine registers its Node (named after the Machine, with
@@ -425,32 +432,51 @@ async fn provision_machines(config: &CloudConfig) -> anyhow::Result<()> {
 async fn register_nodes(config: &CloudConfig) -> anyhow::Result<()> {
     let all = api_all(&config.management, INFRA_GROUP, "DevMachine");
     let nodes: Api<Node> = Api::all(config.workload.clone());
-    for machine in all.list(&ListParams::default()).await? {
-        let Some(provider_id) = machine.data["spec"]["providerID"].as_str() else {
-            continue;
-        };
-        if machine.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let Some(capi_machine) = owner_machine(config, &machine).await? else {
-            continue;
-        };
-        let node_name = capi_machine.name_any();
-        if config.real_kubelets {
-            set_provider_id(&nodes, &node_name, provider_id).await?;
-            continue;
-        }
-        if capi_machine.labels().contains_key(NO_NODE_LABEL)
-            || capi_machine.metadata.deletion_timestamp.is_some()
-        {
-            continue;
-        }
-        if nodes.get_opt(&node_name).await?.is_some() {
-            continue;
-        }
-        register_node(&nodes, &node_name, provider_id).await?;
+    // One listing of the Nodes instead of a read per machine: a machine whose Node exists is
+    // done, and needs no read of its Machine either (a Node is named after its Machine).
+    let registered: std::collections::HashSet<String> = nodes
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let booted = all.list(&ListParams::default()).await?.items.into_iter();
+    let unregistered = booted.filter(|machine| {
+        machine.data["spec"]["providerID"].is_string()
+            && machine.metadata.deletion_timestamp.is_none()
+            && (config.real_kubelets
+                || owner(machine, "Machine").is_none_or(|o| !registered.contains(&o.name)))
+    });
+    futures::stream::iter(unregistered.map(Ok))
+        .try_for_each_concurrent(AT_ONCE, |machine| register_machine(config, &nodes, machine))
+        .await
+}
+
+async fn register_machine(
+    config: &CloudConfig,
+    nodes: &Api<Node>,
+    machine: DynamicObject,
+) -> anyhow::Result<()> {
+    let provider_id = machine.data["spec"]["providerID"]
+        .as_str()
+        .unwrap_or_default();
+    let Some(capi_machine) = owner_machine(config, &machine).await? else {
+        return Ok(());
+    };
+    let node_name = capi_machine.name_any();
+    if config.real_kubelets {
+        return set_provider_id(nodes, &node_name, provider_id).await;
     }
-    Ok(())
+    if capi_machine.labels().contains_key(NO_NODE_LABEL)
+        || capi_machine.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(());
+    }
+    if nodes.get_opt(&node_name).await?.is_some() {
+        return Ok(());
+    }
+    register_node(nodes, &node_name, provider_id).await
 }
 
 /// What a healthy kubelet does when it starts: registers Node `name` with `provider_id` and

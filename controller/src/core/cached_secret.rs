@@ -1,0 +1,74 @@
+//! What the Secret cache holds of each Secret labelled with a cluster name, and what reconciles
+//! read of it: plain fields instead of the Secret's label and annotation maps.
+//!
+//! The cache holds one entry per data Secret, so one per config; a `BTreeMap` allocates a node
+//! of about half a kilobyte however few entries it has, and the two maps of each Secret were
+//! about a tenth of the process's memory at 20 000 configs.
+
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Resource;
+use kube::api::ObjectMeta;
+
+/// One cached Secret. `metadata` keeps its name and namespace (the cache's key), its
+/// resourceVersion and the ownerReferences that name a BootplateConfig (the trigger maps a data
+/// Secret to its config by them); the rest are the label and annotations reconciles read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedSecret {
+    /// Name, namespace, resourceVersion, BootplateConfig ownerReferences.
+    pub metadata: ObjectMeta,
+    /// The data Secret label's value: the config whose data Secret this is.
+    pub data_secret_of: Option<String>,
+    /// The role annotation: the role it was rendered for.
+    pub role: Option<String>,
+    /// The template revision annotation: the revision it was rendered from.
+    pub template_revision: Option<String>,
+    /// The inputs digest hint of its render.
+    pub inputs: Option<String>,
+    /// The token expiry hint of its render (RFC 3339).
+    pub token_expires: Option<String>,
+}
+
+impl CachedSecret {
+    /// Whether it is a data Secret (labelled with the config it belongs to).
+    pub fn is_data_secret(&self) -> bool {
+        self.data_secret_of.is_some()
+    }
+
+    /// The UID of the object that controls it (its controller ownerReference).
+    pub fn controller_uid(&self) -> Option<&str> {
+        self.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.as_str())
+    }
+}
+
+/// A Secret's kind and API: the cache watches Secrets (metadata only) and stores them as this.
+impl Resource for CachedSecret {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Secret::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Secret::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Secret::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Secret::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
