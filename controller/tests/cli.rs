@@ -855,3 +855,29 @@ fn every_kubeadm_template_renders_every_role_for_every_minor_from_v1_30_to_v1_37
         }
     }
 }
+
+/// The controller runs on jemalloc with the options compiled into the binary (main.rs): asked
+/// to print its statistics at exit, the allocator reports them as in effect. A renamed symbol
+/// or another allocator would leave jemalloc's defaults (8 arenas here, 10 s decay) or print
+/// nothing.
+#[test]
+fn the_binary_runs_on_jemalloc_with_its_compiled_in_options() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bootplate"))
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let stats = text(&out.stderr);
+    for option in [
+        "opt.narenas: 1\n",
+        "opt.dirty_decay_ms: 1000 ",
+        "opt.muzzy_decay_ms: 0 ",
+    ] {
+        assert!(
+            stats.contains(option),
+            "{option:?} not in jemalloc's statistics:\n{}",
+            &stats[..stats.len().min(2000)]
+        );
+    }
+}
