@@ -123,8 +123,11 @@ pub(crate) fn adoptable(
     let secret = secret?;
     let named = machine.spec.bootstrap.data_secret_name.as_deref() == Some(name.as_str());
     let labelled = secret.data_secret_of.as_ref() == Some(&name);
-    let controlled = secret.controller_uid().is_some()
-        && secret.controller_uid() == config.metadata.uid.as_deref();
+    let controlled = config
+        .metadata
+        .uid
+        .as_deref()
+        .is_some_and(|uid| secret.controller_uid() == Some(uid));
     let role = secret.role.as_deref()?.parse().ok()?;
     let revision = secret.template_revision.clone()?;
     (named && labelled && controlled).then_some((role, revision))

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use crd_types::capi::{Cluster, Machine, MachinePool};
 use crd_types::{BootplateConfig, BootstrapGenerator, BootstrapTemplate, ClusterBootstrapTemplate};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::core::cached_secret::CachedSecret;
-use kube::runtime::reflector::{ObjectRef, Store};
 
 /// Read-only caches kept up to date by watches.
 #[derive(Clone)]

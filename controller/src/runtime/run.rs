@@ -361,15 +361,15 @@ fn watch_secrets(
     Store<CachedSecret>,
     impl futures::Stream<Item = Result<CachedSecret, watcher::Error>> + Send + 'static,
 ) {
-    let (store, writer) = reflector::store::<CachedSecret>();
-    let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
-    let events = watcher(api::<PartialObjectMeta<Secret>>(client, ns), config)
-        .default_backoff()
-        .map_ok(|event| trim::map_event(event, trim::secret))
-        .reflect(writer);
-    let data_secrets = settled(events, store.clone(), Deletions::Include, |_| {})
-        .try_filter(|s| std::future::ready(s.is_data_secret()));
-    (store, data_secrets)
+    let (secrets, events) = watch_as(
+        api::<PartialObjectMeta<Secret>>(client, ns),
+        watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+        trim::secret,
+        Deletions::Include,
+        |_| {},
+    );
+    let data_secrets = events.try_filter(|s| std::future::ready(s.is_data_secret()));
+    (secrets, data_secrets)
 }
 
 /// The watches of both template kinds, every one of them (any config may name any template);
@@ -597,17 +597,39 @@ fn controller_of<K: Cached>(api: Api<K>) -> Controller<K> {
 fn watch<K: Cached>(
     api: Api<K>,
     config: watcher::Config,
-    trim: impl FnMut(&mut K) + Send + 'static,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
     deletions: Deletions,
     deleted: impl Fn(&K) + Send + 'static,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 ) {
+    let trimmed = move |mut object: K| {
+        trim(&mut object);
+        object
+    };
+    watch_as(api, config, trimmed, deletions, deleted)
+}
+
+/// [`watch`] of objects of kind `A`, cached and triggering as what `convert` makes of each
+/// (a type that holds only what is read).
+fn watch_as<A: Cached, K>(
+    api: Api<A>,
+    config: watcher::Config,
+    mut convert: impl FnMut(A) -> K + Send + 'static,
+    deletions: Deletions,
+    deleted: impl Fn(&K) + Send + 'static,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     let (store, writer) = reflector::store::<K>();
     let events = watcher(api, config)
         .default_backoff()
-        .modify(trim)
+        .map_ok(move |event| trim::map_event(event, &mut convert))
         .reflect(writer);
     (store.clone(), settled(events, store, deletions, deleted))
 }
