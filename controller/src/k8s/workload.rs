@@ -2,9 +2,10 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crd_types::conditions::reason;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -13,6 +14,8 @@ use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
+use rustls::client::Resumption;
+use rustls_pki_types::ServerName;
 use tower::retry::RetryLayer;
 use tower::{BoxError, ServiceBuilder};
 
@@ -20,23 +23,74 @@ use crate::error::{Error, Result, is_not_found};
 use crate::k8s::stores::Stores;
 
 /// Cached clients, keyed by the kubeconfig Secret and its resourceVersion: a rotated
-/// kubeconfig gets a new client, an unchanged one reuses its connections.
+/// kubeconfig gets a new client, an unchanged one reuses its connections. A client unused for
+/// [`UNUSED_CLIENT_TTL`] is dropped with its TLS state and connections: a Cluster is busy while
+/// its machines are created and join, then quiet for hours, and at 400 Clusters the clients
+/// of quiet ones were a tenth of the process's memory.
 #[derive(Default)]
 pub struct WorkloadClients {
-    clients: Mutex<HashMap<(String, String), (String, Client)>>,
+    cached: Mutex<Cached>,
+}
+
+/// How long a workload client is kept unused. Building one again costs a read of the
+/// kubeconfig Secret and a TLS handshake.
+const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct Cached {
+    clients: HashMap<(String, String), CachedClient>,
+    /// When unused clients were last dropped.
+    swept: Option<Instant>,
+}
+
+struct CachedClient {
+    kubeconfig_version: String,
+    client: Client,
+    used: Instant,
+}
+
+impl Cached {
+    /// The client of `key` built from kubeconfig `version`, marked used at `now`.
+    fn get(&mut self, key: &(String, String), version: &str, now: Instant) -> Option<Client> {
+        let cached = self.clients.get_mut(key)?;
+        if cached.kubeconfig_version != version {
+            return None;
+        }
+        cached.used = now;
+        Some(cached.client.clone())
+    }
+
+    /// Keeps `client`, and drops the clients unused for [`UNUSED_CLIENT_TTL`] (looked for at
+    /// most twice per period, so a burst of new clients does not scan the map each time).
+    fn insert(&mut self, key: (String, String), version: String, client: Client, now: Instant) {
+        let cached = CachedClient {
+            kubeconfig_version: version,
+            client,
+            used: now,
+        };
+        self.clients.insert(key, cached);
+        let due = self
+            .swept
+            .is_none_or(|swept| now.saturating_duration_since(swept) >= UNUSED_CLIENT_TTL / 2);
+        if due {
+            self.clients
+                .retain(|_, c| now.saturating_duration_since(c.used) < UNUSED_CLIENT_TTL);
+            self.swept = Some(now);
+        }
+    }
 }
 
 impl WorkloadClients {
     /// Forgets the client of a deleted Cluster.
     pub(crate) fn forget(&self, namespace: &str, cluster: &str) {
         let key = (namespace.to_owned(), cluster.to_owned());
-        self.clients.lock().expect("lock").remove(&key);
+        self.cached.lock().expect("lock").clients.remove(&key);
     }
 
     #[cfg(test)]
     fn holds(&self, namespace: &str, cluster: &str) -> bool {
         let key = (namespace.to_owned(), cluster.to_owned());
-        self.clients.lock().expect("lock").contains_key(&key)
+        self.cached.lock().expect("lock").clients.contains_key(&key)
     }
 
     /// A client of the workload cluster `cluster` in `namespace`. When the kubeconfig Secret
@@ -53,10 +107,13 @@ impl WorkloadClients {
         let secret_name = format!("{cluster}-kubeconfig");
         let key = (namespace.to_owned(), cluster.to_owned());
         if let Some(version) = stores.secret_version(namespace, &secret_name)
-            && let Some((cached_version, client)) = self.clients.lock().expect("lock").get(&key)
-            && *cached_version == version
+            && let Some(client) =
+                self.cached
+                    .lock()
+                    .expect("lock")
+                    .get(&key, &version, Instant::now())
         {
-            return Ok(client.clone());
+            return Ok(client);
         }
         let secrets: Api<Secret> = Api::namespaced(management.clone(), namespace);
         let secret = match secrets.get(&secret_name).await {
@@ -72,16 +129,19 @@ impl WorkloadClients {
             Err(e) => return Err(e.into()),
         };
         let version = secret.resource_version().unwrap_or_default();
-        if let Some((cached_version, client)) = self.clients.lock().expect("lock").get(&key)
-            && *cached_version == version
-        {
-            return Ok(client.clone());
-        }
-        let client = build_client(&secret, namespace, &secret_name, timeout).await?;
-        self.clients
+        if let Some(client) = self
+            .cached
             .lock()
             .expect("lock")
-            .insert(key, (version, client.clone()));
+            .get(&key, &version, Instant::now())
+        {
+            return Ok(client);
+        }
+        let client = build_client(&secret, namespace, &secret_name, timeout).await?;
+        self.cached
+            .lock()
+            .expect("lock")
+            .insert(key, version, client.clone(), Instant::now());
         Ok(client)
     }
 }
@@ -130,10 +190,8 @@ const MAX_IDLE_CONNECTIONS: usize = 4;
 /// kube's client stack (base URI, retry of 429/503/504, authentication, impersonation headers,
 /// connector timeouts over rustls), over a connection pool whose idle connections are closed
 /// after `idle_timeout` by a timer of their own.
-fn pooled_client(config: &Config, idle_timeout: Duration) -> kube::Result<Client> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    let mut connector = TimeoutConnector::new(config.rustls_https_connector_with_connector(http)?);
+fn pooled_client(config: &Config, idle_timeout: Duration) -> Result<Client, BoxError> {
+    let mut connector = TimeoutConnector::new(https_connector(config)?);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
@@ -155,6 +213,28 @@ fn pooled_client(config: &Config, idle_timeout: Duration) -> kube::Result<Client
         .map_err(BoxError::from)
         .service(pool);
     Ok(Client::new(service, config.default_namespace.clone()))
+}
+
+/// TLS sessions a workload client keeps for resumption. rustls's default cache holds 32
+/// servers' sessions and allocates room for them up front (about 15 KB); a workload client
+/// talks to one apiserver, and one server's entry keeps its 8 newest TLS 1.3 tickets.
+const TLS_SESSIONS: usize = 8;
+
+/// kube's rustls connector (the kubeconfig's CA, client identity and `tls-server-name`) with
+/// a session cache sized for one server.
+fn https_connector(config: &Config) -> Result<HttpsConnector<HttpConnector>, BoxError> {
+    let mut tls = config.rustls_client_config()?;
+    tls.resumption = Resumption::in_memory_sessions(TLS_SESSIONS);
+    let mut builder = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = ServerName::try_from(name.clone())?;
+        builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name));
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    Ok(builder.enable_http1().wrap_connector(http))
 }
 
 /// Bounds every request to a workload cluster by `timeout`. The read timeout counts from when a
@@ -252,6 +332,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn clients_unused_for_a_minute_are_dropped_with_their_connections() {
+        let (url, open) = counting_server(Duration::ZERO).await;
+        let config = Config::new(url.parse().unwrap());
+        let key = |cluster: &str| ("ns".to_owned(), cluster.to_owned());
+        let start = Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        let mut cached = Cached::default();
+        // Connections stay open an hour when idle: only dropping the client closes them.
+        let quiet = pooled_client(&config, Duration::from_secs(3600)).unwrap();
+        quiet.apiserver_version().await.unwrap();
+        assert_eq!(settles_at(&open, 1).await, 1);
+        cached.insert(key("quiet"), "1".into(), quiet, at(0));
+        let busy = pooled_client(&config, Duration::from_secs(3600)).unwrap();
+        cached.insert(key("busy"), "1".into(), busy, at(1));
+        // Used within the minute, a client is kept; a rotated kubeconfig is a miss.
+        assert!(cached.get(&key("busy"), "1", at(40)).is_some());
+        assert!(cached.get(&key("busy"), "2", at(40)).is_none());
+        // The next new client, 70 s in, drops the one unused since 0 s, not the one used at 40 s.
+        let other = pooled_client(&config, Duration::from_secs(3600)).unwrap();
+        cached.insert(key("other"), "1".into(), other, at(70));
+        assert!(cached.get(&key("quiet"), "1", at(70)).is_none());
+        assert!(cached.get(&key("busy"), "1", at(70)).is_some());
+        assert_eq!(
+            settles_at(&open, 0).await,
+            0,
+            "the dropped client's connection"
+        );
+        // Looked for at most every 30 s: a new client 10 s later scans nothing.
+        cached.insert(
+            key("late"),
+            "1".into(),
+            Client::try_from(config.clone()).unwrap(),
+            at(80),
+        );
+        assert_eq!(cached.swept, Some(at(70)));
+        assert_eq!(cached.clients.len(), 3);
+    }
+
+    #[tokio::test]
     async fn caches_forget_deleted_clusters() {
         let clients = WorkloadClients::default();
         let client =
@@ -259,10 +378,10 @@ mod tests {
         for cluster in ["c1", "c2"] {
             let key = ("ns".to_owned(), cluster.to_owned());
             clients
-                .clients
+                .cached
                 .lock()
                 .unwrap()
-                .insert(key, ("1".into(), client.clone()));
+                .insert(key, "1".into(), client.clone(), Instant::now());
         }
         clients.forget("ns", "c1");
         assert!(!clients.holds("ns", "c1"));
