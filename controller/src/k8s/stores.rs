@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crd_types::capi::{Cluster, Machine, MachinePool};
 use crd_types::{BootplateConfig, BootstrapGenerator, BootstrapTemplate, ClusterBootstrapTemplate};
+use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::core::cached_secret::CachedSecret;
@@ -72,11 +73,21 @@ impl Stores {
             .get(&ObjectRef::new(name).within(namespace))
     }
 
+    /// The Cluster of a config no Machine or MachinePool owns yet (CAPI adopts a config only
+    /// while its Cluster is not paused): the one its cluster-name label names, which CAPI sets
+    /// on the configs it creates from a template; else the one of the Machine or MachinePool
+    /// whose configRef names it, which takes a scan of the cached Machines.
+    pub fn cluster_of_unadopted(&self, config: &BootplateConfig) -> Option<Arc<Cluster>> {
+        let namespace = config.metadata.namespace.as_deref()?;
+        let labelled = config.labels().get(crd_types::capi::CLUSTER_NAME_LABEL);
+        labelled
+            .and_then(|cluster| self.cluster(namespace, cluster))
+            .or_else(|| self.cluster_referencing(namespace, &config.name_any()))
+    }
+
     /// The Cluster of the Machine or MachinePool in `namespace` whose bootstrap configRef names
-    /// the BootplateConfig `config`, by name: CAPI adopts a config (ownerReference,
-    /// cluster-name label) only while the Cluster is not paused, so this is how an unadopted
-    /// config finds its Cluster.
-    pub fn cluster_referencing(&self, namespace: &str, config: &str) -> Option<Arc<Cluster>> {
+    /// the BootplateConfig `config`, by name.
+    fn cluster_referencing(&self, namespace: &str, config: &str) -> Option<Arc<Cluster>> {
         let names_config = |config_ref: Option<&crd_types::capi::ContractReference>| {
             config_ref.is_some_and(|r| {
                 r.kind == "BootplateConfig" && r.api_group == crd_types::GROUP && r.name == config
@@ -112,5 +123,92 @@ impl Stores {
     /// The Cluster `name` in `namespace`.
     pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
         self.clusters.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    fn filled<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        let (reader, mut writer) = store::<K>();
+        for object in objects {
+            writer.apply_watcher_event(&Event::Apply(object));
+        }
+        reader
+    }
+
+    fn stores(machines: Vec<Machine>, clusters: Vec<Cluster>) -> Stores {
+        Stores {
+            configs: filled(vec![]),
+            machines: filled(machines),
+            clusters: filled(clusters),
+            machine_pools: filled(vec![]),
+            templates: filled(vec![]),
+            cluster_templates: filled(vec![]),
+            generators: filled(vec![]),
+            secrets: filled(vec![]),
+        }
+    }
+
+    fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn cluster(name: &str) -> Cluster {
+        object(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {}}))
+    }
+
+    fn machine(name: &str, cluster: &str, config: &str) -> Machine {
+        object(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"clusterName": cluster, "bootstrap": {"configRef": {
+                "apiGroup": crd_types::GROUP, "kind": "BootplateConfig", "name": config}}},
+        }))
+    }
+
+    fn config(name: &str, cluster_label: Option<&str>) -> BootplateConfig {
+        let labels = cluster_label.map(|c| json!({crd_types::capi::CLUSTER_NAME_LABEL: c}));
+        object(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {"templateRef": {"kind": "BootstrapTemplate", "name": "t"}},
+        }))
+    }
+
+    fn name_of(cluster: Option<Arc<Cluster>>) -> Option<String> {
+        cluster.and_then(|c| c.metadata.name.clone())
+    }
+
+    #[test]
+    fn an_unadopted_config_finds_its_cluster_by_label_else_by_the_machine_naming_it() {
+        let stores = stores(
+            vec![machine("m-0", "c2", "w-0"), machine("m-1", "c2", "w-1")],
+            vec![cluster("c1"), cluster("c2")],
+        );
+        // The label CAPI sets wins, without a look at the Machines.
+        assert_eq!(
+            name_of(stores.cluster_of_unadopted(&config("w-0", Some("c1")))),
+            Some("c1".into())
+        );
+        // Unlabelled, or labelled with a Cluster not cached: the Machine's Cluster.
+        for label in [None, Some("gone")] {
+            assert_eq!(
+                name_of(stores.cluster_of_unadopted(&config("w-1", label))),
+                Some("c2".into()),
+                "{label:?}"
+            );
+        }
+        // Neither: no Cluster.
+        assert_eq!(
+            name_of(stores.cluster_of_unadopted(&config("w-9", None))),
+            None
+        );
     }
 }

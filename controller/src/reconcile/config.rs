@@ -143,7 +143,7 @@ async fn next_step(
                 .map(Done::Rendered)
         }
         None => {
-            let cluster = ctx.stores.cluster_referencing(namespace, name);
+            let cluster = ctx.stores.cluster_of_unadopted(config);
             let cluster = cluster
                 .as_ref()
                 .map(|c| (c.meta().name.as_deref().unwrap_or_default(), c.is_paused()));
