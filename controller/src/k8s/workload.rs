@@ -21,6 +21,7 @@ use tower::{BoxError, ServiceBuilder};
 
 use crate::error::{Error, Result, is_not_found};
 use crate::k8s::stores::Stores;
+use crate::k8s::workload_kubeconfig;
 
 /// Cached clients, keyed by the kubeconfig Secret and its resourceVersion: a rotated
 /// kubeconfig gets a new client, an unchanged one reuses its connections. A client unused for
@@ -173,13 +174,14 @@ async fn build_client(
     // The parse errors of a kubeconfig never echo credentials, only structure.
     let kubeconfig = Kubeconfig::from_yaml(text)
         .map_err(|e| bad(format!("key `value` is not a kubeconfig: {e}")))?;
+    // A tenant writes this Secret: nothing in it may run a command, read a file of the
+    // controller or send credentials in the clear (see workload_kubeconfig).
+    let kubeconfig = workload_kubeconfig::vet(&kubeconfig)
+        .map_err(|e| bad(format!("key `value` is refused: {e}")))?;
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(format!("key `value` is not a usable kubeconfig: {e}")))?;
     with_timeouts(&mut config, timeout);
-    if config.proxy_url.is_some() {
-        return Err(bad("key `value`: `proxy-url` is not supported".into()));
-    }
     pooled_client(&config, IDLE_CONNECTION_TIMEOUT)
         .map_err(|e| bad(format!("cannot build a client: {e}")))
 }
