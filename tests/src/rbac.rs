@@ -71,3 +71,72 @@ pub fn impersonating_kubeconfig(
     std::fs::write(&path, impersonating)?;
     Ok(path)
 }
+
+/// Whether the controller's ServiceAccount ([`SERVICE_ACCOUNT`]) may `verb` `group/resource`
+/// (`resource/subresource` allowed) in `namespace` (empty: cluster-wide), asked of the real
+/// apiserver's RBAC authorizer with a SubjectAccessReview.
+pub async fn service_account_may(
+    client: &kube::Client,
+    group: &str,
+    resource: &str,
+    verb: &str,
+    namespace: &str,
+) -> anyhow::Result<bool> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let (account_namespace, account) = SERVICE_ACCOUNT;
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!(
+                "system:serviceaccount:{account_namespace}:{account}"
+            )),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{account_namespace}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                subresource,
+                verb: Some(verb.to_owned()),
+                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
+    let answer = api.create(&Default::default(), &review).await?;
+    Ok(answer.status.context("a review status")?.allowed)
+}
+
+/// (group, resource, verb) triples that the rules of a Role or ClusterRole (as JSON) grant.
+pub fn granted(role: &serde_json::Value) -> std::collections::BTreeSet<(String, String, String)> {
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut triples = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    triples.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    triples
+}

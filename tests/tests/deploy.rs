@@ -200,22 +200,7 @@ fn expand(table: &[(&str, &[&str], &[&str])]) -> BTreeSet<(String, String, Strin
 
 /// (group, resource, verb) triples a Role's or ClusterRole's rules grant.
 fn granted(role: &Value) -> BTreeSet<(String, String, String)> {
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
-            .unwrap_or_default()
-    };
-    let mut triples = BTreeSet::new();
-    for rule in role["rules"].as_array().expect("rules") {
-        for group in strings(&rule["apiGroups"]) {
-            for resource in strings(&rule["resources"]) {
-                for verb in strings(&rule["verbs"]) {
-                    triples.insert((group.clone(), resource.clone(), verb));
-                }
-            }
-        }
-    }
-    triples
+    testenv::rbac::granted(role)
 }
 
 /// Whether the controller's ServiceAccount may `verb` `group/resource` in `namespace`, asked
@@ -227,38 +212,9 @@ async fn allowed(
     verb: &str,
     namespace: &str,
 ) -> bool {
-    let (resource, subresource) = match resource.split_once('/') {
-        Some((r, s)) => (r, Some(s.to_owned())),
-        None => (resource, None),
-    };
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(format!(
-                "system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-            )),
-            groups: Some(vec![
-                "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{NAMESPACE}"),
-                "system:authenticated".into(),
-            ]),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(group.to_owned()),
-                resource: Some(resource.to_owned()),
-                subresource,
-                verb: Some(verb.to_owned()),
-                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let api: Api<SubjectAccessReview> = Api::all(client.clone());
-    let answer = api
-        .create(&PostParams::default(), &review)
+    testenv::rbac::service_account_may(client, group, resource, verb, namespace)
         .await
-        .expect("SubjectAccessReview");
-    answer.status.expect("a review status").allowed
+        .expect("SubjectAccessReview")
 }
 
 #[tokio::test]

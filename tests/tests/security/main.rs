@@ -5,3 +5,4 @@
 //!
 //! One module per boundary, so each stays readable on its own.
 mod kubeconfig;
+mod rbac_namespaced;
