@@ -5,7 +5,7 @@
 //! client; `k8s` holds the thin adapters that read and write objects; `reconcile` gathers the
 //! facts, asks the core and acts; `runtime` wires watches, leader election, HTTP endpoints,
 //! metrics and logging; `webhook` serves admission; `extension` serves Cluster API's in-place
-//! update hooks.
+//! update hooks; `server` is the bounded accept loop behind every port.
 
 pub mod core;
 pub(crate) mod error;
@@ -16,4 +16,5 @@ pub mod labels;
 pub mod pki;
 pub(crate) mod reconcile;
 pub mod runtime;
+pub mod server;
 pub mod webhook;

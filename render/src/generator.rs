@@ -315,6 +315,18 @@ impl std::fmt::Debug for GeneratedPart {
 }
 
 impl GeneratedPart {
+    /// What a comparison of two renders puts where `generator`'s output goes, having not
+    /// called it: one command naming the digest of the request's inputs, so the part differs
+    /// between the two renders exactly when what the generator would be asked differs.
+    pub(crate) fn stand_in(generator: &str, inputs_digest: &str) -> GeneratedPart {
+        GeneratedPart {
+            commands: vec![format!(
+                ": content of BootstrapGenerator {generator} for inputs sha256:{inputs_digest}"
+            )],
+            ..Default::default()
+        }
+    }
+
     /// The bytes of content it adds (for the output size budget).
     pub(crate) fn size(&self) -> usize {
         let files: usize = self

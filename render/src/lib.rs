@@ -389,6 +389,32 @@ impl CompiledTemplate {
             .collect()
     }
 
+    /// Stand-ins for the generators' output in a comparison of two renders (Cluster API's
+    /// in-place hooks, the webhook's check of an update), which calls no generator: a part
+    /// with a generator is seen as changed when the request it would send changes (its
+    /// parameters, the values, the context the generator may see), and as unchanged when the
+    /// request is the same. The template's revision is left out of the request compared, so an
+    /// edit elsewhere in the template does not count as a change of every generated part.
+    /// A call whose request cannot be built gets no stand-in: the render reports the cause.
+    pub fn comparison_stand_ins(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+    ) -> Generated {
+        let mut generated = Generated::new();
+        for call in self.generator_calls(config, ctx.machine.role) {
+            let secrets = crd_types::GeneratorSecrets::default();
+            let Ok(mut request) = self.generator_request(&call, config, ctx, secrets) else {
+                continue;
+            };
+            request.template.revision.clear();
+            let stand_in =
+                generator::GeneratedPart::stand_in(&call.generator, &request.inputs_digest());
+            generated.insert(call.part, std::sync::Arc::new(stand_in));
+        }
+        generated
+    }
+
     /// The generator calls a render for `role` with `config` needs, in part order: one per part
     /// that applies to the role, is not skipped and names a generator.
     pub fn generator_calls(

@@ -225,3 +225,88 @@ fn an_opt_in_part_that_renders_nothing_is_no_part() {
         }
     );
 }
+
+/// A Rollout part whose content comes from a generator, and an InPlace part.
+const GENERATED: &str = r#"
+os: { name: linux }
+format: cloud-config
+variables:
+  - { name: site, default: fra }
+  - { name: mirror, default: "https://mirror.example" }
+parts:
+  - name: network
+    generator: { name: cmdb, parameters: { profile: static } }
+  - name: configure
+    update: InPlace
+    files: [{ path: /etc/mirror, content: "{{values.mirror}}\n" }]
+"#;
+
+/// [`plan`] as a comparison makes it, without calling generators: their parts get the
+/// stand-ins of `CompiledTemplate::comparison_stand_ins`.
+fn plan_with_generators(old: (&str, &str), new: (&str, &str)) -> UpdatePlan {
+    let render = |(template_yaml, config_yaml): (&str, &str)| {
+        let compiled =
+            CompiledTemplate::compile("ClusterBootstrapTemplate t", &template(template_yaml))
+                .unwrap();
+        let (config, ctx) = (config(config_yaml), sample_context(Role::Worker));
+        let generated = compiled.comparison_stand_ins(&config, &ctx);
+        compiled
+            .render_parts(&config, &ctx, &generated)
+            .unwrap()
+            .expect("a template with parts")
+    };
+    render(new).update_from(&render(old))
+}
+
+/// A comparison: what changes, old and new (template, config), the plan expected.
+type Case<'a> = (&'a str, (&'a str, &'a str), (&'a str, &'a str), UpdatePlan);
+
+#[test]
+fn a_generated_part_changes_when_the_request_its_generator_would_get_changes() {
+    let rollout = UpdatePlan::Rollout {
+        reason: "part `network` changed and is not `update: InPlace`".into(),
+    };
+    let edited = GENERATED.replace("{{values.mirror}}\\n", "fixed\\n");
+    let reparametrised = GENERATED.replace("profile: static", "profile: dhcp");
+    // (what, old (template, config), new (template, config), plan)
+    let cases: [Case; 5] = [
+        (
+            "nothing changed",
+            (GENERATED, "{}"),
+            (GENERATED, "{}"),
+            UpdatePlan::Unchanged,
+        ),
+        (
+            "a value the generator is sent",
+            (GENERATED, "{}"),
+            (GENERATED, "variables: { site: ams }"),
+            rollout.clone(),
+        ),
+        (
+            "the generator's parameters",
+            (GENERATED, "{}"),
+            (&reparametrised, "{}"),
+            rollout.clone(),
+        ),
+        (
+            // Every value goes to the generator, so its answer may change too: unknown
+            // without calling it, hence a rollout.
+            "a value an InPlace part reads, also sent to the generator",
+            (GENERATED, "{}"),
+            (GENERATED, "variables: { mirror: https://other.example }"),
+            rollout,
+        ),
+        (
+            // The template's revision changes, the generator's request otherwise does not.
+            "an edit of another part",
+            (GENERATED, "{}"),
+            (&edited, "{}"),
+            UpdatePlan::InPlace {
+                parts: vec!["configure".into()],
+            },
+        ),
+    ];
+    for (what, old, new, expected) in cases {
+        assert_eq!(plan_with_generators(old, new), expected, "{what}");
+    }
+}

@@ -190,6 +190,11 @@ impl ControllerProcess {
         Ok(Some(process))
     }
 
+    /// The port serving `/healthz` and `/readyz`.
+    pub fn health_port(&self) -> u16 {
+        self.health_port
+    }
+
     /// `GET` on the metrics port.
     pub fn metrics(&self) -> Option<String> {
         http_get(self.metrics_port, "/metrics").map(|(_, body)| body)

@@ -1131,8 +1131,9 @@ fn extension_overlay_adds_only_the_extension_and_its_parts_fit_together() {
     );
     let deployment_key = format!("Deployment/{NAMESPACE}/bootplate-controller-manager");
     let certificate_key = format!("Certificate/{NAMESPACE}/bootplate-serving-cert");
+    let policy_key = format!("NetworkPolicy/{NAMESPACE}/bootplate-controller-manager");
     for (key, object) in &base {
-        if *key != deployment_key && *key != certificate_key {
+        if ![&deployment_key, &certificate_key, &policy_key].contains(&key) {
             assert_eq!(&overlay[key], object, "{key} differs in deploy/extension");
         }
     }
@@ -1150,13 +1151,65 @@ fn extension_overlay_adds_only_the_extension_and_its_parts_fit_together() {
     };
     assert_eq!(
         added("args"),
-        vec![Value::from("--extension-addr=0.0.0.0:9444")]
+        vec![
+            Value::from("--extension-addr=0.0.0.0:9444"),
+            Value::from("--extension-client-ca=/tmp/k8s-extension-client-ca/ca.crt"),
+        ]
     );
     assert!(run_flags().contains_key("extension-addr"));
+    assert!(run_flags().contains_key("extension-client-ca"));
     let ports = added("ports");
     assert_eq!(ports.len(), 1);
     assert_eq!(ports[0]["name"], "extension");
     assert_eq!(ports[0]["containerPort"], 9444);
+
+    // The client CA: a Secret's `ca.crt` mounted where --extension-client-ca reads it,
+    // optional so that the rest of the controller runs before the Secret exists.
+    let mounts = added("volumeMounts");
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(mounts[0]["mountPath"], "/tmp/k8s-extension-client-ca");
+    let pod = |objects: &BTreeMap<String, Value>| {
+        objects[&deployment_key]["spec"]["template"]["spec"]["volumes"].clone()
+    };
+    let volumes = pod(&overlay);
+    let volume = (volumes.as_array().unwrap().iter())
+        .find(|v| v["name"] == mounts[0]["name"])
+        .expect("the mounted volume exists");
+    assert_eq!(
+        volume["secret"]["secretName"],
+        "bootplate-extension-client-ca"
+    );
+    assert_eq!(volume["secret"]["optional"], true);
+
+    // The NetworkPolicy: deploy/'s rules, plus the extension's port for Cluster API's pods only.
+    let rules = |objects: &BTreeMap<String, Value>| {
+        objects[&policy_key]["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let (base_rules, rules) = (rules(&base), rules(&overlay));
+    assert_eq!(&rules[..base_rules.len()], &base_rules[..]);
+    let extension_rule = &rules[base_rules.len()..];
+    assert_eq!(extension_rule.len(), 1);
+    assert_eq!(
+        extension_rule[0]["ports"],
+        serde_json::json!([{"port": "extension", "protocol": "TCP"}])
+    );
+    let from = &extension_rule[0]["from"];
+    assert_eq!(
+        from.as_array().unwrap().len(),
+        1,
+        "one peer: namespace AND pods"
+    );
+    assert_eq!(
+        from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "capi-system"
+    );
+    assert_eq!(
+        from[0]["podSelector"]["matchLabels"]["cluster.x-k8s.io/provider"],
+        "cluster-api"
+    );
 
     // Cluster API calls the Service, which sends 443 to that port of the controller's pods.
     let client = &config["spec"]["clientConfig"]["service"];
@@ -1205,5 +1258,46 @@ fn extension_overlay_adds_only_the_extension_and_its_parts_fit_together() {
             .as_str()
             .is_some_and(|a| a.starts_with("--extension-cert-dir"))),
         "the extension serves the webhook's certificate (the default of --extension-cert-dir)"
+    );
+}
+
+#[test]
+fn network_policy_selects_the_controller_and_admits_only_the_ports_it_serves() {
+    let objects = documents(&kustomize("deploy"));
+    let policy = find(&objects, "NetworkPolicy", "bootplate-controller-manager");
+    let deployment = find(&objects, "Deployment", "bootplate-controller-manager");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            &pod_labels[key], value,
+            "the policy selects the controller's pods"
+        );
+    }
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"])
+    );
+    let container_ports: BTreeSet<&str> = (deployment["spec"]["template"]["spec"]["containers"][0]
+        ["ports"]
+        .as_array()
+        .unwrap()
+        .iter())
+    .filter_map(|p| p["name"].as_str())
+    .collect();
+    let admitted: BTreeSet<&str> = (policy["spec"]["ingress"].as_array().unwrap().iter())
+        .flat_map(|rule| rule["ports"].as_array().unwrap().iter())
+        .filter_map(|p| p["port"].as_str())
+        .collect();
+    assert_eq!(
+        admitted,
+        BTreeSet::from(["health", "metrics", "webhook"]),
+        "deploy/ admits its three ports by name, and no other"
+    );
+    assert!(
+        admitted.is_subset(&container_ports),
+        "each admitted port is a container port"
     );
 }

@@ -43,6 +43,10 @@ join data, certificates as granted) and values: the request's values fill the va
 template declares, its parameters must be declared. The answer holds the rendered files, units
 and commands; a render error is a Failure response with the message.
 
+Each connection is bounded: at most 256 at once (one more is closed at once), 10 s for the TLS
+handshake and for a request's headers (also the idle time of a kept-alive connection), 30 s per
+request, 2 MiB per request body.
+
 Example, serving on port 9443 with cert-manager's tls.crt and tls.key mounted in /tls:
   bootplate generator serve --template netplan.yaml --addr 0.0.0.0:9443 --cert-dir /tls
 

@@ -1,12 +1,12 @@
 //! The renders a hook compares: a config spec rendered for one machine's view, the template read
 //! from the apiserver. Both renders of a comparison get the same stand-ins for what is the same
-//! for both (the token, the CA hash, certificates, generators' content), so only what the spec
-//! or template change moves shows as a difference.
+//! for both (the token, the CA hash, certificates), so only what the spec or template change
+//! moves shows as a difference. No generator is called: a generated part counts as changed
+//! when the request it would send changes (`CompiledTemplate::comparison_stand_ins`).
 
 use crd_types::capi::{Cluster, Machine};
 use crd_types::{BootplateConfig, BootplateConfigSpec, Role};
 use kube::{Api, Client};
-use render::generator::Generated;
 use render::{CompiledTemplate, JoinInfo, PartsRender, RenderContext, UpdatePlan};
 
 /// A machine as the renders see it.
@@ -70,8 +70,9 @@ async fn parts(
     let context = RenderContext::new(cluster, &view.machine, view.role, Some(join), certs);
     tokio::task::spawn_blocking(move || {
         let compiled = CompiledTemplate::compile(&display, &template).map_err(|e| e.to_string())?;
+        let generated = compiled.comparison_stand_ins(&spec, &context);
         compiled
-            .render_parts(&spec, &context, &Generated::new())
+            .render_parts(&spec, &context, &generated)
             .map_err(|e| e.to_string())
     })
     .await

@@ -69,6 +69,13 @@ pub struct RunArgs {
     /// (one certificate naming both Services).
     #[arg(long, value_name = "DIR")]
     pub extension_cert_dir: Option<PathBuf>,
+    /// PEM file of the CA that signs Cluster API's client certificate (its manager's
+    /// --runtime-extension-client-cert-file): the extension answers only callers presenting a
+    /// certificate from this CA, and refuses every other one in the TLS handshake. Required
+    /// with --extension-addr: the hooks read Clusters, templates and Secrets with the
+    /// controller's rights. Reloaded when the file changes.
+    #[arg(long, value_name = "FILE", requires = "extension_addr")]
+    pub extension_client_ca: Option<PathBuf>,
     /// Elect a leader among replicas with a coordination.k8s.io/v1 Lease; only the leader
     /// reconciles. Standbys take over when the leader dies or releases the Lease on SIGTERM.
     #[arg(long)]
@@ -164,6 +171,9 @@ impl RunArgs {
         {
             return Err("leader election needs --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration".into());
         }
+        if self.extension_addr.is_some() && self.extension_client_ca.is_none() {
+            return Err("--extension-addr needs --extension-client-ca: the extension answers only Cluster API, known by its client certificate (docs/operations.md)".into());
+        }
         Ok(())
     }
 
@@ -226,6 +236,33 @@ mod tests {
             "mine",
         ];
         assert_eq!(run(&named).lease_name(), "mine");
+    }
+
+    #[test]
+    fn the_extension_is_served_only_with_a_client_ca() {
+        // (flags, the error names)
+        let cases: [(&[&str], Option<&str>); 3] = [
+            (
+                &["--extension-addr=127.0.0.1:9444"],
+                Some("--extension-client-ca"),
+            ),
+            (
+                &[
+                    "--extension-addr=127.0.0.1:9444",
+                    "--extension-client-ca=ca.crt",
+                ],
+                None,
+            ),
+            (&[], None),
+        ];
+        for (flags, error) in cases {
+            let found = run(flags).validate().err();
+            match (error, found) {
+                (None, None) => {}
+                (Some(flag), Some(message)) => assert!(message.contains(flag), "{message}"),
+                (expected, found) => panic!("{flags:?}: expected {expected:?}, got {found:?}"),
+            }
+        }
     }
 
     #[test]

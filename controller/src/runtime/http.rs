@@ -66,7 +66,8 @@ async fn readyz(State(shared): State<Shared>) -> impl IntoResponse {
 }
 
 /// Binds the metrics and health addresses (the same address serves both when they are equal)
-/// and serves until the process ends.
+/// and serves until the process ends, each connection bounded as every other port's
+/// ([`crate::server`]).
 pub async fn serve(
     metrics_addr: SocketAddr,
     health_addr: SocketAddr,
@@ -74,18 +75,18 @@ pub async fn serve(
     readiness: Arc<Readiness>,
 ) -> anyhow::Result<()> {
     let app = router(metrics, readiness);
-    let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on --metrics-addr {metrics_addr}: {e}"))?;
-    if health_addr == metrics_addr {
-        tokio::spawn(async move { axum::serve(metrics_listener, app).await });
-        return Ok(());
+    let plain = crate::server::Transport::Plain;
+    let limits = crate::server::Limits::default();
+    crate::server::serve(
+        metrics_addr,
+        "--metrics-addr",
+        plain.clone(),
+        app.clone(),
+        limits,
+    )
+    .await?;
+    if health_addr != metrics_addr {
+        crate::server::serve(health_addr, "--health-addr", plain, app, limits).await?;
     }
-    let health_listener = tokio::net::TcpListener::bind(health_addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on --health-addr {health_addr}: {e}"))?;
-    let health_app = app.clone();
-    tokio::spawn(async move { axum::serve(metrics_listener, app).await });
-    tokio::spawn(async move { axum::serve(health_listener, health_app).await });
     Ok(())
 }

@@ -69,7 +69,10 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
             .extension_cert_dir
             .as_ref()
             .unwrap_or(&args.webhook_cert_dir);
-        crate::extension::serve(addr, cert_dir, client.clone(), metrics.clone()).await?;
+        let callers = crate::webhook::tls::ClientAuth::CertificateFrom(
+            (args.extension_client_ca.clone()).expect("checked by RunArgs::validate"),
+        );
+        crate::extension::serve(addr, cert_dir, callers, client.clone(), metrics.clone()).await?;
     }
     let stopped = stop_signal();
     // Hashing the executable takes a moment: a standby is ready meanwhile.

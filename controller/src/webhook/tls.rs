@@ -1,19 +1,33 @@
-//! HTTPS serving for the webhook and `bootplate generator serve`: the serving certificate,
-//! reloaded when `tls.crt` or `tls.key` change on disk (cert-manager rotates them in the
-//! mounted Secret) without dropping connections, and the accept loop.
+//! HTTPS serving for the webhook, the Runtime SDK extension and `bootplate generator serve`:
+//! the serving certificate, reloaded when `tls.crt` or `tls.key` change on disk (cert-manager
+//! rotates them in the mounted Secret) without dropping connections, and, when a client CA is
+//! given, client certificates checked against it (reloaded the same way). The connections
+//! themselves are bounded by [`crate::server`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
+
+use crate::server::{Limits, Transport};
+
+/// Who may talk to a TLS server.
+#[derive(Clone, Debug, Default)]
+pub enum ClientAuth {
+    /// Anyone: the caller is not asked for a certificate.
+    #[default]
+    Anyone,
+    /// Only a caller presenting a certificate signed by a CA in this PEM file; any other
+    /// caller fails the handshake, before a byte of its request is read. While the file is
+    /// missing or holds no CA, every caller is refused.
+    CertificateFrom(PathBuf),
+}
 
 /// Serves `app` over HTTPS on `addr` with the certificate in `cert_dir` until the process
 /// ends; `flag` names the address in the error when it cannot be bound.
@@ -23,47 +37,145 @@ pub async fn serve(
     app: axum::Router,
     flag: &str,
 ) -> anyhow::Result<()> {
-    let cert = ReloadingCert::watch(cert_dir)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_cert_resolver(cert);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {flag} {addr}: {e}"))?;
-    tokio::spawn(async move {
-        loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    continue;
-                }
-            };
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let tls = match acceptor.accept(stream).await {
-                    Ok(tls) => tls,
-                    Err(e) => {
-                        debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                };
-                let service = TowerToHyperService::new(app);
-                let served = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-                if let Err(e) = served {
-                    debug!(%peer, error = %e, "connection ended with an error");
-                }
+    serve_with(
+        addr,
+        cert_dir,
+        ClientAuth::Anyone,
+        app,
+        flag,
+        Limits::default(),
+    )
+    .await
+}
+
+/// [`serve`], with `clients` deciding who may connect and `limits` bounding each connection.
+pub async fn serve_with(
+    addr: SocketAddr,
+    cert_dir: &Path,
+    clients: ClientAuth,
+    app: axum::Router,
+    flag: &str,
+    limits: Limits,
+) -> anyhow::Result<()> {
+    let configs = ServerConfigs::watch(ReloadingCert::watch(cert_dir)?, clients);
+    let transport = Transport::Tls(Arc::new(move || configs.current()));
+    crate::server::serve(addr, flag, transport, app, limits).await
+}
+
+/// The TLS configuration new connections get: rebuilt when the client CA file changes (the
+/// serving certificate is resolved per handshake by [`ReloadingCert`]). `None` while the
+/// client CA cannot be loaded: every connection is then closed unanswered (the CA's Secret
+/// may be created after the controller starts; the rest of the process keeps running).
+struct ServerConfigs {
+    cert: Arc<ReloadingCert>,
+    clients: ClientAuth,
+    current: RwLock<Option<Arc<rustls::ServerConfig>>>,
+}
+
+impl ServerConfigs {
+    fn watch(cert: Arc<ReloadingCert>, clients: ClientAuth) -> Arc<Self> {
+        let config = match server_config(&cert, &clients) {
+            Ok(config) => Some(Arc::new(config)),
+            Err(e) => {
+                warn!(error = %e, "no client CA yet: every caller is refused until it loads");
+                None
+            }
+        };
+        let configs = Arc::new(ServerConfigs {
+            cert,
+            clients,
+            current: RwLock::new(config),
+        });
+        if let ClientAuth::CertificateFrom(file) = &configs.clients {
+            let file = file.clone();
+            let stamp = move || modified_at(&file);
+            poll_changes(Arc::downgrade(&configs), stamp, |configs| {
+                let config = server_config(&configs.cert, &configs.clients)?;
+                *configs.current.write().expect("config lock") = Some(Arc::new(config));
+                info!("client CA loaded");
+                Ok(())
             });
         }
+        configs
+    }
+
+    fn current(&self) -> Option<Arc<rustls::ServerConfig>> {
+        self.current.read().expect("config lock").clone()
+    }
+}
+
+fn server_config(
+    cert: &Arc<ReloadingCert>,
+    clients: &ClientAuth,
+) -> anyhow::Result<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match clients {
+        ClientAuth::Anyone => builder.with_no_client_auth(),
+        ClientAuth::CertificateFrom(file) => {
+            let roots = client_roots(file)?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(cert.clone());
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The CA certificates of a PEM file; an error names the file when it has none.
+fn client_roots(file: &Path) -> anyhow::Result<rustls::RootCertStore> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots
+            .add(cert)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("{}: no CA certificate", file.display());
+    }
+    Ok(roots)
+}
+
+/// Calls `reload` on `target` whenever `stamp` changes (checked every [`POLL`]) and `reload`
+/// succeeds; stops when `target` is dropped. A failed reload (a half-written file) is retried
+/// at the next check, the old state kept meanwhile.
+fn poll_changes<T, S>(
+    target: Weak<T>,
+    stamp: impl Fn() -> S + Send + 'static,
+    reload: impl Fn(&T) -> anyhow::Result<()> + Send + 'static,
+) where
+    T: Send + Sync + 'static,
+    S: PartialEq + Send + 'static,
+{
+    let mut seen = stamp();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(POLL).await;
+            let Some(target) = target.upgrade() else {
+                return;
+            };
+            let now = stamp();
+            if now == seen {
+                continue;
+            }
+            match reload(&target) {
+                Ok(()) => seen = now,
+                Err(e) => warn!(error = %e, "cannot reload a TLS file yet"),
+            }
+        }
     });
-    Ok(())
+}
+
+fn modified_at(file: &Path) -> Option<SystemTime> {
+    std::fs::metadata(file).and_then(|m| m.modified()).ok()
 }
 
 /// How often the files are checked for changes.
@@ -85,29 +197,16 @@ impl ReloadingCert {
             dir: dir.to_owned(),
             current: RwLock::new(Arc::new(key)),
         });
-        let watched = Arc::downgrade(&cert);
-        let mut seen = modified(dir);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(POLL).await;
-                let Some(cert) = watched.upgrade() else {
-                    return;
-                };
-                let now = modified(&cert.dir);
-                if now == seen {
-                    continue;
-                }
-                // A half-written pair fails to load; keep serving the old one and retry.
-                match load(&cert.dir) {
-                    Ok(key) => {
-                        *cert.current.write().expect("cert lock") = Arc::new(key);
-                        seen = now;
-                        info!(dir = %cert.dir.display(), "webhook certificate reloaded");
-                    }
-                    Err(e) => warn!(error = %e, "cannot reload the webhook certificate yet"),
-                }
-            }
-        });
+        let watched = dir.to_owned();
+        poll_changes(
+            Arc::downgrade(&cert),
+            move || modified(&watched),
+            |cert| {
+                *cert.current.write().expect("cert lock") = Arc::new(load(&cert.dir)?);
+                info!(dir = %cert.dir.display(), "serving certificate reloaded");
+                Ok(())
+            },
+        );
         Ok(cert)
     }
 }
@@ -119,12 +218,10 @@ impl ResolvesServerCert for ReloadingCert {
 }
 
 fn modified(dir: &Path) -> Option<(SystemTime, SystemTime)> {
-    let time = |f: &str| {
-        std::fs::metadata(dir.join(f))
-            .and_then(|m| m.modified())
-            .ok()
-    };
-    Some((time("tls.crt")?, time("tls.key")?))
+    Some((
+        modified_at(&dir.join("tls.crt"))?,
+        modified_at(&dir.join("tls.key"))?,
+    ))
 }
 
 fn load(dir: &Path) -> anyhow::Result<CertifiedKey> {

@@ -205,13 +205,15 @@ fn update_plan(
     role: Role,
 ) -> Result<UpdatePlan, Unjudged> {
     let ctx = render::sample_context(role);
-    let generated = render::generator::Generated::new();
+    // No generator is called at admission: their parts count as changed when their requests do.
+    let old_generated = old_compiled.comparison_stand_ins(old_sample, &ctx);
+    let new_generated = new_compiled.comparison_stand_ins(new_sample, &ctx);
     let old_failed =
         |e: render::RenderError| Unjudged::Old(format!("the old spec does not render: {e}"));
     let old_parts =
-        (old_compiled.render_parts(old_sample, &ctx, &generated)).map_err(old_failed)?;
-    let new_parts =
-        (new_compiled.render_parts(new_sample, &ctx, &generated)).map_err(|_| Unjudged::NewSpec)?;
+        (old_compiled.render_parts(old_sample, &ctx, &old_generated)).map_err(old_failed)?;
+    let new_parts = (new_compiled.render_parts(new_sample, &ctx, &new_generated))
+        .map_err(|_| Unjudged::NewSpec)?;
     match (old_parts, new_parts) {
         (Some(old), Some(new)) => Ok(new.update_from(&old)),
         _ => {

@@ -198,7 +198,14 @@ impl CapiEnv {
         let client = management.client().await?;
         let workload_client = workload.client().await?;
         let garbage_collector = start_garbage_collector(&management)?;
-        let capi = install_and_start_capi(&management, &client, options.in_place_updates).await?;
+        let extension_client = if options.in_place_updates {
+            Some(ExtensionClient::write(
+                &management.dir().join("extension-client"),
+            )?)
+        } else {
+            None
+        };
+        let capi = install_and_start_capi(&management, &client, extension_client.as_ref()).await?;
         crate::install_crds(&client, &bootplate_crds()).await?;
         crate::install_crds(&client, &cloud::crds()).await?;
         kubectl_apply(
@@ -211,10 +218,11 @@ impl CapiEnv {
         wait_crds_established(&client).await?;
         kubectl_apply(&management, &clusterctl::inventory_entries()?)?;
         let bootplate_webhook = install_bootplate_webhook(&management)?;
-        let extension_args = if options.in_place_updates {
-            install_bootplate_extension(&management, &bootplate_webhook.1)?
-        } else {
-            Vec::new()
+        let extension_args = match &extension_client {
+            Some(callers) => {
+                install_bootplate_extension(&management, &bootplate_webhook.1, callers)?
+            }
+            None => Vec::new(),
         };
         let args: Vec<String> = (extension_args.iter())
             .chain(&options.bootplate_args)
@@ -466,12 +474,42 @@ fn start_garbage_collector(server: &ApiServer) -> anyhow::Result<Process> {
 /// Installs Cluster API from its module's manifests and starts its manager, as the
 /// ServiceAccount those manifests bind, with the feature gates the scenarios use. Returns once
 /// its webhooks answer.
+/// The client certificate Cluster API's Runtime SDK client presents to bootplate's extension
+/// (its manager's `--runtime-extension-client-cert-file` and `-key-file`), and the CA that
+/// signed it, which bootplate trusts with `--extension-client-ca`.
+pub struct ExtensionClient {
+    /// The CA certificate (PEM file).
+    pub ca_file: PathBuf,
+    /// Cluster API's client certificate (PEM file).
+    pub cert_file: PathBuf,
+    /// Its key (PEM file).
+    pub key_file: PathBuf,
+}
+
+impl ExtensionClient {
+    /// A new CA and a client certificate from it, written to `dir`.
+    pub fn write(dir: &Path) -> anyhow::Result<ExtensionClient> {
+        let ca = TestCa::new("bootplate-extension-client-ca");
+        let leaf = ca.client("capi-manager", "cluster-api");
+        std::fs::create_dir_all(dir)?;
+        let client = ExtensionClient {
+            ca_file: dir.join("ca.crt"),
+            cert_file: dir.join("tls.crt"),
+            key_file: dir.join("tls.key"),
+        };
+        std::fs::write(&client.ca_file, &ca.cert_pem)?;
+        std::fs::write(&client.cert_file, &leaf.cert_pem)?;
+        std::fs::write(&client.key_file, &leaf.key_pem)?;
+        Ok(client)
+    }
+}
+
 async fn install_and_start_capi(
     server: &ApiServer,
     client: &Client,
-    in_place_updates: bool,
+    extension_client: Option<&ExtensionClient>,
 ) -> anyhow::Result<Process> {
-    let gates = if in_place_updates {
+    let gates = if extension_client.is_some() {
         "--feature-gates=MachinePool=true,ClusterTopology=true,RuntimeSDK=true,InPlaceUpdates=true"
     } else {
         "--feature-gates=MachinePool=true,ClusterTopology=true,RuntimeSDK=true"
@@ -503,6 +541,18 @@ async fn install_and_start_capi(
             .arg("--insecure-diagnostics=true")
             .arg("--leader-elect=false")
             .arg(gates)
+            .args(extension_client.iter().flat_map(|c| {
+                [
+                    format!(
+                        "--runtime-extension-client-cert-file={}",
+                        c.cert_file.display()
+                    ),
+                    format!(
+                        "--runtime-extension-client-key-file={}",
+                        c.key_file.display()
+                    ),
+                ]
+            }))
             .arg("--sync-period=1m")
             .env("POD_NAMESPACE", install::NAMESPACE)
             .env("POD_NAME", "capi-manager"),
@@ -561,8 +611,12 @@ fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf
 /// port instead of its Service. Its CA comes the way it does in a cluster: Cluster API reads
 /// `ca.crt` from the Secret its annotation names (cert-manager's, in a cluster; here the
 /// webhook's test CA from `cert_dir`, which the extension serves with by default). Returns the
-/// `bootplate run` arguments serving it.
-fn install_bootplate_extension(server: &ApiServer, cert_dir: &Path) -> anyhow::Result<Vec<String>> {
+/// `bootplate run` arguments serving it to Cluster API (`callers`) only.
+fn install_bootplate_extension(
+    server: &ApiServer,
+    cert_dir: &Path,
+    callers: &ExtensionClient,
+) -> anyhow::Result<Vec<String>> {
     const INJECT_CA: &str = "runtime.cluster.x-k8s.io/inject-ca-from-secret";
     let port = crate::free_port()?;
     let built =
@@ -594,7 +648,10 @@ fn install_bootplate_extension(server: &ApiServer, cert_dir: &Path) -> anyhow::R
         kubectl_apply(server, &serde_yaml::to_string(&object)?)?;
     }
     kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
-    Ok(vec![format!("--extension-addr=127.0.0.1:{port}")])
+    Ok(vec![
+        format!("--extension-addr=127.0.0.1:{port}"),
+        format!("--extension-client-ca={}", callers.ca_file.display()),
+    ])
 }
 
 async fn start_bootplate(

@@ -6,3 +6,5 @@
 //! One module per boundary, so each stays readable on its own.
 mod kubeconfig;
 mod rbac_namespaced;
+
+mod servers;
