@@ -13,6 +13,7 @@ pub mod generator;
 pub mod joins;
 pub mod pki;
 pub mod rbac;
+pub mod tls_probe;
 pub mod tools;
 
 use std::net::TcpListener;
