@@ -326,6 +326,49 @@ impl CapiEnv {
         Ok(())
     }
 
+    /// A Cluster on a DevCluster whose control plane the stand-in provider manages at
+    /// `version` (it brings the cluster CA and reports the control plane initialized). With
+    /// `endpoint`, the Cluster names it, as a user does for a load balancer the machines reach;
+    /// Cluster API keeps it. Without, Cluster API takes the DevCluster's (the cloud's).
+    pub async fn provider_cluster(
+        &self,
+        name: &str,
+        version: &str,
+        endpoint: Option<(&str, u16)>,
+    ) -> anyhow::Result<()> {
+        self.apply(
+            &objects::dev_control_plane_resource(),
+            objects::dev_control_plane(name, version),
+        )
+        .await?;
+        self.apply(&objects::dev_cluster_resource(), objects::dev_cluster(name))
+            .await?;
+        let mut cluster = objects::cluster(name, Some(name), false);
+        if let Some((host, port)) = endpoint {
+            cluster["spec"]["controlPlaneEndpoint"] = json!({"host": host, "port": port});
+        }
+        self.apply(&objects::cluster_resource(), cluster).await?;
+        Ok(())
+    }
+
+    /// A worker Machine `name` of `cluster` at `version` on a DevMachine of the same name,
+    /// bootstrapped by the BootplateConfig of the same name (created apart).
+    pub async fn worker_machine(
+        &self,
+        name: &str,
+        cluster: &str,
+        version: &str,
+    ) -> anyhow::Result<()> {
+        self.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+            .await?;
+        self.apply(
+            &objects::machine_resource(),
+            objects::worker_machine(name, cluster, version),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// What a person debugging a failed scenario looks at first: each Machine's phase and
     /// conditions that are not True, each config's conditions, and Cluster API's last errors.
     pub async fn describe(&self) -> String {
