@@ -22,4 +22,5 @@ export BOOTPLATE_KUBE_APISERVER="$(tool kube-apiserver)" BOOTPLATE_ETCD="$(tool 
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+# --no-fail-fast: a failing tier does not hide how the others fare.
+cargo test --workspace --locked --no-fail-fast

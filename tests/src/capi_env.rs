@@ -1,7 +1,14 @@
-//! A management and a workload cluster, each a real apiserver, with the CRDs installed, and
-//! helpers that play CAPI's controllers (ownerReferences, infrastructure readiness,
-//! ControlPlaneInitialized, nodeRef). The controller runs under the ClusterRole shipped in
-//! `deploy/rbac`, impersonating its ServiceAccount, so every test also proves the role suffices.
+//! A management and a workload cluster, each a real apiserver, with the CRDs installed (Cluster
+//! API's from its Go module, [`crate::capi_crds`]), and helpers that play CAPI's controllers:
+//! ownerReferences ([`crate::fixtures::owned_config`]), infrastructure readiness,
+//! ControlPlaneInitialized and nodeRef are written by the test, not by Cluster API's manager.
+//! The controller runs under the ClusterRole shipped in `deploy/rbac`, impersonating its
+//! ServiceAccount, so every test also proves the role suffices.
+//!
+//! This environment is for scenarios that need a Cluster or Machine held in one state at a
+//! moment the test chooses (a fault injected precisely, a state Cluster API would not produce);
+//! each test module using it says which. Scenarios that need no such fault run under the real
+//! Cluster API manager ([`crate::capi`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

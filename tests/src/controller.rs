@@ -125,17 +125,35 @@ impl ControllerProcess {
     /// A port is free when picked and bound by the process a moment later; another test may
     /// take it in between, so a process that cannot listen is started again on other ports.
     pub async fn start(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        match Self::start_or_exited(kubeconfig, log, extra).await? {
+            Ok(process) => Ok(process),
+            Err(_) => bail!(
+                "bootplate run did not come up; its log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            ),
+        }
+    }
+
+    /// [`ControllerProcess::start`], but a process that exits before `/healthz` answers for
+    /// another reason than its metrics or health port (one of `extra`'s ports taken, a bad
+    /// flag) is not an error: `Err` holds what it logged, for the caller to act on.
+    pub async fn start_or_exited(
+        kubeconfig: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Result<Self, String>> {
         for _ in 0..5 {
             let logged_before = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
-            match Self::start_once(kubeconfig, log, extra).await? {
-                Some(process) => return Ok(process),
-                None => {
-                    let text = std::fs::read_to_string(log).unwrap_or_default();
-                    let tail = text.get(logged_before as usize..).unwrap_or_default();
-                    if !tail.contains("cannot listen on") {
-                        bail!("bootplate run did not come up; its log:\n{text}");
-                    }
-                }
+            if let Some(process) = Self::start_once(kubeconfig, log, extra).await? {
+                return Ok(Ok(process));
+            }
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let logged = text.get(logged_before as usize..).unwrap_or_default();
+            let own_port_taken = ["--metrics-addr", "--health-addr"]
+                .iter()
+                .any(|flag| logged.contains(&format!("cannot listen on {flag}")));
+            if !own_port_taken {
+                return Ok(Err(logged.to_owned()));
             }
         }
         bail!("bootplate run found no free port in five tries")

@@ -1,8 +1,7 @@
-//! Objects the integration tests create.
-
-/// Minimal Cluster and Machine CRDs (v1beta2), used when the real CAPI CRDs are not beside the
-/// checkout.
-pub const MINIMAL_CAPI_CRDS: &str = include_str!("../fixtures/capi-minimal-crds.yaml");
+//! Objects the integration tests create. Some play Cluster API: [`owned_config`] sets the
+//! ownerReference Cluster API's Machine controller would add, [`cluster`] and [`machine`] are
+//! written straight, for the tiers of [`crate::capi_env`] that hold them in chosen states; the
+//! real-Cluster-API tier ([`crate::capi`]) uses none of these.
 
 use std::collections::BTreeMap;
 
@@ -343,8 +342,8 @@ pub async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A config owned by `machine` (the ownerReference CAPI's Machine controller adds), labelled
-/// with its cluster, referencing `template_ref`.
+/// A config owned by `machine` (playing Cluster API: the ownerReference its Machine controller
+/// adds), labelled with its cluster, referencing `template_ref`.
 pub fn owned_config(machine: &Machine, template_ref: TemplateRef) -> BootplateConfig {
     use kube::Resource;
     let namespace = machine.metadata.namespace.clone().unwrap_or_default();

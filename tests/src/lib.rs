@@ -13,6 +13,7 @@ pub mod generator;
 pub mod joins;
 pub mod pki;
 pub mod rbac;
+pub mod tls_probe;
 pub mod tools;
 
 use std::net::TcpListener;
@@ -545,30 +546,28 @@ pub fn crds_from_yaml(text: &str) -> anyhow::Result<Vec<CustomResourceDefinition
     Ok(crds)
 }
 
-/// The real Cluster API CRDs beside the checkout (`../shared/capi-crds/`), when present.
-pub fn real_capi_crds_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/capi-crds");
-    dir.is_dir().then_some(dir)
+/// The Cluster API CRDs bootplate reads (Cluster and Machine), as the Cluster API module the
+/// tools were built from ships them (`core/config/crd/bases`, see [`tools::capi_source`]): the
+/// one source of Cluster API's schema for every tier, the same release as the manager the
+/// real-Cluster-API tier runs.
+pub fn capi_crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    let dir = tools::capi_source()?.join("core/config/crd/bases");
+    let mut crds = Vec::new();
+    for file in [
+        "cluster.x-k8s.io_clusters.yaml",
+        "cluster.x-k8s.io_machines.yaml",
+    ] {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading Cluster API's CRD {}", path.display()))?;
+        crds.extend(crds_from_yaml(&text)?);
+    }
+    Ok(crds)
 }
 
-/// Installs the Cluster API CRDs: the real ones when `../shared/capi-crds/` exists, else the
-/// minimal fixtures shipped in `tests/fixtures/`.
+/// Installs [`capi_crds`] and waits until they are Established.
 pub async fn install_capi_crds(client: &Client) -> anyhow::Result<()> {
-    let text = match real_capi_crds_dir() {
-        Some(dir) => {
-            let mut text = String::new();
-            for file in [
-                "cluster.x-k8s.io_clusters.yaml",
-                "cluster.x-k8s.io_machines.yaml",
-            ] {
-                text.push_str(&std::fs::read_to_string(dir.join(file))?);
-                text.push_str("\n---\n");
-            }
-            text
-        }
-        None => fixtures::MINIMAL_CAPI_CRDS.to_owned(),
-    };
-    install_crds(client, &crds_from_yaml(&text)?).await
+    install_crds(client, &capi_crds()?).await
 }
 
 /// Installs bootplate's own CRDs.

@@ -1494,3 +1494,54 @@ fn cluster_api_names_bootplate_uses_are_those_of_cluster_apis_source() {
         );
     }
 }
+
+/// The harness: bootplate restarted while another process holds the port its webhook was
+/// registered on (here a listener that accepts connections and says nothing, as any other
+/// server would to a bare TCP connect) comes up on a new port, the webhook configuration
+/// follows it, and the management apiserver's calls reach bootplate's webhook again: a valid
+/// template is admitted and a broken one denied with bootplate's own message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_a_restart_finds_its_webhook_port_taken_and_serves_on_another() {
+    let mut env = CapiEnv::start(Options::default()).await.unwrap();
+    let port = env.webhook_port();
+    env.bootplate.kill();
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the freed port");
+    env.restart_bootplate(&[], "restarted.log").await.unwrap();
+    assert_ne!(env.webhook_port(), port, "a new port");
+    assert!(env.bootplate.is_running(), "{}", env.bootplate.log());
+
+    let templates = objects::bootplate_resource("BootstrapTemplate", "bootstraptemplates");
+    let template = |name: &str, body: &str| {
+        json!({
+            "apiVersion": "bootstrap.bootplate.dev/v1alpha1", "kind": "BootstrapTemplate",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"os": {"name": "linux"}, "format": "script", "template": body},
+        })
+    };
+    // The apiserver may call the old port for a moment after the configuration changed.
+    eventually(
+        "a valid template admitted",
+        Duration::from_secs(30),
+        || async {
+            env.apply(
+                &templates,
+                template("fine", "#!/bin/sh\necho {{machine.name}}\n"),
+            )
+            .await
+            .ok()
+        },
+    )
+    .await;
+    let denied = env
+        .apply(
+            &templates,
+            template("broken", "#!/bin/sh\n{{#if machine.name}}\n"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{denied:#}").contains("validate.bootstrap.bootplate.dev\" denied the request"),
+        "{denied:#}"
+    );
+    drop(squatter);
+}

@@ -1,6 +1,25 @@
-//! The controller against two real apiservers (management and workload). The test plays
-//! CAPI's controllers: it sets ownerReferences, infrastructure readiness,
-//! ControlPlaneInitialized and nodeRef.
+//! The controller against two real apiservers (management and workload) without Cluster API's
+//! manager: the test plays CAPI's controllers (`testenv::capi_env`: it sets ownerReferences,
+//! infrastructure readiness, ControlPlaneInitialized and nodeRef) because each scenario needs a
+//! Cluster or Machine held in one state at a moment it chooses, which Cluster API's manager
+//! passes through on its own schedule. What each one injects:
+//! - three control planes and five workers: the Cluster held at "infrastructure not
+//!   provisioned", then "control plane not initialized" (the init lock, workers waiting, no
+//!   token yet), then initialized; a worker's nodeRef set at a chosen point (its token goes).
+//! - pause, missing and broken templates: configs held waiting on a missing template, Secret or
+//!   a broken template while the Cluster stays initialized, and the Events counted per render
+//!   (a Cluster API Machine re-triggering reconciles would change the counts).
+//! - namespace and watch-filter scope: a Machine left out of scope (no watch-filter label)
+//!   while its config is in scope, so the config must wait on a Machine it cannot see.
+//! - restarts (over ready configs, management or workload apiserver restart): the workload
+//!   cluster made unreachable or an apiserver killed while configs are in a known state.
+//! - init lock from the init Machine's join: the nodeRef set before ControlPlaneInitialized,
+//!   an ordering real Cluster API shows only under load.
+//! - edited data Secret restored after a restart: the user-data tampered while no controller
+//!   runs.
+//!
+//! What runs under Cluster API's own manager instead is in `capi.rs` (lifecycle, rollouts,
+//! pause, remediation, move, pools), `tenancy.rs` and `inplace_capi.rs`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

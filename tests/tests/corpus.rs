@@ -8,6 +8,12 @@
 //!
 //! A 5 MiB template is not in the YAML: it is built here, refused by the apiserver (its request
 //! limit is 3 MiB, etcd's 1.5 MiB), and `bootplate lint` names the problem offline.
+//!
+//! Without Cluster API's manager: the test plays it (`testenv::capi_env`: owner references, a
+//! Cluster's status) because many cases are states Cluster API would refuse or never produce (a
+//! Cluster reported initialized without an endpoint, a Machine of a Cluster that does not
+//! exist, CA Secrets of garbage): they are written straight, so bootplate's own guard is what
+//! is tested, not Cluster API's webhooks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

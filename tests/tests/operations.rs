@@ -1,5 +1,12 @@
 //! What operators rely on: leader election on a Lease, the metrics, and logs that never carry
 //! a secret.
+//!
+//! Without Cluster API's manager: the test plays its controllers (`testenv::capi_env`: owner
+//! references, an initialized Cluster, a nodeRef) because what is checked is bootplate's
+//! process at chosen moments: a leader killed or cut off by a stalling proxy mid-run, a shard
+//! relabelled, a nodeRef set at one point so a metric moves by exactly one, a config left
+//! waiting on a Cluster without infrastructure, a controller stopped with Events queued.
+//! Cluster API's own reconciles would move the same counters on their own schedule.
 
 use std::time::{Duration, Instant};
 

@@ -1,11 +1,19 @@
-//! Tenancy: nothing a config in namespace team-a names reaches into team-b. A Secret of team-b
-//! named by a config of team-a gives it no data (the condition says why), a Secret name without
+//! Tenancy: nothing a config in namespace fleet names reaches into team-b. A Secret of team-b
+//! named by a config of fleet gives it no data (the condition says why), a Secret name without
 //! a namespace is looked up in the config's own namespace only, and a BootstrapTemplate of
-//! team-b is never rendered for a config of team-a, by name or by `templateRef.namespace`.
+//! team-b is never rendered for a config of fleet, by name or by `templateRef.namespace`.
+//! bootplate's admission webhook refuses the two configs that name team-b at `kubectl apply`;
+//! the test then removes the webhook's configuration (a cluster installed without it, or
+//! configs older than it) and shows the controller refuses them too.
+//!
+//! It runs on the real-Cluster-API environment (`testenv::capi`): Cluster API's own manager
+//! owns the Machines, sets the configs' owner references and reports the Cluster's state; the
+//! test plays only the cloud and the control-plane provider stand-in. No fault is injected here,
+//! so nothing of Cluster API needs to be played.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use crd_types::capi::Machine;
 use crd_types::conditions::reason;
 use crd_types::{
     BootplateConfig, BootplateConfigSpec, BootstrapTemplate, ClusterBootstrapTemplate,
@@ -14,11 +22,16 @@ use crd_types::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use testenv::capi_env::{Env, NS, WAIT, cluster_template, env};
+use testenv::capi::objects::KUBERNETES_VERSION;
+use testenv::capi::{CapiEnv, NS, Options};
 use testenv::{eventually, fixtures};
 
+/// How long a step waits for Cluster API and bootplate together.
+const WAIT: Duration = Duration::from_secs(180);
+/// The Cluster every Machine here belongs to.
+const CLUSTER: &str = "tenancy";
 const OTHER_NS: &str = "team-b";
 const B_SECRET_VALUE: &str = "password-of-team-b";
 const B_TEMPLATE_MARKER: &str = "rendered-from-team-b";
@@ -44,19 +57,128 @@ async fn namespaced_template(client: &Client, namespace: &str, name: &str, marke
         .unwrap();
 }
 
-/// A Machine of cluster `c` and its config with `spec`.
-async fn machine(env: &Env, name: &str, spec: BootplateConfigSpec) {
-    let machine = fixtures::machine(NS, name, "c", false, name);
-    let machine = Api::<Machine>::namespaced(env.client.clone(), NS)
-        .create(&PostParams::default(), &machine)
-        .await
-        .unwrap();
-    let mut config = fixtures::owned_config(&machine, spec.template_ref.clone());
-    config.spec = spec;
+/// A worker Machine of [`CLUSTER`] with its DevMachine and its config with `spec`, as an app
+/// team writes them; Cluster API's Machine controller makes the Machine the config's owner.
+async fn machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) {
+    try_machine(env, name, spec).await.unwrap();
+}
+
+/// [`machine`], or the apiserver's refusal of the config (then nothing else is created).
+async fn try_machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) -> kube::Result<()> {
+    let mut config = BootplateConfig::new(name, spec);
+    config.metadata.namespace = Some(NS.to_owned());
     Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
         .create(&PostParams::default(), &config)
+        .await?;
+    env.worker_machine(name, CLUSTER, KUBERNETES_VERSION)
         .await
         .unwrap();
+    Ok(())
+}
+
+/// The two configs that reach into team-b: a Secret of team-b by namespace, a template of
+/// team-b by `templateRef.namespace`, with the field bootplate's refusal names.
+fn reaching_into_team_b() -> [(&'static str, BootplateConfigSpec, &'static str); 2] {
+    [
+        (
+            "reads-b",
+            BootplateConfigSpec {
+                template_ref: cluster_template("files"),
+                files: vec![file_from("creds", "password", Some(OTHER_NS))],
+                ..Default::default()
+            },
+            "spec.files[0].contentFrom.secret.namespace",
+        ),
+        (
+            "names-b-template",
+            BootplateConfigSpec {
+                template_ref: TemplateRef {
+                    kind: TemplateKind::BootstrapTemplate,
+                    name: "private".into(),
+                    namespace: Some(OTHER_NS.into()),
+                },
+                ..Default::default()
+            },
+            "spec.templateRef.namespace",
+        ),
+    ]
+}
+
+/// bootplate's admission webhook refuses both configs at the door, naming the field; then its
+/// configuration is removed, as on a cluster installed without it (or whose configs predate
+/// it), so the controller's own guard is what the rest of the test sees.
+async fn webhook_refuses_then_is_removed(env: &CapiEnv) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    for (name, spec, field) in reaching_into_team_b() {
+        let refused = try_machine(env, name, spec).await.unwrap_err().to_string();
+        assert!(
+            refused.contains("denied the request") && refused.contains(field),
+            "{name}: {refused}"
+        );
+    }
+    Api::<ValidatingWebhookConfiguration>::all(env.client.clone())
+        .delete(
+            "bootplate-validating-webhook-configuration",
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn config(env: &CapiEnv, name: &str) -> BootplateConfig {
+    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+async fn data_secret(env: &CapiEnv, name: &str) -> Option<Secret> {
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// Waits until config `name`'s Ready condition has `why` as its reason; its message. The
+/// config's owner is then its Machine, set by Cluster API (bootplate renders for no config
+/// without one).
+async fn wait_reason(env: &CapiEnv, name: &str, why: &str) -> String {
+    let message = eventually(
+        &format!("config {name} with Ready reason {why}"),
+        WAIT,
+        || async {
+            let conditions = config(env, name).await.status?.conditions;
+            conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready" && c.reason == why)
+                .map(|c| c.message)
+        },
+    )
+    .await;
+    let owners = config(env, name).await.owner_references().to_vec();
+    assert!(
+        owners.iter().any(|o| o.kind == "Machine" && o.name == name),
+        "{name}: owned by its Machine: {owners:?}"
+    );
+    message
+}
+
+/// Waits until config `name` is ready; its user-data.
+async fn wait_user_data(env: &CapiEnv, name: &str) -> String {
+    eventually(&format!("config {name} ready"), WAIT, || async {
+        config(env, name).await.status?.ready.then_some(())
+    })
+    .await;
+    let secret = data_secret(env, name).await.expect("a data Secret");
+    String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap()
+}
+
+fn cluster_template(name: &str) -> TemplateRef {
+    TemplateRef {
+        kind: TemplateKind::ClusterBootstrapTemplate,
+        name: name.into(),
+        namespace: None,
+    }
 }
 
 fn file_from(name: &str, key: &str, namespace: Option<&str>) -> ConfigFile {
@@ -73,8 +195,8 @@ fn file_from(name: &str, key: &str, namespace: Option<&str>) -> ConfigFile {
     }
 }
 
-/// Nothing in team-a, Secrets and configs alike, holds `needle`.
-async fn team_a_never_holds(env: &Env, needle: &str) {
+/// Nothing in [`NS`], Secrets and configs alike, holds `needle`.
+async fn own_namespace_never_holds(env: &CapiEnv, needle: &str) {
     for secret in Api::<Secret>::namespaced(env.client.clone(), NS)
         .list(&ListParams::default())
         .await
@@ -96,13 +218,15 @@ async fn team_a_never_holds(env: &Env, needle: &str) {
     assert!(!text.contains(needle), "a config of {NS} holds {needle:?}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_never_reaches_into_another_namespace() {
-    let env = env().await;
+    let env = CapiEnv::start(Options::default()).await.unwrap();
     fixtures::namespace(&env.client, OTHER_NS).await.unwrap();
-    env.cluster("c", false).await;
-    env.set_cluster_status("c", true, true).await;
-    env.cluster_ca("c").await;
+    // The stand-in provider brings the cluster CA and reports the control plane initialized;
+    // Cluster API mirrors that into the Cluster.
+    env.provider_cluster(CLUSTER, KUBERNETES_VERSION, None)
+        .await
+        .unwrap();
     secret(&env.client, OTHER_NS, "creds", "password", B_SECRET_VALUE).await;
     namespaced_template(&env.client, OTHER_NS, "private", B_TEMPLATE_MARKER).await;
     // A template that writes the config's extra files, usable from every namespace.
@@ -126,30 +250,30 @@ async fn a_config_never_reaches_into_another_namespace() {
         )
         .await
         .unwrap();
-    let controller = env.controller(&[]).await;
+
+    webhook_refuses_then_is_removed(&env).await;
 
     // 1. A Secret of team-b, named with its namespace: refused, and the condition says why.
-    machine(
-        &env,
-        "reads-b",
-        BootplateConfigSpec {
-            template_ref: cluster_template("files"),
-            files: vec![file_from("creds", "password", Some(OTHER_NS))],
-            ..Default::default()
-        },
-    )
+    let [(name, spec, _), names_b_template] = reaching_into_team_b();
+    // The apiserver drops the removed webhook configuration from its cache a moment later.
+    eventually("the config admitted without the webhook", WAIT, || async {
+        try_machine(&env, name, spec.clone()).await.ok()
+    })
     .await;
-    let message = env.wait_reason("reads-b", reason::INVALID_REFERENCE).await;
+    let message = wait_reason(&env, "reads-b", reason::INVALID_REFERENCE).await;
     for fragment in [
         "spec.files[0].contentFrom.secret.namespace",
-        "a config in namespace team-a may not read Secret team-b/creds",
+        "a config in namespace fleet may not read Secret team-b/creds",
         "only Secrets of its own namespace",
     ] {
         assert!(message.contains(fragment), "{message}");
     }
-    assert!(env.secret("reads-b").await.is_none(), "no data Secret");
+    assert!(
+        data_secret(&env, "reads-b").await.is_none(),
+        "no data Secret"
+    );
 
-    // 2. The same Secret name without a namespace is looked up in team-a only ...
+    // 2. The same Secret name without a namespace is looked up in fleet only ...
     machine(
         &env,
         "same-name",
@@ -160,18 +284,16 @@ async fn a_config_never_reaches_into_another_namespace() {
         },
     )
     .await;
-    let message = env
-        .wait_reason("same-name", reason::FILE_SOURCE_ERROR)
-        .await;
+    let message = wait_reason(&env, "same-name", reason::FILE_SOURCE_ERROR).await;
     assert!(
-        message.contains("spec.files[0].contentFrom.secret: Secret team-a/creds not found"),
+        message.contains("spec.files[0].contentFrom.secret: Secret fleet/creds not found"),
         "{message}"
     );
-    // ... and once team-a has its own, that one is used.
-    secret(&env.client, NS, "creds", "password", "password-of-team-a").await;
+    // ... and once fleet has its own, that one is used.
+    secret(&env.client, NS, "creds", "password", "password-of-fleet").await;
     // Secrets named by contentFrom are not watched: a failed config is retried every five
     // minutes, or at once when it or its Machine changes.
-    Api::<Machine>::namespaced(env.client.clone(), NS)
+    env.capi("Machine", "machines")
         .patch(
             "same-name",
             &PatchParams::default(),
@@ -179,11 +301,10 @@ async fn a_config_never_reaches_into_another_namespace() {
         )
         .await
         .unwrap();
-    env.wait_ready("same-name").await;
-    let user_data = env.user_data("same-name").await;
-    assert!(user_data.contains("password-of-team-a"), "{user_data}");
+    let user_data = wait_user_data(&env, "same-name").await;
+    assert!(user_data.contains("password-of-fleet"), "{user_data}");
 
-    // 3. A BootstrapTemplate of team-b by name: team-a has none of that name.
+    // 3. A BootstrapTemplate of team-b by name: fleet has none of that name.
     machine(
         &env,
         "uses-b-template",
@@ -197,30 +318,15 @@ async fn a_config_never_reaches_into_another_namespace() {
         },
     )
     .await;
-    let message = env
-        .wait_reason("uses-b-template", reason::TEMPLATE_NOT_FOUND)
-        .await;
+    let message = wait_reason(&env, "uses-b-template", reason::TEMPLATE_NOT_FOUND).await;
     assert!(
-        message.contains("BootstrapTemplate team-a/private not found"),
+        message.contains("BootstrapTemplate fleet/private not found"),
         "{message}"
     );
     // ... and by `templateRef.namespace`: refused, never followed.
-    machine(
-        &env,
-        "names-b-template",
-        BootplateConfigSpec {
-            template_ref: TemplateRef {
-                kind: TemplateKind::BootstrapTemplate,
-                name: "private".into(),
-                namespace: Some(OTHER_NS.into()),
-            },
-            ..Default::default()
-        },
-    )
-    .await;
-    let message = env
-        .wait_reason("names-b-template", reason::INVALID_REFERENCE)
-        .await;
+    let (name, spec, _) = names_b_template;
+    machine(&env, name, spec).await;
+    let message = wait_reason(&env, "names-b-template", reason::INVALID_REFERENCE).await;
     assert!(
         message.contains("spec.templateRef.namespace")
             && message.contains("BootstrapTemplate team-b/private"),
@@ -239,17 +345,16 @@ async fn a_config_never_reaches_into_another_namespace() {
     })
     .await;
     assert_eq!(valid.status, "True", "{}", valid.message);
-    // Once team-a publishes its own `private`, the config by name renders that one.
-    namespaced_template(&env.client, NS, "private", "rendered-from-team-a").await;
-    env.wait_ready("uses-b-template").await;
-    let user_data = env.user_data("uses-b-template").await;
-    assert!(user_data.contains("# rendered-from-team-a"), "{user_data}");
+    // Once fleet publishes its own `private`, the config by name renders that one.
+    namespaced_template(&env.client, NS, "private", "rendered-from-fleet").await;
+    let user_data = wait_user_data(&env, "uses-b-template").await;
+    assert!(user_data.contains("# rendered-from-fleet"), "{user_data}");
     // The refused ones stay refused.
     for (name, why) in [
         ("reads-b", reason::INVALID_REFERENCE),
         ("names-b-template", reason::INVALID_REFERENCE),
     ] {
-        let config = env.config(name).await;
+        let config = config(&env, name).await;
         let ready = config
             .status
             .unwrap()
@@ -261,12 +366,15 @@ async fn a_config_never_reaches_into_another_namespace() {
             (ready.status.as_str(), ready.reason.as_str()),
             ("False", why)
         );
-        assert!(env.secret(name).await.is_none(), "{name}: no data Secret");
+        assert!(
+            data_secret(&env, name).await.is_none(),
+            "{name}: no data Secret"
+        );
     }
 
-    // Nothing of team-b reached team-a, nor the controller's log.
-    team_a_never_holds(&env, B_SECRET_VALUE).await;
-    team_a_never_holds(&env, B_TEMPLATE_MARKER).await;
-    let log = controller.log();
+    // Nothing of team-b reached fleet, nor the controller's log.
+    own_namespace_never_holds(&env, B_SECRET_VALUE).await;
+    own_namespace_never_holds(&env, B_TEMPLATE_MARKER).await;
+    let log = env.bootplate.log();
     assert!(!log.contains(B_SECRET_VALUE) && !log.contains(B_TEMPLATE_MARKER));
 }

@@ -2,8 +2,11 @@
 //! disk, with the image's own kernel, systemd and cloud-init, and what it did is read from the
 //! disk afterwards (tests/vm/: build-image.sh builds and caches the images, boot.sh boots one).
 //! Unlike the boot proof, nothing is a stand-in: systemd runs the units the user-data enables,
-//! `hostnamectl`, `useradd`, kubeadm and the kubelet are the machine's own. Two boots: plain-linux
-//! on the plain image, kubeadm-debian-12 on the pre-baked one joining a real control plane.
+//! `hostnamectl`, `useradd`, kubeadm and the kubelet are the machine's own. Three boots:
+//! plain-linux on the plain image; kubeadm-debian-12 on the pre-baked one joining a real control
+//! plane, rendered offline by `bootplate render --token` with a token the test made; and the
+//! same template for a Machine under Cluster API's own manager, booted from the data Secret the
+//! controller wrote, with the token the controller created.
 //! Needs root and tests/scripts/install-tools.sh's qemu, cloud-localds and debugfs.
 
 use std::ffi::OsStr;
@@ -85,6 +88,17 @@ fn render(
 ) -> Vec<u8> {
     let template = repo().join("templates").join(template);
     testenv::controller::render(&template, machine, cluster, config, args)
+}
+
+/// The pre-baked image (tests/vm/build-image.sh --prebaked) with the built kubeadm and kubelet.
+fn prebaked_image() -> PathBuf {
+    let kube = runs_dir().join("kube-bin");
+    std::fs::create_dir_all(&kube).unwrap();
+    for name in ["kubeadm", "kubelet"] {
+        let _ = std::fs::remove_file(kube.join(name));
+        std::os::unix::fs::symlink(testenv::tools::path(name).unwrap(), kube.join(name)).unwrap();
+    }
+    image(&["--prebaked".as_ref(), kube.as_os_str()])
 }
 
 /// A file of the powered-off machine's disk (`debugfs -R cat`), or None when it is not there.
@@ -185,23 +199,7 @@ async fn kubeadm_prebaked_image_joins_from_a_vm() {
     let client = apiserver.client().await.unwrap();
     let port = apiserver.port();
 
-    // The guest reaches the apiserver at 10.0.2.2: kubeadm's discovery trusts the server
-    // cluster-info names (the bootstrap signer signs it again after this change).
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
-    let info = config_maps.get("cluster-info").await.unwrap();
-    let kubeconfig = info.data.as_ref().unwrap()["kubeconfig"].replace(
-        &format!("https://127.0.0.1:{port}"),
-        &format!("https://10.0.2.2:{port}"),
-    );
-    assert!(kubeconfig.contains("10.0.2.2"), "{kubeconfig}");
-    config_maps
-        .patch(
-            "cluster-info",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"kubeconfig": kubeconfig}})),
-        )
-        .await
-        .unwrap();
+    guest_reaches_cluster_info(&client, port).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
     let token = joins::token_secret(
         "vmjoin",
@@ -283,33 +281,13 @@ async fn kubeadm_prebaked_image_joins_from_a_vm() {
         ],
     );
 
-    let kube = runs_dir().join("kube-bin");
-    std::fs::create_dir_all(&kube).unwrap();
-    for name in ["kubeadm", "kubelet"] {
-        let _ = std::fs::remove_file(kube.join(name));
-        std::os::unix::fs::symlink(testenv::tools::path(name).unwrap(), kube.join(name)).unwrap();
-    }
-    let image = image(&["--prebaked".as_ref(), kube.as_os_str()]);
+    let image = prebaked_image();
     let dir = tokio::task::spawn_blocking(move || boot(&image, &user_data, "vm-kubeadm", true))
         .await
         .unwrap();
     let disk = dir.join("disk.raw");
 
-    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
-    let approved = csrs
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .any(|csr| {
-            csr.spec.username.as_deref() == Some("system:bootstrap:vmjoin")
-                && csr
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Approved"))
-        });
+    let approved = approved_csr_from(&client, "system:bootstrap:vmjoin").await;
     assert!(approved, "no approved CSR from system:bootstrap:vmjoin");
     let nodes: Api<Node> = Api::all(client);
     assert!(
@@ -328,4 +306,170 @@ async fn kubeadm_prebaked_image_joins_from_a_vm() {
     assert!(
         read_disk(&disk, "/etc/kubernetes/kubelet.conf").is_some_and(|c| c.contains("10.0.2.2"))
     );
+}
+
+/// The user-data Cluster API hands a machine, booted: kubeadm-debian-12 on the pre-baked image
+/// for a worker Machine under Cluster API's own manager (the real-joins environment of the
+/// Cluster API tier's scenario i), its user-data read from the data Secret bootplate wrote for
+/// the Machine, with the token bootplate created in the workload cluster; nothing is rendered
+/// or minted by the test. The Cluster's endpoint is the workload apiserver as the guest reaches
+/// it (10.0.2.2, as for the pre-baked join above). The VM's kubeadm joins with that token (its
+/// CSR comes from `system:bootstrap:<the token's id>`), the kubelet registers the Node under
+/// the Machine's name, Cluster API sets the Machine's nodeRef, and bootplate deletes the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_under_cluster_api_boots_its_data_secret_in_a_vm_and_joins() {
+    use testenv::capi::{CapiEnv, NS, Options};
+
+    const CLUSTER: &str = "vm-capi";
+    const MACHINE: &str = "vm-capi-worker-0";
+    let wait = std::time::Duration::from_secs(300);
+    let env = CapiEnv::start(Options {
+        real_joins: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let port = env.workload.port();
+    guest_reaches_cluster_info(&env.workload_client, port).await;
+    let version = joins::kube_version().unwrap();
+    worker_for_the_guest(&env, (CLUSTER, MACHINE), &version, port).await;
+
+    // What Cluster API hands the machine: the data Secret its Machine names.
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let user_data = testenv::eventually("the Machine's data Secret", wait, || async {
+        let machine = env.capi("Machine", "machines").get(MACHINE).await.ok()?;
+        let name = machine.data["spec"]["bootstrap"]["dataSecretName"].as_str()?;
+        let secret = secrets.get_opt(name).await.ok()??;
+        Some(secret.data?.get("value")?.0.clone())
+    })
+    .await;
+    let token_id = the_controllers_token(&env, MACHINE).await;
+    let text = String::from_utf8_lossy(&user_data);
+    assert!(
+        text.contains(&format!("{token_id}.")) && text.contains(&format!("10.0.2.2:{port}")),
+        "the user-data joins 10.0.2.2:{port} with token {token_id}"
+    );
+
+    let image = prebaked_image();
+    let dir = tokio::task::spawn_blocking(move || boot(&image, &user_data, "vm-capi", true))
+        .await
+        .unwrap();
+
+    let requester = format!("system:bootstrap:{token_id}");
+    let approved = approved_csr_from(&env.workload_client, &requester).await;
+    assert!(
+        approved,
+        "no approved CSR from {requester}; console: {}/console.log",
+        dir.display()
+    );
+    let nodes: Api<Node> = Api::all(env.workload_client.clone());
+    assert!(
+        nodes.get_opt(MACHINE).await.unwrap().is_some(),
+        "no Node {MACHINE}; console: {}/console.log",
+        dir.display()
+    );
+    testenv::eventually("Cluster API sets the Machine's nodeRef", wait, || async {
+        let machine = env.capi("Machine", "machines").get(MACHINE).await.ok()?;
+        (machine.data["status"]["nodeRef"]["name"] == json!(MACHINE)).then_some(())
+    })
+    .await;
+    testenv::eventually("bootplate deletes the token", wait, || async {
+        env.tokens().await.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// kubeadm-debian-12 published, a Cluster under the stand-in provider whose endpoint is the
+/// workload apiserver as the guest reaches it (10.0.2.2:`port`), and a worker Machine of it at
+/// `version` whose config skips the install part (the pre-baked image has it).
+async fn worker_for_the_guest(
+    env: &testenv::capi::CapiEnv,
+    (cluster, machine): (&str, &str),
+    version: &str,
+    port: u16,
+) {
+    use testenv::capi::objects;
+    let template: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo().join("templates/kubeadm-debian-12.yaml")).unwrap(),
+    )
+    .unwrap();
+    let cluster_templates =
+        objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates");
+    testenv::capi::cloud::apply(&env.client, &cluster_templates, None, &template)
+        .await
+        .unwrap();
+    // The endpoint as the guest reaches the workload apiserver.
+    env.provider_cluster(cluster, version, Some(("10.0.2.2", port)))
+        .await
+        .unwrap();
+    let mut config = objects::bootplate_config(machine, "kubeadm-debian-12");
+    config["spec"]["skipParts"] = json!(["install"]);
+    env.apply(
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+        config,
+    )
+    .await
+    .unwrap();
+    env.worker_machine(machine, cluster, version).await.unwrap();
+}
+
+/// The id of the one bootstrap token bootplate created for config `name` in the workload
+/// cluster; no other token exists there to join with.
+async fn the_controllers_token(env: &testenv::capi::CapiEnv, name: &str) -> String {
+    use kube::ResourceExt;
+    use kube::api::ListParams;
+    // The token bootplate made for this config, and only that one, is in the workload cluster.
+    let config = env.configs().get(name).await.unwrap();
+    let selector = format!(
+        "bootstrap.bootplate.dev/config-uid={}",
+        config.uid().unwrap()
+    );
+    let tokens: Api<Secret> = Api::namespaced(env.workload_client.clone(), "kube-system");
+    let token = tokens
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(token.len(), 1, "one token for {name}");
+    assert_eq!(env.tokens().await.len(), 1, "no other token to join with");
+    String::from_utf8(token[0].data.as_ref().unwrap()["token-id"].0.clone()).unwrap()
+}
+
+/// Whether the cluster approved a CSR that `user` made (the kubelet's TLS bootstrap).
+async fn approved_csr_from(client: &kube::Client, user: &str) -> bool {
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    csrs.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|csr| {
+            csr.spec.username.as_deref() == Some(user)
+                && csr
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Approved"))
+        })
+}
+
+/// Points the workload cluster's `cluster-info` at 10.0.2.2:`port`, the apiserver as a qemu
+/// guest reaches it: kubeadm's discovery trusts the server cluster-info names (the bootstrap
+/// signer signs it again after this change).
+async fn guest_reaches_cluster_info(client: &kube::Client, port: u16) {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    let info = config_maps.get("cluster-info").await.unwrap();
+    let kubeconfig = info.data.as_ref().unwrap()["kubeconfig"].replace(
+        &format!("https://127.0.0.1:{port}"),
+        &format!("https://10.0.2.2:{port}"),
+    );
+    assert!(kubeconfig.contains("10.0.2.2"), "{kubeconfig}");
+    config_maps
+        .patch(
+            "cluster-info",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"kubeconfig": kubeconfig}})),
+        )
+        .await
+        .unwrap();
 }

@@ -88,7 +88,7 @@ impl KubeadmBootstrap {
         wait_manager_ready(
             process,
             health,
-            self.webhook_port,
+            (self.webhook_port, &self.cert_dir),
             "the kubeadm bootstrap provider",
         )
         .await

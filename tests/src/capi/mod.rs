@@ -7,8 +7,10 @@
 //! No test writes a Cluster API object's status, clones a config or sets an owner reference:
 //! Cluster API does all of that here.
 
+pub mod bootplate;
 pub mod cloud;
 pub mod clusterctl;
+pub mod garbage_collector;
 pub mod install;
 pub mod kubeadm_bootstrap;
 pub mod objects;
@@ -132,9 +134,8 @@ pub struct CapiEnv {
     /// through (dropped before the workload apiserver).
     pub joins: Option<crate::joins::JoinServices>,
     bootplate_kubeconfig: PathBuf,
-    bootplate_webhook: (u16, PathBuf),
-    /// `--extension-addr` with [`Options::in_place_updates`] (kept across restarts).
-    extension_args: Vec<String>,
+    /// Where bootplate serves its webhook (and extension), kept across restarts.
+    bootplate_serving: bootplate::Serving,
 }
 
 /// How a scenario's environment starts.
@@ -197,7 +198,7 @@ impl CapiEnv {
         };
         let client = management.client().await?;
         let workload_client = workload.client().await?;
-        let garbage_collector = start_garbage_collector(&management)?;
+        let garbage_collector = garbage_collector::start(&management, &client).await?;
         let extension_client = if options.in_place_updates {
             Some(ExtensionClient::write(
                 &management.dir().join("extension-client"),
@@ -217,22 +218,12 @@ impl CapiEnv {
         let bootplate_kubeconfig = crate::rbac::install(&management).await?;
         wait_crds_established(&client).await?;
         kubectl_apply(&management, &clusterctl::inventory_entries()?)?;
-        let bootplate_webhook = install_bootplate_webhook(&management)?;
-        let extension_args = match &extension_client {
-            Some(callers) => {
-                install_bootplate_extension(&management, &bootplate_webhook.1, callers)?
-            }
-            None => Vec::new(),
-        };
-        let args: Vec<String> = (extension_args.iter())
-            .chain(&options.bootplate_args)
-            .cloned()
-            .collect();
-        let bootplate = start_bootplate(
+        let mut bootplate_serving = bootplate::Serving::install(&management, extension_client)?;
+        let bootplate = bootplate::start(
             &management,
             &bootplate_kubeconfig,
-            &bootplate_webhook,
-            &args,
+            &mut bootplate_serving,
+            &options.bootplate_args,
             "bootplate.log",
         )
         .await?;
@@ -255,24 +246,29 @@ impl CapiEnv {
             cluster_ca,
             joins: None,
             bootplate_kubeconfig,
-            bootplate_webhook,
-            extension_args,
+            bootplate_serving,
         })
     }
 
-    /// Stops bootplate (SIGKILL) and starts it again with the same flags, logging to `log`.
+    /// Stops bootplate (SIGKILL) and starts it again with `args`, logging to `log`. A webhook or
+    /// extension port taken while it was down is replaced (see [`bootplate`]).
     pub async fn restart_bootplate(&mut self, args: &[String], log: &str) -> anyhow::Result<()> {
         self.bootplate.kill();
-        let args: Vec<String> = (self.extension_args.iter()).chain(args).cloned().collect();
-        self.bootplate = start_bootplate(
+        self.bootplate = bootplate::start(
             &self.management,
             &self.bootplate_kubeconfig,
-            &self.bootplate_webhook,
-            &args,
+            &mut self.bootplate_serving,
+            args,
             log,
         )
         .await?;
         Ok(())
+    }
+
+    /// The port bootplate's admission webhook is served on (it changes when a restart finds it
+    /// taken).
+    pub fn webhook_port(&self) -> u16 {
+        self.bootplate_serving.webhook_port()
     }
 
     /// A dynamic API for a Cluster API kind in [`NS`].
@@ -333,6 +329,49 @@ impl CapiEnv {
         Api::<Secret>::namespaced(self.client.clone(), NS)
             .create(&Default::default(), &secret)
             .await?;
+        Ok(())
+    }
+
+    /// A Cluster on a DevCluster whose control plane the stand-in provider manages at
+    /// `version` (it brings the cluster CA and reports the control plane initialized). With
+    /// `endpoint`, the Cluster names it, as a user does for a load balancer the machines reach;
+    /// Cluster API keeps it. Without, Cluster API takes the DevCluster's (the cloud's).
+    pub async fn provider_cluster(
+        &self,
+        name: &str,
+        version: &str,
+        endpoint: Option<(&str, u16)>,
+    ) -> anyhow::Result<()> {
+        self.apply(
+            &objects::dev_control_plane_resource(),
+            objects::dev_control_plane(name, version),
+        )
+        .await?;
+        self.apply(&objects::dev_cluster_resource(), objects::dev_cluster(name))
+            .await?;
+        let mut cluster = objects::cluster(name, Some(name), false);
+        if let Some((host, port)) = endpoint {
+            cluster["spec"]["controlPlaneEndpoint"] = json!({"host": host, "port": port});
+        }
+        self.apply(&objects::cluster_resource(), cluster).await?;
+        Ok(())
+    }
+
+    /// A worker Machine `name` of `cluster` at `version` on a DevMachine of the same name,
+    /// bootstrapped by the BootplateConfig of the same name (created apart).
+    pub async fn worker_machine(
+        &self,
+        name: &str,
+        cluster: &str,
+        version: &str,
+    ) -> anyhow::Result<()> {
+        self.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+            .await?;
+        self.apply(
+            &objects::machine_resource(),
+            objects::worker_machine(name, cluster, version),
+        )
+        .await?;
         Ok(())
     }
 
@@ -446,31 +485,6 @@ fn kubectl_apply(server: &ApiServer, yaml: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// kube-controller-manager with the two controllers a management cluster's objects rely on: the
-/// garbage collector (what ownerReferences say is orphaned goes; bootplate's data Secrets rely
-/// on it) and ClusterRole aggregation (Cluster API's role is the union of the roles labelled
-/// `cluster.x-k8s.io/aggregate-to-manager`, bootplate's among them).
-fn start_garbage_collector(server: &ApiServer) -> anyhow::Result<Process> {
-    let port = crate::free_port()?;
-    Process::spawn(
-        "kube-controller-manager",
-        Command::new(tools::path("kube-controller-manager")?)
-            .arg(format!(
-                "--kubeconfig={}",
-                server.kubeconfig_path()?.display()
-            ))
-            .arg("--controllers=garbagecollector,clusterrole-aggregation")
-            .arg("--leader-elect=false")
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--secure-port={port}"))
-            .arg(format!(
-                "--cert-dir={}",
-                server.dir().join("kcm-certs").display()
-            )),
-        &server.dir().join("kube-controller-manager.log"),
-    )
-}
-
 /// Installs Cluster API from its module's manifests and starts its manager, as the
 /// ServiceAccount those manifests bind, with the feature gates the scenarios use. Returns once
 /// its webhooks answer.
@@ -558,27 +572,46 @@ async fn install_and_start_capi(
             .env("POD_NAME", "capi-manager"),
         &server.dir().join("capi-manager.log"),
     )?;
-    wait_manager_ready(process, health, webhook_port, "the Cluster API manager").await
+    wait_manager_ready(
+        process,
+        health,
+        (webhook_port, &cert_dir),
+        "the Cluster API manager",
+    )
+    .await
 }
 
 /// Returns `process`, a controller-runtime manager, once its `/readyz` on `health` is OK and
-/// its webhooks listen on `webhook_port`; fails with its log when it exits or takes 90 s.
+/// its webhooks on `webhook_port` complete a TLS handshake with a certificate of the CA in
+/// `cert_dir` (`ca.crt`): a port that merely accepts may be another process's. Fails with its
+/// log when it exits or takes 90 s.
 async fn wait_manager_ready(
     mut process: Process,
     health: u16,
-    webhook_port: u16,
+    (webhook_port, cert_dir): (u16, &Path),
     what: &str,
 ) -> anyhow::Result<Process> {
+    let ca_pem = std::fs::read_to_string(cert_dir.join("ca.crt"))?;
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let ready = http_get(health, "/readyz").is_some_and(|(status, _)| status == 200);
-        if ready && std::net::TcpStream::connect(("127.0.0.1", webhook_port)).is_ok() {
-            return Ok(process);
+        let serving = crate::tls_probe::handshake(webhook_port, &ca_pem).await;
+        if process.exited() {
+            bail!("{what} exited:\n{}", process.log_tail(40));
         }
-        if process.exited() || Instant::now() > deadline {
-            bail!("{what} did not become ready:\n{}", process.log_tail(40));
+        match serving {
+            Ok(()) if ready => return Ok(process),
+            Err(e) if Instant::now() > deadline => {
+                bail!(
+                    "{what} did not become ready: {e:#}\n{}",
+                    process.log_tail(40)
+                )
+            }
+            _ if Instant::now() > deadline => {
+                bail!("{what}'s /readyz is not OK:\n{}", process.log_tail(40))
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -590,93 +623,4 @@ async fn wait_crds_established(client: &Client) -> anyhow::Result<()> {
         crate::wait_established(&api, &crd.metadata.name.unwrap_or_default()).await?;
     }
     Ok(())
-}
-
-/// bootplate's webhook configuration from `deploy/webhook`, pointed at a loopback port with a
-/// test CA. Returns the port and the certificate directory to serve it from.
-fn install_bootplate_webhook(server: &ApiServer) -> anyhow::Result<(u16, PathBuf)> {
-    let port = crate::free_port()?;
-    let ca = TestCa::new("bootplate-webhook-ca");
-    let cert_dir = server.dir().join("bootplate-webhook-certs");
-    ca.write_serving(&cert_dir)?;
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/webhook/validating_webhook.yaml");
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
-    install::for_loopback(&mut config, port, &ca.cert_pem)?;
-    kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
-    Ok((port, cert_dir))
-}
-
-/// The ExtensionConfig of `deploy/extension`, pointed at bootplate's extension on a loopback
-/// port instead of its Service. Its CA comes the way it does in a cluster: Cluster API reads
-/// `ca.crt` from the Secret its annotation names (cert-manager's, in a cluster; here the
-/// webhook's test CA from `cert_dir`, which the extension serves with by default). Returns the
-/// `bootplate run` arguments serving it to Cluster API (`callers`) only.
-fn install_bootplate_extension(
-    server: &ApiServer,
-    cert_dir: &Path,
-    callers: &ExtensionClient,
-) -> anyhow::Result<Vec<String>> {
-    const INJECT_CA: &str = "runtime.cluster.x-k8s.io/inject-ca-from-secret";
-    let port = crate::free_port()?;
-    let built =
-        install::kustomize(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/extension"))?;
-    let mut config = serde_yaml::Deserializer::from_str(&built)
-        .map(<serde_yaml::Value as serde::Deserialize>::deserialize)
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .find(|o| o["kind"] == "ExtensionConfig")
-        .context("deploy/extension has no ExtensionConfig")?;
-    let secret = config["metadata"]["annotations"][INJECT_CA]
-        .as_str()
-        .with_context(|| format!("the ExtensionConfig has no {INJECT_CA} annotation"))?;
-    let (namespace, name) = secret
-        .split_once('/')
-        .with_context(|| format!("{INJECT_CA} is not <namespace>/<name>: {secret}"))?;
-    let ca_pem = std::fs::read_to_string(cert_dir.join("ca.crt"))?;
-    let secret = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
-        "stringData": {"ca.crt": ca_pem},
-    });
-    let namespace =
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
-    config["spec"]["clientConfig"] =
-        serde_yaml::to_value(json!({"url": format!("https://127.0.0.1:{port}")}))?;
-    for object in [namespace, secret] {
-        kubectl_apply(server, &serde_yaml::to_string(&object)?)?;
-    }
-    kubectl_apply(server, &serde_yaml::to_string(&config)?)?;
-    Ok(vec![
-        format!("--extension-addr=127.0.0.1:{port}"),
-        format!("--extension-client-ca={}", callers.ca_file.display()),
-    ])
-}
-
-async fn start_bootplate(
-    server: &ApiServer,
-    kubeconfig: &Path,
-    (webhook_port, cert_dir): &(u16, PathBuf),
-    extra: &[String],
-    log: &str,
-) -> anyhow::Result<ControllerProcess> {
-    let mut args = vec![
-        format!("--webhook-addr=127.0.0.1:{webhook_port}"),
-        format!("--webhook-cert-dir={}", cert_dir.display()),
-    ];
-    args.extend(extra.iter().cloned());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let process = ControllerProcess::start(kubeconfig, &server.dir().join(log), &args).await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", *webhook_port))
-        .await
-        .is_err()
-    {
-        if Instant::now() > deadline {
-            bail!("bootplate's webhook does not listen:\n{}", process.log());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(process)
 }

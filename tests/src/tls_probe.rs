@@ -1,0 +1,94 @@
+//! Whether a loopback port is served by the process the test started: a TLS handshake that
+//! verifies the server's certificate against the CA the test made for that process. A port
+//! the tests pick is free when picked and bound a moment later, so another process (another
+//! test's controller, apiserver or webhook) may hold it: that a connection is accepted proves
+//! nothing, that the certificate chains to our CA and names 127.0.0.1 does.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+
+/// How long one connection or handshake may take before the probe gives up on it.
+const STEP: Duration = Duration::from_secs(5);
+
+/// Connects to `127.0.0.1:port` and completes a TLS handshake that trusts only `ca_pem` and
+/// expects a certificate for 127.0.0.1. The error says what failed (nothing listening, a
+/// certificate of another CA, no TLS at all).
+pub async fn handshake(port: u16, ca_pem: &str) -> anyhow::Result<()> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.context("the expected CA is not PEM")?)?;
+    }
+    anyhow::ensure!(!roots.is_empty(), "the expected CA holds no certificate");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = tokio::time::timeout(STEP, tokio::net::TcpStream::connect(("127.0.0.1", port)))
+        .await
+        .with_context(|| format!("connecting to 127.0.0.1:{port} timed out"))?
+        .with_context(|| format!("nothing accepts connections on 127.0.0.1:{port}"))?;
+    let name = ServerName::from(IpAddr::from(Ipv4Addr::LOCALHOST));
+    tokio::time::timeout(STEP, connector.connect(name, stream))
+        .await
+        .with_context(|| format!("the TLS handshake on 127.0.0.1:{port} timed out"))?
+        .with_context(|| {
+            format!("127.0.0.1:{port} does not serve a certificate of the expected CA")
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generator::{GeneratorServer, Reply};
+    use crate::pki::TestCa;
+
+    fn port_of(server: &GeneratorServer) -> u16 {
+        let authority = server
+            .url
+            .trim_start_matches("https://")
+            .trim_end_matches('/');
+        authority.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_a_server_with_a_certificate_of_the_expected_ca_passes() {
+        let (ours, theirs) = (TestCa::new("ours"), TestCa::new("theirs"));
+        let server = GeneratorServer::start(&ours, |_| Reply::success(serde_json::json!({}))).await;
+        let port = port_of(&server);
+        handshake(port, &ours.cert_pem).await.unwrap();
+        let error = handshake(port, &theirs.cert_pem).await.unwrap_err();
+        assert!(
+            format!("{error:#}").contains("does not serve a certificate of the expected CA"),
+            "{error:#}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_port_that_accepts_without_tls_does_not_pass() {
+        let ca = TestCa::new("ours");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accepts and closes at once, as a process speaking another protocol might.
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        assert!(handshake(port, &ca.cert_pem).await.is_err());
+        task.abort();
+        let free = crate::free_port().unwrap();
+        let error = handshake(free, &ca.cert_pem).await.unwrap_err();
+        assert!(
+            format!("{error:#}").contains("nothing accepts connections"),
+            "{error:#}"
+        );
+    }
+}
