@@ -15,9 +15,13 @@ pub const NAMESPACE: &str = "kube-system";
 pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 /// The group kubeadm's join RBAC is bound to.
 pub const GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
-/// The longest `--bootstrap-token-ttl`: a token is a credential, and expiries past it are
-/// still far from overflowing a timestamp.
-pub const LONGEST_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The longest `--bootstrap-token-ttl`: a token is a credential that lets anyone holding it join
+/// a node to the cluster; one that outlives a week is one nobody remembers to revoke.
+pub const LONGEST_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The shortest `--bootstrap-token-ttl`: a token is looked at again when half its lifetime is
+/// left, so a shorter one would have the controller extend (or rotate) every config's token
+/// every few seconds, and leave a booting machine no time to use it.
+pub const SHORTEST_TTL: Duration = Duration::from_secs(30);
 
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
