@@ -133,9 +133,8 @@ impl Calls<'_> {
         match answered {
             Ok(part) => {
                 let part = Arc::new(part);
-                let live = || ctx.live_configs();
                 ctx.generators
-                    .remember(&uid, &call.part, &key, part.clone(), live);
+                    .remember(&uid, &call.part, &key, part.clone());
                 info!(generator = %call.generator, part = %call.part, request_id = %request.request_id, "generator answered");
                 Ok(part)
             }
