@@ -488,7 +488,7 @@ pub async fn run(
         metrics,
         caches,
     ));
-    tokio::spawn(deleted::delete_tokens(ctx.clone(), deleted_rx));
+    tokio::spawn(deleted::clean_up_deleted(ctx.clone(), deleted_rx));
     tokio::spawn(ready_once_synced(ctx.clone(), readiness));
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = |tx: &tokio::sync::broadcast::Sender<()>| {
@@ -746,7 +746,7 @@ where
 
 /// Drops a deleted config from the per-state gauges and the oldest-waiting age (configs carry
 /// no finalizer either, and one deleted while waiting would otherwise age and alert forever),
-/// and hands it to the task that deletes its tokens.
+/// and hands it to the task that deletes its tokens and node payload.
 fn forget_config(
     metrics: Arc<Metrics>,
     deleted: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,

@@ -442,7 +442,7 @@ fn kubectl_apply(server: &ApiServer, yaml: &str) -> anyhow::Result<()> {
 /// garbage collector (what ownerReferences say is orphaned goes; bootplate's data Secrets rely
 /// on it) and ClusterRole aggregation (Cluster API's role is the union of the roles labelled
 /// `cluster.x-k8s.io/aggregate-to-manager`, bootplate's among them).
-fn start_garbage_collector(server: &ApiServer) -> anyhow::Result<Process> {
+pub fn start_garbage_collector(server: &ApiServer) -> anyhow::Result<Process> {
     let port = crate::free_port()?;
     Process::spawn(
         "kube-controller-manager",
