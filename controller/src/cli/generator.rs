@@ -43,8 +43,11 @@ join data, certificates as granted) and values: the request's values fill the va
 template declares, its parameters must be declared. The answer holds the rendered files, units
 and commands; a render error is a Failure response with the message.
 
-Example, serving on port 9443 with cert-manager's tls.crt and tls.key mounted in /tls:
-  bootplate generator serve --template netplan.yaml --addr 0.0.0.0:9443 --cert-dir /tls
+Example, serving on port 9443 with cert-manager's tls.crt and tls.key mounted in /tls, and
+answering only callers with a client certificate signed by the CA in /ca/ca.crt (bootplate run
+--generator-client-cert-dir):
+  bootplate generator serve --template netplan.yaml --addr 0.0.0.0:9443 --cert-dir /tls \
+    --client-ca /ca/ca.crt
 
 Exit codes: 0 stopped by SIGTERM or SIGINT, 2 bad usage or unreadable template.")]
 pub struct ServeArgs {
@@ -61,6 +64,11 @@ pub struct ServeArgs {
     /// The URL path requests are POSTed to.
     #[arg(long, default_value = "/", value_name = "PATH")]
     pub path: String,
+    /// PEM file of the CA(s) whose client certificates are accepted: a caller must present
+    /// one (bootplate's `--generator-client-cert-dir`), or the TLS handshake fails before any
+    /// request is read. Default: any caller is answered.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// Runs `bootplate generator`.
@@ -84,7 +92,15 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
         let app = Router::new()
             .route(&args.path, post(answer))
             .with_state(compiled.clone());
-        bootplate::webhook::tls::serve(args.addr, &args.cert_dir, app, "--addr").await?;
+        let client_ca = args.client_ca.as_deref();
+        bootplate::webhook::tls::serve_with_clients(
+            args.addr,
+            &args.cert_dir,
+            client_ca,
+            app,
+            "--addr",
+        )
+        .await?;
         eprintln!(
             "bootplate generator serve: serving {} on https://{}{}",
             compiled.object(),

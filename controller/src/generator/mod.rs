@@ -57,12 +57,22 @@ impl Generator {
 /// The generators' clients and the answers remembered per config.
 #[derive(Default)]
 pub struct Generators {
+    /// The certificate every generator call presents, if any.
+    client_cert: Option<client::ClientCert>,
     clients: Mutex<HashMap<String, Arc<Generator>>>,
     /// Per config UID: the answers of its latest calls, one per part.
     answers: Mutex<Answers>,
 }
 
 impl Generators {
+    /// Generators whose calls present `client_cert` (`--generator-client-cert-dir`).
+    pub fn with_client_cert(client_cert: Option<client::ClientCert>) -> Generators {
+        Generators {
+            client_cert,
+            ..Generators::default()
+        }
+    }
+
     /// The client of `generator`, built again when its spec changed; Err says what in the
     /// spec is wrong.
     pub fn get(&self, generator: &BootstrapGenerator) -> Result<Arc<Generator>, String> {
@@ -75,7 +85,7 @@ impl Generators {
         }
         let spec = &generator.spec;
         let built = Arc::new(Generator {
-            client: GeneratorClient::new(spec)?,
+            client: GeneratorClient::with_client_cert(spec, self.client_cert.clone())?,
             generation,
             calls: Arc::new(Semaphore::new(spec.max_concurrency())),
             admitted: Arc::new(Semaphore::new(2 * spec.max_concurrency())),

@@ -69,6 +69,12 @@ pub struct RunArgs {
     /// (one certificate naming both Services).
     #[arg(long, value_name = "DIR")]
     pub extension_cert_dir: Option<PathBuf>,
+    /// Directory holding `tls.crt` and `tls.key` of a client certificate that bootplate
+    /// presents on every call to a BootstrapGenerator, so a generator can require it (mutual
+    /// TLS: `bootplate generator serve --client-ca`); new files are picked up within seconds.
+    /// Default: no client certificate.
+    #[arg(long, value_name = "DIR")]
+    pub generator_client_cert_dir: Option<PathBuf>,
     /// Elect a leader among replicas with a coordination.k8s.io/v1 Lease; only the leader
     /// reconciles. Standbys take over when the leader dies or releases the Lease on SIGTERM.
     #[arg(long)]
@@ -188,6 +194,7 @@ impl RunArgs {
             workload_timeout: self.workload_timeout,
             concurrency: self.concurrency,
             build: String::new(),
+            generator_client_cert: None,
         }
     }
 }

@@ -71,12 +71,18 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
             .unwrap_or(&args.webhook_cert_dir);
         crate::extension::serve(addr, cert_dir, client.clone(), metrics.clone()).await?;
     }
+    let mut settings = args.settings();
+    if let Some(dir) = &args.generator_client_cert_dir {
+        let cert = crate::webhook::tls::ReloadingCert::watch(dir)
+            .map_err(|e| anyhow::anyhow!("--generator-client-cert-dir {}: {e}", dir.display()))?;
+        settings.generator_client_cert = Some(cert);
+    }
     let stopped = stop_signal();
     // Hashing the executable takes a moment: a standby is ready meanwhile.
     let build = tokio::task::spawn_blocking(build_id);
     let running = Running {
         client,
-        settings: args.settings(),
+        settings,
         build,
         metrics,
         readiness,
@@ -476,7 +482,7 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let caches = Caches::default();
+    let caches = Caches::new(&settings);
     let (deleted_tx, deleted_rx) = deleted::channel();
     let pools = machine_pools_served(&client).await?;
     let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);

@@ -1,6 +1,7 @@
 //! HTTPS serving for the webhook and `bootplate generator serve`: the serving certificate,
 //! reloaded when `tls.crt` or `tls.key` change on disk (cert-manager rotates them in the
-//! mounted Secret) without dropping connections, and the accept loop.
+//! mounted Secret) without dropping connections, optionally a required client certificate,
+//! and the accept loop.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,13 +24,27 @@ pub async fn serve(
     app: axum::Router,
     flag: &str,
 ) -> anyhow::Result<()> {
+    serve_with_clients(addr, cert_dir, None, app, flag).await
+}
+
+/// [`serve`]; with `client_ca` (the path of PEM CA certificates), a client must present a
+/// certificate one of them signed, or the TLS handshake fails before any request is read.
+pub async fn serve_with_clients(
+    addr: SocketAddr,
+    cert_dir: &Path,
+    client_ca: Option<&Path>,
+    app: axum::Router,
+    flag: &str,
+) -> anyhow::Result<()> {
     let cert = ReloadingCert::watch(cert_dir)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_cert_resolver(cert);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => builder.with_client_cert_verifier(client_verifier(path, provider)?),
+    };
+    let mut config = builder.with_cert_resolver(cert);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind(addr)
@@ -64,6 +79,26 @@ pub async fn serve(
         }
     });
     Ok(())
+}
+
+/// A verifier accepting client certificates signed by a CA of the PEM file `path`.
+fn client_verifier(
+    path: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> anyhow::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let named = |e: &dyn std::fmt::Display| anyhow::anyhow!("client CA {}: {e}", path.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| named(&e))? {
+        roots
+            .add(cert.map_err(|e| named(&e))?)
+            .map_err(|e| named(&e))?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("client CA {}: no CA certificate", path.display());
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| named(&e))
 }
 
 /// How often the files are checked for changes.
@@ -115,6 +150,21 @@ impl ReloadingCert {
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.read().expect("cert lock").clone())
+    }
+}
+
+/// The same files serve as a client certificate (bootplate's, on calls to generators).
+impl rustls::client::ResolvesClientCert for ReloadingCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().expect("cert lock").clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 

@@ -5,4 +5,5 @@
 //!
 //! One module per boundary, so each stays readable on its own.
 
+mod generator_access;
 mod node_payload;
