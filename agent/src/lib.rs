@@ -11,6 +11,7 @@
 //! reports on its Node. docs/in-place.md describes what the agent touches.
 
 pub mod apply;
+pub mod binding;
 pub mod owner;
 pub mod watch;
 

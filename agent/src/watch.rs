@@ -60,6 +60,14 @@ impl Agent {
             }
             Err(e) => return Err(e.into()),
         };
+        // A payload published for an earlier Node of this name is not this Node's to apply.
+        if let Err(refused) =
+            crate::binding::for_this_node(&self.client, &self.node_name, &secret).await?
+        {
+            let pass = Pass::Failed(refused.to_string());
+            self.report(&pass).await?;
+            return Ok(pass);
+        }
         let bytes = (secret.data.as_ref())
             .and_then(|d| d.get(SECRET_KEY))
             .map(|b| b.0.clone())

@@ -28,5 +28,9 @@ pub const HINTS: [&str; 2] = [INPUTS, TOKEN_EXPIRES];
 pub const TOKEN_CONFIG_UID: &str = "bootstrap.bootplate.dev/config-uid";
 /// On bootstrap token Secrets: `<namespace>/<name>` of the config, for people.
 pub const TOKEN_CONFIG: &str = "bootstrap.bootplate.dev/config";
+/// On a node's payload Secret, Role and RoleBinding in the workload cluster: the UID of the
+/// config whose payload it is. The config's deletion deletes them by this label. Not
+/// [`TOKEN_CONFIG_UID`]: token clean-ups delete every Secret carrying that one.
+pub const PAYLOAD_CONFIG_UID: &str = "bootstrap.bootplate.dev/payload-config-uid";
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "bootplate";

@@ -62,6 +62,9 @@ pub mod reason {
     pub const GENERATOR_FAILED: &str = "GeneratorFailed";
     /// The `BootstrapGenerator` a template part names does not exist (yet).
     pub const GENERATOR_NOT_FOUND: &str = "GeneratorNotFound";
+    /// The `BootstrapGenerator` a template part names does not allow the config's namespace
+    /// (`spec.allowedNamespaces`); it is not called.
+    pub const GENERATOR_NOT_ALLOWED: &str = "GeneratorNotAllowed";
     /// The generator already has `spec.maxConcurrency` requests in flight; tried again shortly.
     pub const WAITING_FOR_GENERATOR: &str = "WaitingForGenerator";
     /// Cluster API marked the config as being updated in place; the node applies the new

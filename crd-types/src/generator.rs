@@ -30,6 +30,7 @@ pub const DEFAULT_MAX_CONCURRENCY: u32 = 4;
     printcolumn = r#"{"name":"Timeout","type":"integer","jsonPath":".spec.timeoutSeconds"}"#,
     printcolumn = r#"{"name":"Join-Token","type":"boolean","jsonPath":".spec.secrets.joinToken"}"#,
     printcolumn = r#"{"name":"Certificates","type":"boolean","jsonPath":".spec.secrets.certificates"}"#,
+    printcolumn = r#"{"name":"Namespaces","type":"string","jsonPath":".spec.allowedNamespaces"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -56,6 +57,13 @@ pub struct GeneratorSpec {
     /// Cluster, the role, the template revision and the values, never a token or a key.
     #[serde(default, skip_serializing_if = "GeneratorSecrets::is_none")]
     pub secrets: GeneratorSecrets,
+    /// The namespaces whose configs may use this generator: namespace names, or `*` for every
+    /// namespace. Default: none. A config elsewhere whose template names the generator gets
+    /// `Ready=False` with reason `GeneratorNotAllowed`, and the generator is not called: an
+    /// app team cannot have a generator hand its machines what it hands another team's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 63)))]
+    pub allowed_namespaces: Vec<String>,
 }
 
 impl GeneratorSpec {
@@ -74,6 +82,14 @@ impl GeneratorSpec {
         self.max_response_bytes
             .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES)
             .clamp(1024, 1024 * 1024)
+    }
+
+    /// Whether configs of namespace `namespace` may use this generator
+    /// (`spec.allowedNamespaces`).
+    pub fn allows(&self, namespace: &str) -> bool {
+        self.allowed_namespaces
+            .iter()
+            .any(|allowed| allowed == "*" || allowed == namespace)
     }
 
     /// How many requests may be in flight at once.
@@ -207,6 +223,30 @@ mod tests {
         };
         assert!(both.endpoint().unwrap_err().contains("not both"));
         assert!(ClientConfig::default().endpoint().is_err());
+    }
+
+    #[test]
+    fn only_the_allowed_namespaces_may_use_a_generator() {
+        let spec = |allowed: &[&str]| GeneratorSpec {
+            allowed_namespaces: allowed.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        };
+        // (allowed namespaces, namespace asking, allowed)
+        let cases: [(&[&str], &str, bool); 6] = [
+            (&[], "team-a", false),
+            (&["team-a"], "team-a", true),
+            (&["team-a"], "team-b", false),
+            (&["team-a", "team-b"], "team-b", true),
+            (&["*"], "anyone", true),
+            (&["team-*"], "team-a", false),
+        ];
+        for (allowed, namespace, expected) in cases {
+            assert_eq!(
+                spec(allowed).allows(namespace),
+                expected,
+                "{allowed:?} / {namespace}"
+            );
+        }
     }
 
     #[test]

@@ -9,6 +9,9 @@ use sha2::{Digest, Sha256};
 
 /// The key of the payload in the per-node Secret.
 pub const SECRET_KEY: &str = "payload.json";
+/// The key of the payload's [`NodeBinding`] in the per-node Secret: the Node the payload was
+/// rendered for. A separate key, so the payload's revision does not change with it.
+pub const NODE_KEY: &str = "node.json";
 /// The namespace of the per-node Secrets in the workload cluster.
 pub const NAMESPACE: &str = "kube-system";
 /// The Node annotation where the agent reports the revision it applied.
@@ -35,6 +38,108 @@ impl NodePayload {
     pub fn revision(&self) -> String {
         let json = serde_json::to_vec(self).expect("a payload always serializes");
         hex::encode(&Sha256::digest(&json)[..8])
+    }
+}
+
+/// The one Node a payload is for: node names are reused (clouds name nodes after their private
+/// addresses), so a payload left behind by a deleted Node must not be applied by the next Node
+/// of that name. The agent applies a payload only when its own Node has this UID (and this
+/// provider ID, when recorded).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeBinding {
+    /// The Node's name.
+    pub name: String,
+    /// The Node's `metadata.uid`.
+    pub uid: String,
+    /// The Node's `spec.providerID`, when it had one.
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+}
+
+/// Why a payload is not for the Node that read it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotThisNode {
+    /// The Secret holds no binding (written by a bootplate that did not bind payloads).
+    #[error(
+        "Secret {NAMESPACE}/{secret}: no key {NODE_KEY}: the payload is bound to no Node and is not applied"
+    )]
+    Unbound {
+        /// The Secret's name.
+        secret: String,
+    },
+    /// The binding is not JSON of a [`NodeBinding`].
+    #[error("Secret {NAMESPACE}/{secret}: key {NODE_KEY} is not a node binding: {cause}")]
+    Malformed {
+        /// The Secret's name.
+        secret: String,
+        /// The decoding error.
+        cause: String,
+    },
+    /// The binding names another Node (another name, UID or provider ID).
+    #[error(
+        "the payload is for Node {bound} ({field} {expected}), not this Node ({field} {found}): a Node of the same name it was published for is gone; not applied"
+    )]
+    Other {
+        /// The bound Node's name.
+        bound: String,
+        /// The field that differs: `name`, `uid` or `providerID`.
+        field: &'static str,
+        /// The bound value.
+        expected: String,
+        /// This Node's value.
+        found: String,
+    },
+}
+
+/// What a Node knows of itself, to compare with a [`NodeBinding`].
+#[derive(Clone, Copy, Debug)]
+pub struct ThisNode<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its `metadata.uid`.
+    pub uid: &'a str,
+    /// Its `spec.providerID`.
+    pub provider_id: Option<&'a str>,
+}
+
+impl NodeBinding {
+    /// Reads the binding stored under [`NODE_KEY`] of Secret `secret` (`None`: no such key).
+    pub fn read(secret: &str, stored: Option<&[u8]>) -> Result<NodeBinding, NotThisNode> {
+        let bytes = stored.ok_or_else(|| NotThisNode::Unbound {
+            secret: secret.to_owned(),
+        })?;
+        serde_json::from_slice(bytes).map_err(|e| NotThisNode::Malformed {
+            secret: secret.to_owned(),
+            cause: e.to_string(),
+        })
+    }
+
+    /// Whether the payload is for `node`: same name and UID, and the same provider ID when the
+    /// binding records one.
+    pub fn check(&self, node: ThisNode<'_>) -> Result<(), NotThisNode> {
+        let differs = |field, expected: &str, found: &str| NotThisNode::Other {
+            bound: self.name.clone(),
+            field,
+            expected: expected.to_owned(),
+            found: found.to_owned(),
+        };
+        if self.name != node.name {
+            return Err(differs("name", &self.name, node.name));
+        }
+        if self.uid != node.uid {
+            return Err(differs("uid", &self.uid, node.uid));
+        }
+        match (&self.provider_id, node.provider_id) {
+            (Some(bound), found) if Some(bound.as_str()) != found => {
+                Err(differs("providerID", bound, found.unwrap_or("<none>")))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -114,6 +219,96 @@ mod base64_bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_applies_only_on_the_node_it_was_bound_to() {
+        let bound = NodeBinding {
+            name: "ip-10-0-0-7".into(),
+            uid: "uid-1".into(),
+            provider_id: Some("aws:///eu-west-1a/i-0aaa".into()),
+        };
+        let node = |name, uid, provider_id| ThisNode {
+            name,
+            uid,
+            provider_id,
+        };
+        // (case, the Node reading the payload, the field named in the refusal)
+        let cases = [
+            (
+                "the same Node",
+                node("ip-10-0-0-7", "uid-1", Some("aws:///eu-west-1a/i-0aaa")),
+                None,
+            ),
+            (
+                "a new Node under a reused name",
+                node("ip-10-0-0-7", "uid-2", Some("aws:///eu-west-1a/i-0bbb")),
+                Some("uid"),
+            ),
+            (
+                "same UID, another instance",
+                node("ip-10-0-0-7", "uid-1", Some("aws:///eu-west-1a/i-0bbb")),
+                Some("providerID"),
+            ),
+            (
+                "no provider ID",
+                node("ip-10-0-0-7", "uid-1", None),
+                Some("providerID"),
+            ),
+            (
+                "another name",
+                node("ip-10-0-0-8", "uid-1", Some("aws:///eu-west-1a/i-0aaa")),
+                Some("name"),
+            ),
+        ];
+        for (case, node, refused) in cases {
+            match (bound.check(node), refused) {
+                (Ok(()), None) => {}
+                (Err(NotThisNode::Other { field, .. }), Some(want)) => {
+                    assert_eq!(field, want, "{case}")
+                }
+                (got, _) => panic!("{case}: {got:?}"),
+            }
+        }
+        let without_provider = NodeBinding {
+            provider_id: None,
+            ..bound.clone()
+        };
+        assert_eq!(
+            without_provider.check(node("ip-10-0-0-7", "uid-1", Some("kind://x"))),
+            Ok(())
+        );
+        let message = bound
+            .check(node("ip-10-0-0-7", "uid-2", None))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("Node ip-10-0-0-7 (uid uid-1)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_broken_binding_is_refused() {
+        let json = serde_json::to_vec(&NodeBinding {
+            name: "n".into(),
+            uid: "u".into(),
+            provider_id: Some("p".into()),
+        })
+        .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&json),
+            r#"{"name":"n","uid":"u","providerID":"p"}"#
+        );
+        assert_eq!(NodeBinding::read("s", Some(&json)).unwrap().uid, "u");
+        assert!(matches!(
+            NodeBinding::read("s", None),
+            Err(NotThisNode::Unbound { .. })
+        ));
+        assert!(matches!(
+            NodeBinding::read("s", Some(b"{\"uid\":1}")),
+            Err(NotThisNode::Malformed { .. })
+        ));
+    }
 
     #[test]
     fn payload_round_trips_with_base64_content() {

@@ -327,8 +327,9 @@ impl GeneratedPart {
         }
     }
 
-    /// The bytes of content it adds (for the output size budget).
-    pub(crate) fn size(&self) -> usize {
+    /// The bytes of content it adds (for the output size budget, and the controller's bound on
+    /// the answers it keeps).
+    pub fn size(&self) -> usize {
         let files: usize = self
             .files
             .iter()

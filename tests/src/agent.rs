@@ -31,6 +31,20 @@ pub async fn node_client(port: u16, ca: &TestCa, node: &str) -> anyhow::Result<k
     Ok(kube::Client::try_from(config)?)
 }
 
+/// Publishes `payload` for Node `node` as bootplate does (bound to the Node's UID and provider
+/// ID as `admin` reads them now, labelled with config `config_uid`); returns its revision.
+pub async fn publish(
+    admin: &kube::Client,
+    node: &str,
+    config_uid: &str,
+    payload: &crd_types::payload::NodePayload,
+) -> anyhow::Result<String> {
+    use bootplate::k8s::node_payload::{Target, publish};
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin.clone());
+    let found = nodes.get(node).await?;
+    Ok(publish(admin, &Target::new(&found, config_uid), payload).await?)
+}
+
 /// Asserts that `client`, with node `node`'s identity, reads that node's payload Secret and is
 /// refused (403) node `other`'s and the list of Secrets; returns its own Secret.
 pub async fn assert_reads_only_its_own_payload(

@@ -175,6 +175,7 @@ pub fn full_bootstrap_generator(name: &str) -> crd_types::BootstrapGenerator {
                 join_token: true,
                 certificates: true,
             },
+            allowed_namespaces: vec!["team-a".into(), "team-b".into()],
         },
     )
 }

@@ -74,6 +74,7 @@ fn generator(name: &str, url: &str, ca: &TestCa, secrets: GeneratorSecrets) -> B
             },
             timeout_seconds: Some(1),
             secrets,
+            allowed_namespaces: vec![NS.to_owned()],
             ..Default::default()
         },
     )

@@ -7,7 +7,6 @@
 //! The agent runs in-process (`agent::watch::Agent`, the code its binary's loop runs); the
 //! Cluster API hooks that drive it in a cluster are not part of this test.
 
-use bootplate::k8s::node_payload;
 use crd_types::payload::{
     APPLIED_ANNOTATION, CONDITION_TYPE, NodePayload, PayloadFile, PayloadPart, PayloadUnit,
 };
@@ -71,6 +70,13 @@ async fn workload(nodes: &[&str]) -> Workload {
     }
 }
 
+/// Publishes `payload` for Node `node` as bootplate does; returns its revision.
+async fn publish(w: &Workload, node: &str, payload: &NodePayload) -> String {
+    testenv::agent::publish(&w.admin, node, "config-uid", payload)
+        .await
+        .unwrap()
+}
+
 /// A directory root and a systemctl stub that logs its arguments there.
 fn node_dir() -> (NodeDisk, agent::Node) {
     let disk = NodeDisk::new().unwrap();
@@ -85,12 +91,8 @@ fn node_dir() -> (NodeDisk, agent::Node) {
 #[tokio::test]
 async fn a_node_reads_its_own_payload_and_no_other() {
     let w = workload(&["node-a", "node-b"]).await;
-    node_payload::publish(&w.admin, "node-a", &payload("a", "true"))
-        .await
-        .unwrap();
-    node_payload::publish(&w.admin, "node-b", &payload("b", "true"))
-        .await
-        .unwrap();
+    publish(&w, "node-a", &payload("a", "true")).await;
+    publish(&w, "node-b", &payload("b", "true")).await;
     let a = node_client(&w.apiserver, &w.ca, "node-a").await;
     testenv::agent::assert_reads_only_its_own_payload(a, "node-a", "node-b").await;
 }
@@ -107,9 +109,7 @@ async fn the_agent_applies_reports_puts_drift_back_and_reports_a_failed_step() {
     assert_eq!(agent.pass().await.unwrap(), agent::watch::Pass::NoPayload);
 
     let first = payload("a", "true");
-    let revision = node_payload::publish(&w.admin, "node-a", &first)
-        .await
-        .unwrap();
+    let revision = publish(&w, "node-a", &first).await;
     assert_eq!(
         agent.pass().await.unwrap(),
         agent::watch::Pass::Applied(revision.clone())
@@ -140,9 +140,7 @@ async fn the_agent_applies_reports_puts_drift_back_and_reports_a_failed_step() {
     // A new payload whose command fails: the Node says which part and step, and the new file
     // is whole.
     let failing = payload("b", "echo no mirror >&2; exit 4");
-    let new_revision = node_payload::publish(&w.admin, "node-a", &failing)
-        .await
-        .unwrap();
+    let new_revision = publish(&w, "node-a", &failing).await;
     let pass = agent.pass().await.unwrap();
     let agent::watch::Pass::Failed(message) = pass else {
         panic!("the failing command was not reported: {pass:?}");

@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use bootplate::generator::client::GeneratorClient;
+use bootplate::webhook::tls::ClientAuth;
 use crd_types::{BootplateConfigSpec, ClientConfig, GeneratorSecrets, GeneratorSpec};
 use render::generator::{self, Generated, Request, Response};
 use render::{CompiledTemplate, RenderContext};
@@ -47,8 +48,11 @@ Each connection is bounded: at most 256 at once (one more is closed at once), 10
 handshake and for a request's headers (also the idle time of a kept-alive connection), 30 s per
 request, 2 MiB per request body.
 
-Example, serving on port 9443 with cert-manager's tls.crt and tls.key mounted in /tls:
-  bootplate generator serve --template netplan.yaml --addr 0.0.0.0:9443 --cert-dir /tls
+Example, serving on port 9443 with cert-manager's tls.crt and tls.key mounted in /tls, and
+answering only callers with a client certificate signed by the CA in /ca/ca.crt (bootplate run
+--generator-client-cert-dir):
+  bootplate generator serve --template netplan.yaml --addr 0.0.0.0:9443 --cert-dir /tls \
+    --client-ca /ca/ca.crt
 
 Exit codes: 0 stopped by SIGTERM or SIGINT, 2 bad usage or unreadable template.")]
 pub struct ServeArgs {
@@ -65,6 +69,11 @@ pub struct ServeArgs {
     /// The URL path requests are POSTed to.
     #[arg(long, default_value = "/", value_name = "PATH")]
     pub path: String,
+    /// PEM file of the CA(s) whose client certificates are accepted: a caller must present
+    /// one (bootplate's `--generator-client-cert-dir`), or the TLS handshake fails before any
+    /// request is read. Default: any caller is answered.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// Runs `bootplate generator`.
@@ -88,7 +97,20 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
         let app = Router::new()
             .route(&args.path, post(answer))
             .with_state(compiled.clone());
-        bootplate::webhook::tls::serve(args.addr, &args.cert_dir, app, "--addr").await?;
+        let callers = match &args.client_ca {
+            Some(file) => ClientAuth::CertificateFrom(file.clone()),
+            None => ClientAuth::Anyone,
+        };
+        let limits = bootplate::server::Limits::default();
+        bootplate::webhook::tls::serve_with(
+            args.addr,
+            &args.cert_dir,
+            callers,
+            app,
+            "--addr",
+            limits,
+        )
+        .await?;
         eprintln!(
             "bootplate generator serve: serving {} on https://{}{}",
             compiled.object(),

@@ -131,7 +131,8 @@ pub(crate) struct RenderFacts<'a> {
     pub secret: &'a str,
     /// The ID of a token this render created.
     pub created_token: Option<&'a str>,
-    /// The IDs of the tokens a MachinePool's render replaced and deleted after the write.
+    /// The IDs of a MachinePool's earlier tokens deleted after the write (expired ones, see
+    /// `token::stale`).
     pub deleted_tokens: &'a [String],
 }
 
@@ -142,7 +143,7 @@ pub(crate) fn render_note(facts: &RenderFacts<'_>) -> Option<Note> {
         let created = format!("bootstrap token {id} created in the workload cluster");
         match facts.deleted_tokens {
             [] => created,
-            deleted => format!("{created}, replacing {}", deleted.join(", ")),
+            deleted => format!("{created}; deleted {}", deleted.join(", ")),
         }
     });
     if facts.written {
@@ -269,8 +270,10 @@ mod tests {
             deleted_tokens: &replaced,
             ..facts(true, Some("new222"))
         };
-        assert!(render_note(&rotated).unwrap().text.ends_with(
-            "; bootstrap token new222 created in the workload cluster, replacing old111"
-        ));
+        assert!(
+            render_note(&rotated).unwrap().text.ends_with(
+                "; bootstrap token new222 created in the workload cluster; deleted old111"
+            )
+        );
     }
 }

@@ -15,9 +15,13 @@ pub const NAMESPACE: &str = "kube-system";
 pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 /// The group kubeadm's join RBAC is bound to.
 pub const GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
-/// The longest `--bootstrap-token-ttl`: a token is a credential, and expiries past it are
-/// still far from overflowing a timestamp.
-pub const LONGEST_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The longest `--bootstrap-token-ttl`: a token is a credential that lets anyone holding it join
+/// a node to the cluster; one that outlives a week is one nobody remembers to revoke.
+pub const LONGEST_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The shortest `--bootstrap-token-ttl`: a token is looked at again when half its lifetime is
+/// left, so a shorter one would have the controller extend (or rotate) every config's token
+/// every few seconds, and leave a booting machine no time to use it.
+pub const SHORTEST_TTL: Duration = Duration::from_secs(30);
 
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
@@ -240,14 +244,27 @@ pub(crate) fn pool_token(found: &[Found<'_>], now: Timestamp, ttl: SignedDuratio
     }
 }
 
-/// The tokens of a pool's config to delete once its data Secret holds token `in_use`: every
-/// other one. Called only after the write, so an instance booting from the Secret as it was
-/// before still finds its token valid; after it, the Secret hands out `in_use` alone.
-pub(crate) fn stale<'a>(found: &[Found<'a>], in_use: &str) -> Vec<&'a str> {
+/// The tokens of a pool's config to delete once its data Secret holds token `in_use`, at `now`:
+/// the others that no longer work (expired, or an unreadable expiry) or would work longer than
+/// a token this controller sets (no expiry, or one further away than a lifetime `ttl`, see
+/// [`young`]). A replaced token that still works stays until it expires (within half a
+/// lifetime: it was replaced because less than that was left): infrastructure providers copy
+/// the user-data into their launch configuration some time after the Secret changes, and an
+/// instance started from the old copy must still join. Called only after the write.
+pub(crate) fn stale<'a>(
+    found: &[Found<'a>],
+    in_use: &str,
+    now: Timestamp,
+    ttl: SignedDuration,
+) -> Vec<&'a str> {
+    let works_as_set = |expiration: Option<&str>| match expiration.map(str::parse::<Timestamp>) {
+        Some(Ok(expires)) => expires > now && expires.duration_since(now) <= ttl + CLOCK_SLACK,
+        _ => false,
+    };
     found
         .iter()
+        .filter(|token| token.id != in_use && !works_as_set(token.expiration))
         .map(|token| token.id)
-        .filter(|id| *id != in_use)
         .collect()
 }
 
@@ -542,23 +559,42 @@ mod tests {
     }
 
     #[test]
-    fn after_the_write_every_token_but_the_one_in_the_secret_is_stale() {
-        let found = [
-            Found {
-                id: "old",
-                expiration: Some("2020-01-01T00:00:00Z"),
-            },
-            Found {
-                id: "new",
-                expiration: None,
-            },
-            Found {
-                id: "gone",
-                expiration: Some("garbage"),
-            },
+    fn after_the_write_a_replaced_token_stays_until_it_expires() {
+        let (at_now, in_6, in_14, in_60, ago_1) = (
+            now().to_string(),
+            in_mins(6).to_string(),
+            in_mins(14).to_string(),
+            in_mins(60).to_string(),
+            in_mins(-1).to_string(),
+        );
+        let token = |id, expiration| Found { id, expiration };
+        // (case, the other token, whether it is deleted once the Secret holds "new")
+        let cases = [
+            // Replaced with less than half its life left: an instance started from a launch
+            // configuration that still holds it must be able to join until it expires.
+            (
+                "replaced, still valid",
+                token("old", Some(in_6.as_str())),
+                false,
+            ),
+            ("still young", token("old", Some(in_14.as_str())), false),
+            ("expired", token("old", Some(ago_1.as_str())), true),
+            ("expires now", token("old", Some(at_now.as_str())), true),
+            ("unreadable expiry", token("old", Some("garbage")), true),
+            ("no expiry: would never expire", token("old", None), true),
+            (
+                "forward-dated: not one we set",
+                token("old", Some(in_60.as_str())),
+                true,
+            ),
         ];
-        assert_eq!(stale(&found, "new"), vec!["old", "gone"]);
-        assert_eq!(stale(&found[1..2], "new"), Vec::<&str>::new());
+        for (case, other, deleted) in cases {
+            let found = [other, token("new", Some(in_14.as_str()))];
+            let expected = if deleted { vec!["old"] } else { vec![] };
+            assert_eq!(stale(&found, "new", now(), TTL), expected, "{case}");
+        }
+        let only_new = [token("new", None)];
+        assert_eq!(stale(&only_new, "new", now(), TTL), Vec::<&str>::new());
     }
 
     #[test]

@@ -55,9 +55,22 @@ pub struct GeneratorClient {
     max_bytes: u64,
 }
 
+/// The client certificate bootplate presents to generators (`--generator-client-cert-dir`), so
+/// a generator can tell bootplate's calls from anyone else's.
+pub type ClientCert = Arc<dyn rustls::client::ResolvesClientCert>;
+
 impl GeneratorClient {
-    /// A client for `spec`; Err names the field that is wrong (URL, CA bundle).
+    /// A client for `spec` that presents no client certificate; Err names the field that is
+    /// wrong (URL, CA bundle).
     pub fn new(spec: &GeneratorSpec) -> Result<Self, String> {
+        Self::with_client_cert(spec, None)
+    }
+
+    /// A client for `spec` that presents `client_cert` when the generator asks for one.
+    pub fn with_client_cert(
+        spec: &GeneratorSpec,
+        client_cert: Option<ClientCert>,
+    ) -> Result<Self, String> {
         let endpoint: http::Uri = spec
             .client_config
             .endpoint()?
@@ -65,11 +78,14 @@ impl GeneratorClient {
             .map_err(|e| format!("spec.clientConfig: not a URL: {e}"))?;
         let roots = roots(spec.client_config.ca_bundle.as_deref())?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS setup: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let tls = match client_cert {
+            Some(cert) => builder.with_client_cert_resolver(cert),
+            None => builder.with_no_client_auth(),
+        };
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_only()

@@ -1,10 +1,11 @@
 //! Calling `BootstrapGenerator`s: one HTTPS client per generator (`client`), its concurrency
 //! limit, and what each config's last calls answered, by idempotency key, so a resync or a
-//! re-render with unchanged inputs does not call again.
+//! re-render with unchanged inputs does not call again (`answers`, bounded).
 
+pub mod answers;
 pub mod client;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use kube::ResourceExt;
 use render::generator::GeneratedPart;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::reconcile::memory::ByConfig;
+use answers::Answers;
 use client::GeneratorClient;
 
 /// One generator as this process calls it: built from one generation of its spec.
@@ -56,20 +57,22 @@ impl Generator {
 /// The generators' clients and the answers remembered per config.
 #[derive(Default)]
 pub struct Generators {
+    /// The certificate every generator call presents, if any.
+    client_cert: Option<client::ClientCert>,
     clients: Mutex<HashMap<String, Arc<Generator>>>,
     /// Per config UID: the answers of its latest calls, one per part.
-    answers: Mutex<ByConfig<Vec<Answer>>>,
-}
-
-/// What a part's generator answered for an idempotency key.
-#[derive(Clone)]
-struct Answer {
-    part: String,
-    key: String,
-    output: Arc<GeneratedPart>,
+    answers: Mutex<Answers>,
 }
 
 impl Generators {
+    /// Generators whose calls present `client_cert` (`--generator-client-cert-dir`).
+    pub fn with_client_cert(client_cert: Option<client::ClientCert>) -> Generators {
+        Generators {
+            client_cert,
+            ..Generators::default()
+        }
+    }
+
     /// The client of `generator`, built again when its spec changed; Err says what in the
     /// spec is wrong.
     pub fn get(&self, generator: &BootstrapGenerator) -> Result<Arc<Generator>, String> {
@@ -82,7 +85,7 @@ impl Generators {
         }
         let spec = &generator.spec;
         let built = Arc::new(Generator {
-            client: GeneratorClient::new(spec)?,
+            client: GeneratorClient::with_client_cert(spec, self.client_cert.clone())?,
             generation,
             calls: Arc::new(Semaphore::new(spec.max_concurrency())),
             admitted: Arc::new(Semaphore::new(2 * spec.max_concurrency())),
@@ -102,37 +105,21 @@ impl Generators {
 
     /// What config `uid`'s part `part` was answered for idempotency key `key`, if remembered.
     pub fn answer(&self, uid: &str, part: &str, key: &str) -> Option<Arc<GeneratedPart>> {
-        let answers = self.answers.lock().expect("lock");
-        answers
-            .get(uid)?
-            .iter()
-            .find(|a| a.part == part && a.key == key)
-            .map(|a| a.output.clone())
+        self.answers.lock().expect("lock").get(uid, part, key)
     }
 
-    /// Remembers the answer for config `uid`'s part `part` (replacing the part's older one).
-    pub fn remember(
-        &self,
-        uid: &str,
-        part: &str,
-        key: &str,
-        answer: Arc<GeneratedPart>,
-        live: impl FnOnce() -> HashSet<String>,
-    ) {
-        let mut answers = self.answers.lock().expect("lock");
-        let mut entries = answers.get(uid).cloned().unwrap_or_default();
-        entries.retain(|a| a.part != part);
-        entries.push(Answer {
-            part: part.to_owned(),
-            key: key.to_owned(),
-            output: answer,
-        });
-        answers.insert(uid.to_owned(), entries, live);
+    /// Remembers the answer for config `uid`'s part `part` (replacing the part's older one);
+    /// the oldest answers of all go when the bound is reached (see [`answers`]).
+    pub fn remember(&self, uid: &str, part: &str, key: &str, answer: Arc<GeneratedPart>) {
+        self.answers
+            .lock()
+            .expect("lock")
+            .insert(uid, part, key, answer);
     }
 
     /// Forgets the answers of a deleted config.
     pub fn forget_config(&self, uid: &str) {
-        self.answers.lock().expect("lock").remove(uid);
+        self.answers.lock().expect("lock").forget_config(uid);
     }
 }
 
@@ -180,15 +167,14 @@ mod tests {
         let a = generators.get(&generator(1, 4)).unwrap();
         assert!(Arc::ptr_eq(&a, &generators.get(&generator(1, 4)).unwrap()));
         assert!(!Arc::ptr_eq(&a, &generators.get(&generator(2, 4)).unwrap()));
-        let live = || HashSet::from(["u1".to_owned()]);
         let answer = Arc::new(GeneratedPart::default());
-        generators.remember("u1", "net", "k1", answer.clone(), live);
+        generators.remember("u1", "net", "k1", answer.clone());
         assert!(generators.answer("u1", "net", "k1").is_some());
         assert!(
             generators.answer("u1", "net", "k2").is_none(),
             "other inputs"
         );
-        generators.remember("u1", "net", "k2", answer, live);
+        generators.remember("u1", "net", "k2", answer);
         assert!(generators.answer("u1", "net", "k1").is_none(), "replaced");
         generators.forget_config("u1");
         assert!(generators.answer("u1", "net", "k2").is_none());

@@ -89,12 +89,13 @@ pub(crate) async fn ensure(
         .map_err(workload_error)
 }
 
-/// The token a MachinePool's config renders with, and the config's other tokens, to delete
-/// once the data Secret holds it ([`token::stale`]).
+/// The token a MachinePool's config renders with, and the config's other tokens to delete once
+/// the data Secret holds it ([`token::stale`]: those that no longer work).
 pub(crate) struct PoolEnsured {
     /// The token, what was done to it, and when it expires.
     pub ensured: Ensured,
-    /// The IDs of the config's other tokens.
+    /// The IDs of the config's other tokens that no longer work; a replaced one that still
+    /// works stays until it expires.
     pub replaced: Vec<String>,
 }
 
@@ -158,7 +159,7 @@ pub(crate) async fn ensure_pool(
             ((token, action, expires), id)
         }
     };
-    let replaced = token::stale(&found, &in_use)
+    let replaced = token::stale(&found, &in_use, now, ttl)
         .into_iter()
         .map(str::to_owned)
         .collect();

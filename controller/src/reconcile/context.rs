@@ -37,6 +37,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// This controller's build (a digest of its executable), part of every render's inputs.
     pub build: String,
+    /// The client certificate generator calls present (`--generator-client-cert-dir`).
+    pub generator_client_cert: Option<crate::generator::client::ClientCert>,
 }
 
 impl Default for Settings {
@@ -49,6 +51,7 @@ impl Default for Settings {
             workload_timeout: Duration::from_secs(10),
             concurrency: 16,
             build: String::new(),
+            generator_client_cert: None,
         }
     }
 }
@@ -64,6 +67,17 @@ pub(crate) struct Caches {
     pub ca_hashes: Arc<CaHashes>,
     /// Generator clients, one per BootstrapGenerator.
     pub generators: Arc<Generators>,
+}
+
+impl Caches {
+    /// Empty caches; generator calls present the client certificate of `settings`.
+    pub(crate) fn new(settings: &Settings) -> Caches {
+        let generators = Generators::with_client_cert(settings.generator_client_cert.clone());
+        Caches {
+            generators: Arc::new(generators),
+            ..Caches::default()
+        }
+    }
 }
 
 /// How metrics and logs name a config: `<namespace>/<name>`.

@@ -56,6 +56,9 @@ impl Calls<'_> {
         let mut generated = Generated::new();
         for call in self.calls {
             let generator = self.generator(call)?;
+            // Every call is checked at every step, so the first step (before any token exists)
+            // refuses a generator the namespace may not use, whichever step would call it.
+            self.allowed(call, &generator)?;
             if phase.includes(&generator) {
                 let answer = self.answer(call, &generator, context).await?;
                 generated.insert(call.part.clone(), answer);
@@ -85,6 +88,23 @@ impl Calls<'_> {
                 ),
             )
         })
+    }
+
+    /// Whether the config's namespace may use `generator` (`spec.allowedNamespaces`); counted
+    /// as result `not_allowed` when not.
+    fn allowed(&self, call: &Call, generator: &BootstrapGenerator) -> Result<()> {
+        let namespace = self.config.namespace().unwrap_or_default();
+        if generator.spec.allows(&namespace) {
+            return Ok(());
+        }
+        self.ctx.metrics.generator_refused(&call.generator);
+        Err(Error::failed(
+            reason::GENERATOR_NOT_ALLOWED,
+            format!(
+                "{} {}: BootstrapGenerator {} does not allow namespace {namespace} (its spec.allowedNamespaces); it was not called",
+                self.template.display, call.field, call.generator
+            ),
+        ))
     }
 
     /// The answer to `call`: remembered, or asked.
@@ -133,9 +153,8 @@ impl Calls<'_> {
         match answered {
             Ok(part) => {
                 let part = Arc::new(part);
-                let live = || ctx.live_configs();
                 ctx.generators
-                    .remember(&uid, &call.part, &key, part.clone(), live);
+                    .remember(&uid, &call.part, &key, part.clone());
                 info!(generator = %call.generator, part = %call.part, request_id = %request.request_id, "generator answered");
                 Ok(part)
             }

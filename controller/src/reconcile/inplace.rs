@@ -68,7 +68,9 @@ pub(crate) async fn sync(
     };
     if inplace::publish_needed(previous.in_place.as_ref(), generation, updating) {
         let payload = payload(ctx, config, machine, cluster, role, &template).await?;
-        let revision = node_payload::publish(&workload().await?, &node, &payload)
+        let client = workload().await?;
+        let target = target(&client, config, &node).await?;
+        let revision = node_payload::publish(&client, &target, &payload)
             .await
             .map_err(|e| workload_error(&node, e))?;
         info!(%node, %revision, "node payload published");
@@ -103,6 +105,32 @@ pub(crate) async fn sync(
         in_place.condition = Some(condition);
     }
     Ok(Some(in_place))
+}
+
+/// Where the payload goes: the Node `node` as the workload cluster has it now, whose UID and
+/// provider ID the payload is bound to.
+async fn target(
+    client: &kube::Client,
+    config: &BootplateConfig,
+    node: &str,
+) -> Result<node_payload::Target> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let found = nodes
+        .get_opt(node)
+        .await
+        .map_err(|e| workload_error(node, e))?
+        .ok_or_else(|| {
+            Error::waiting(
+                crd_types::conditions::reason::WAITING_FOR_NODE,
+                format!(
+                    "Node {node} (the Machine's status.nodeRef) is not in the workload cluster; its in-place payload is published once it is"
+                ),
+            )
+        })?;
+    Ok(node_payload::Target::new(
+        &found,
+        &config.uid().unwrap_or_default(),
+    ))
 }
 
 fn workload_error(node: &str, e: kube::Error) -> Error {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::core::token::LONGEST_TTL;
+use crate::core::token::{LONGEST_TTL, SHORTEST_TTL};
 use crate::reconcile::context::Settings;
 
 /// Flags of `bootplate run`.
@@ -33,9 +33,9 @@ pub struct RunArgs {
     /// How many configs are reconciled at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
-    /// Lifetime of bootstrap tokens (for example 15m, 1h). Tokens are extended while their
-    /// Machine has not joined, and deleted once it has; a MachinePool's token is rotated
-    /// instead. Both happen when half of the lifetime is left.
+    /// Lifetime of bootstrap tokens (for example 15m, 1h), from 30s to 7d. Tokens are extended
+    /// while their Machine has not joined, and deleted once it has; a MachinePool's token is
+    /// rotated instead. Both happen when half of the lifetime is left.
     #[arg(long, default_value = "15m", value_parser = parse_token_ttl)]
     pub bootstrap_token_ttl: Duration,
     /// Timeout of each request to a workload cluster.
@@ -76,6 +76,12 @@ pub struct RunArgs {
     /// controller's rights. Reloaded when the file changes.
     #[arg(long, value_name = "FILE", requires = "extension_addr")]
     pub extension_client_ca: Option<PathBuf>,
+    /// Directory holding `tls.crt` and `tls.key` of a client certificate that bootplate
+    /// presents on every call to a BootstrapGenerator, so a generator can require it (mutual
+    /// TLS: `bootplate generator serve --client-ca`); new files are picked up within seconds.
+    /// Default: no client certificate.
+    #[arg(long, value_name = "DIR")]
+    pub generator_client_cert_dir: Option<PathBuf>,
     /// Elect a leader among replicas with a coordination.k8s.io/v1 Lease; only the leader
     /// reconciles. Standbys take over when the leader dies or releases the Lease on SIGTERM.
     #[arg(long)]
@@ -129,14 +135,19 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// A bootstrap token lifetime: a duration of at most [`LONGEST_TTL`] (a year), so token
-/// expiries stay far from the end of time.
+/// A bootstrap token lifetime: from [`SHORTEST_TTL`] to [`LONGEST_TTL`] (see there why).
 fn parse_token_ttl(text: &str) -> Result<Duration, String> {
     let ttl = parse_duration(text)?;
     if ttl > LONGEST_TTL {
         return Err(format!(
             "{text} is longer than a bootstrap token may live ({})",
             humantime::format_duration(LONGEST_TTL)
+        ));
+    }
+    if ttl < SHORTEST_TTL {
+        return Err(format!(
+            "{text} is shorter than a bootstrap token may live ({}): its token would be extended every few seconds",
+            humantime::format_duration(SHORTEST_TTL)
         ));
     }
     Ok(ttl)
@@ -165,11 +176,8 @@ impl RunArgs {
 
     /// Checks relations between flags that clap cannot express.
     pub fn validate(&self) -> Result<(), String> {
-        if self.leader_elect
-            && (self.leader_elect_renew_deadline >= self.leader_elect_lease_duration
-                || self.leader_elect_retry_period >= self.leader_elect_renew_deadline)
-        {
-            return Err("leader election needs --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration".into());
+        if self.leader_elect {
+            crate::runtime::leader::check_timing(&self.leader_timing())?;
         }
         if self.extension_addr.is_some() && self.extension_client_ca.is_none() {
             return Err("--extension-addr needs --extension-client-ca: the extension answers only Cluster API, known by its client certificate (docs/operations.md)".into());
@@ -196,6 +204,7 @@ impl RunArgs {
             workload_timeout: self.workload_timeout,
             concurrency: self.concurrency,
             build: String::new(),
+            generator_client_cert: None,
         }
     }
 }
@@ -284,7 +293,69 @@ mod tests {
             "{error}"
         );
         assert!(ttl("0s").unwrap_err().contains("must be more than zero"));
-        assert_eq!(ttl("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(ttl("366days"), Ok(LONGEST_TTL));
+    }
+
+    #[test]
+    fn bootstrap_token_ttl_is_at_least_30_seconds_and_at_most_7_days() {
+        // (flag, accepted lifetime or the words of the refusal)
+        let cases: [(&str, Result<Duration, &str>); 7] = [
+            ("15m", Ok(Duration::from_secs(900))),
+            ("30s", Ok(SHORTEST_TTL)),
+            ("7d", Ok(LONGEST_TTL)),
+            (
+                "1s",
+                Err("1s is shorter than a bootstrap token may live (30s)"),
+            ),
+            (
+                "29s",
+                Err("29s is shorter than a bootstrap token may live (30s)"),
+            ),
+            (
+                "8d",
+                Err("8d is longer than a bootstrap token may live (7days)"),
+            ),
+            (
+                "366days",
+                Err("366days is longer than a bootstrap token may live"),
+            ),
+        ];
+        for (flag, expected) in cases {
+            match (ttl(flag), expected) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{flag}"),
+                (Err(error), Err(words)) => {
+                    assert!(error.contains("--bootstrap-token-ttl"), "{error}");
+                    assert!(error.contains(words), "{flag}: {error}");
+                }
+                (got, _) => panic!("{flag}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn leader_flags_that_let_two_leaders_overlap_are_refused_at_startup() {
+        let leader = |lease: &str, renew: &str, retry: &str| {
+            run(&[
+                "--leader-elect",
+                "--leader-elect-lease-duration",
+                lease,
+                "--leader-elect-renew-deadline",
+                renew,
+                "--leader-elect-retry-period",
+                retry,
+            ])
+            .validate()
+        };
+        assert_eq!(run(&["--leader-elect"]).validate(), Ok(()), "the defaults");
+        assert_eq!(leader("20s", "15s", "1s"), Ok(()));
+        let error = leader("15s", "14s", "2s").unwrap_err();
+        assert!(
+            error.contains("--leader-elect-lease-duration (15s)")
+                && error.contains("--leader-elect-renew-deadline (14s)")
+                && error.contains("--leader-elect-retry-period (2s)"),
+            "{error}"
+        );
+        // Without --leader-elect the timing flags are not used, and not checked.
+        let unused = ["--leader-elect-lease-duration", "1s"];
+        assert_eq!(run(&unused).validate(), Ok(()));
     }
 }

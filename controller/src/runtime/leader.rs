@@ -40,6 +40,38 @@ pub struct Timing {
     pub retry_period: Duration,
 }
 
+/// The least time kept between the moment a leader that cannot renew stops (the renew
+/// deadline after its last renewal started) and the moment a standby may take over (the lease
+/// duration after it saw that renewal), besides a retry period: a tenth of the lease duration,
+/// and at least this. It covers the leader's stopping of its reconciles and clocks that run at
+/// slightly different rates.
+const LEAST_MARGIN: Duration = Duration::from_secs(1);
+
+/// Whether `timing` keeps two leaders from reconciling at once; Err names the flags and says
+/// what they must satisfy.
+pub fn check_timing(timing: &Timing) -> Result<(), String> {
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    if timing.retry_period >= timing.renew_deadline {
+        return Err(format!(
+            "--leader-elect-retry-period ({}) must be shorter than --leader-elect-renew-deadline ({}): the leader must get to retry a failed renewal before it gives up",
+            show(timing.retry_period),
+            show(timing.renew_deadline)
+        ));
+    }
+    let margin = (timing.lease_duration / 10).max(LEAST_MARGIN);
+    let needed = timing.renew_deadline + timing.retry_period + margin;
+    if needed > timing.lease_duration {
+        return Err(format!(
+            "--leader-elect-renew-deadline ({}) + --leader-elect-retry-period ({}) must be at least {} shorter than --leader-elect-lease-duration ({}): a leader that cannot renew stops at the renew deadline, and a standby takes over after the lease duration, so a shorter lease lets two leaders reconcile at once",
+            show(timing.renew_deadline),
+            show(timing.retry_period),
+            show(margin),
+            show(timing.lease_duration)
+        ));
+    }
+    Ok(())
+}
+
 /// One participant of the election.
 pub struct LeaderElection {
     api: Api<Lease>,
@@ -134,7 +166,12 @@ impl LeaderElection {
     pub async fn hold(&self, acquired: Instant) {
         let mut last_renewal = acquired;
         loop {
-            tokio::time::sleep(self.timing.retry_period).await;
+            // The next attempt comes a retry period later, but the wait ends at the renew
+            // deadline: a leader whose last attempt failed or timed out near the deadline stops
+            // at the deadline, not a retry period after it (a standby may lead by then).
+            let deadline = last_renewal + self.timing.renew_deadline;
+            tokio::time::sleep_until((Instant::now() + self.timing.retry_period).min(deadline))
+                .await;
             let started = Instant::now();
             let Some(budget) = renewal_budget(last_renewal, started, self.timing.renew_deadline)
             else {
@@ -268,6 +305,76 @@ mod tests {
         assert!(!expired(&mut observed, "101", start + 17 * SECOND, lease));
         assert!(!expired(&mut observed, "101", start + 31 * SECOND, lease));
         assert!(expired(&mut observed, "101", start + 33 * SECOND, lease));
+    }
+
+    /// A client whose every request hangs (`answer: None`) or fails at once.
+    fn apiserver(hangs: bool) -> Client {
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| async move {
+            if hangs {
+                std::future::pending::<()>().await;
+            }
+            Err::<http::Response<kube::client::Body>, _>(std::io::Error::other("unreachable"))
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_cannot_renew_stops_at_the_renew_deadline_not_a_retry_period_later() {
+        // The renew deadline is not a multiple of the retry period: the attempt at 0.8 s fails
+        // (at once, or by timing out at the deadline), and the next would come at 1.6 s.
+        let timing = Timing {
+            lease_duration: 3 * SECOND,
+            renew_deadline: SECOND,
+            retry_period: Duration::from_millis(800),
+        };
+        for hangs in [false, true] {
+            let election =
+                LeaderElection::new(apiserver(hangs), "ns", "lease", "me".into(), timing.clone());
+            let acquired = Instant::now();
+            election.hold(acquired).await;
+            let held = acquired.elapsed();
+            assert!(
+                held >= timing.renew_deadline && held < Duration::from_millis(1300),
+                "hanging apiserver: {hangs}: leadership held {held:?} after the last renewal"
+            );
+        }
+    }
+
+    #[test]
+    fn timings_that_let_two_leaders_overlap_are_refused_naming_the_flags() {
+        let timing = |lease, renew, retry| Timing {
+            lease_duration: Duration::from_millis(lease),
+            renew_deadline: Duration::from_millis(renew),
+            retry_period: Duration::from_millis(retry),
+        };
+        // (lease, renew deadline, retry period in ms, the flag named in the refusal)
+        let cases = [
+            (15_000, 10_000, 2_000, None),
+            (20_000, 15_000, 1_000, None),
+            (15_000, 10_000, 1_000, None),
+            // 10 + 2 + a margin of 1.3 s: the lease is 0.3 s short.
+            (13_000, 10_000, 2_000, Some("--leader-elect-lease-duration")),
+            // Passed the old check (retry < renew < lease), with no room for a retry period.
+            (15_000, 14_000, 2_000, Some("--leader-elect-lease-duration")),
+            (15_000, 13_500, 500, Some("--leader-elect-lease-duration")),
+            // The margin is at least a second.
+            (4_000, 2_000, 1_500, Some("--leader-elect-lease-duration")),
+            (15_000, 2_000, 2_000, Some("--leader-elect-retry-period")),
+        ];
+        for (lease, renew, retry, refused) in cases {
+            let checked = check_timing(&timing(lease, renew, retry));
+            match refused {
+                None => assert_eq!(checked, Ok(()), "{lease}/{renew}/{retry}"),
+                Some(flag) => {
+                    let message = checked.expect_err(&format!("{lease}/{renew}/{retry}"));
+                    assert!(message.contains(flag), "{message}");
+                    assert!(
+                        message.contains("--leader-elect-renew-deadline"),
+                        "{message}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -67,7 +67,7 @@ impl Metrics {
         let templates = gauge_vec(&r, "bootplate_templates", "Templates by validity (valid, invalid).", &["validity"]);
         let time_to_ready = Histogram::with_opts(HistogramOpts::new("bootplate_config_time_to_ready_seconds", "Time from a config's creation until its data Secret was first written.").buckets(vec![1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0])).expect("valid metric");
         let oldest_waiting = IntGauge::new("bootplate_oldest_waiting_config_age_seconds", "Age of the oldest config that is not ready (waiting or failed); 0 when none.").expect("valid metric");
-        let generator_requests = counter_vec(&r, "bootplate_generator_requests_total", "Requests to BootstrapGenerators by generator and result (success, refused, http_error, timeout, unreachable, too_large, invalid).", &["generator", "result"]);
+        let generator_requests = counter_vec(&r, "bootplate_generator_requests_total", "Requests to BootstrapGenerators by generator and result (success, refused, http_error, timeout, unreachable, too_large, invalid), and calls not made because the config's namespace may not use the generator (not_allowed).", &["generator", "result"]);
         let generator_duration = histogram_vec(&r, "bootplate_generator_request_duration_seconds", "Time one request to a BootstrapGenerator took, answer read and checked, by generator.", vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0], &["generator"]);
         let inplace_updates = counter_vec(&r, "bootplate_inplace_updates_total", "In-place updates of booted machines by result: started, succeeded, failed (the node reported a failed step).", &["result"]);
         let oldest_inplace_update = IntGauge::new("bootplate_oldest_inplace_update_age_seconds", "Age of the oldest in-place update still in progress (Cluster API marked the machine, its node has not reported the payload applied); 0 when none.").expect("valid metric");
@@ -155,6 +155,14 @@ impl Metrics {
         self.generator_duration
             .with_label_values(&[generator])
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts a call to generator `generator` refused before it was made: the config's
+    /// namespace is not in its `spec.allowedNamespaces` (result `not_allowed`).
+    pub fn generator_refused(&self, generator: &str) {
+        self.generator_requests
+            .with_label_values(&[generator, "not_allowed"])
+            .inc();
     }
 
     /// Counts a data Secret write.

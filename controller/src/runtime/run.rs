@@ -74,12 +74,18 @@ pub async fn main(args: crate::runtime::flags::RunArgs) -> anyhow::Result<()> {
         );
         crate::extension::serve(addr, cert_dir, callers, client.clone(), metrics.clone()).await?;
     }
+    let mut settings = args.settings();
+    if let Some(dir) = &args.generator_client_cert_dir {
+        let cert = crate::webhook::tls::ReloadingCert::watch(dir)
+            .map_err(|e| anyhow::anyhow!("--generator-client-cert-dir {}: {e}", dir.display()))?;
+        settings.generator_client_cert = Some(cert);
+    }
     let stopped = stop_signal();
     // Hashing the executable takes a moment: a standby is ready meanwhile.
     let build = tokio::task::spawn_blocking(build_id);
     let running = Running {
         client,
-        settings: args.settings(),
+        settings,
         build,
         metrics,
         readiness,
@@ -479,7 +485,7 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let caches = Caches::default();
+    let caches = Caches::new(&settings);
     let (deleted_tx, deleted_rx) = deleted::channel();
     let pools = machine_pools_served(&client).await?;
     let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);
@@ -491,7 +497,7 @@ pub async fn run(
         metrics,
         caches,
     ));
-    tokio::spawn(deleted::delete_tokens(ctx.clone(), deleted_rx));
+    tokio::spawn(deleted::clean_up_deleted(ctx.clone(), deleted_rx));
     tokio::spawn(ready_once_synced(ctx.clone(), readiness));
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = |tx: &tokio::sync::broadcast::Sender<()>| {
@@ -749,7 +755,7 @@ where
 
 /// Drops a deleted config from the per-state gauges and the oldest-waiting age (configs carry
 /// no finalizer either, and one deleted while waiting would otherwise age and alert forever),
-/// and hands it to the task that deletes its tokens.
+/// and hands it to the task that deletes its tokens and node payload.
 fn forget_config(
     metrics: Arc<Metrics>,
     deleted: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,

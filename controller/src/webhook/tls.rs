@@ -217,6 +217,21 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+/// The same files serve as a client certificate (bootplate's, on calls to generators).
+impl rustls::client::ResolvesClientCert for ReloadingCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().expect("cert lock").clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 fn modified(dir: &Path) -> Option<(SystemTime, SystemTime)> {
     Some((
         modified_at(&dir.join("tls.crt"))?,

@@ -1,6 +1,7 @@
 //! A watch on the workload cluster's bootstrap tokens that checks, at every deletion, that the
-//! data Secret of a MachinePool's config no longer hands out the deleted token: a pool's
-//! replaced token goes only after its Secret holds the new one.
+//! data Secret of a MachinePool's config no longer hands out the deleted token (a pool's
+//! replaced token goes only after its Secret holds the new one) and that the token had expired
+//! (an instance started from an older copy of the user-data can join until then).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -25,6 +26,8 @@ pub struct TokenHistory {
     pub deleted: Vec<String>,
     /// Deleted tokens the data Secret still held when their deletion was seen.
     pub deleted_while_handed_out: Vec<String>,
+    /// Deleted tokens whose `expiration` was still ahead when their deletion was seen.
+    pub deleted_before_expiry: Vec<String>,
 }
 
 /// The running watch; stopped on drop.
@@ -70,6 +73,9 @@ impl TokenWatch {
                         if held.as_deref() == Some(id.as_str()) {
                             history.deleted_while_handed_out.push(id.clone());
                         }
+                        if still_valid(&secret) {
+                            history.deleted_before_expiry.push(id.clone());
+                        }
                         history.deleted.push(id);
                     }
                 }
@@ -96,6 +102,20 @@ fn token_id(secret: &Secret) -> String {
     name.strip_prefix("bootstrap-token-")
         .unwrap_or(&name)
         .to_owned()
+}
+
+/// Whether token Secret `secret` has an `expiration` that is still ahead (a token without one
+/// never expires, and counts as valid).
+fn still_valid(secret: &Secret) -> bool {
+    let expiration = (secret.data.as_ref())
+        .and_then(|d| d.get("expiration"))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+    match expiration {
+        None => true,
+        Some(text) => text
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .is_ok_and(|expires| expires > k8s_openapi::jiff::Timestamp::now()),
+    }
 }
 
 /// The ID of the token the data Secret `name` hands out now, if any.

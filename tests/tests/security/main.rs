@@ -8,3 +8,6 @@ mod kubeconfig;
 mod rbac_namespaced;
 
 mod servers;
+
+mod generator_access;
+mod node_payload;
