@@ -5,23 +5,34 @@
 //! names the part and the step comes out.
 //!
 //! What the agent wrote is remembered in a state file under the root, so a later payload can
-//! remove it and drift (a file changed by hand) is put back on the next pass.
+//! remove it and drift (a file changed by hand) is put back on the next pass. So is what is
+//! still owed: a `daemon-reload` or restart that failed is tried again on the next pass even
+//! though no file changes any more, and the commands' progress through a revision (`progress`)
+//! keeps a failing part's back-off across passes and restarts.
+//!
+//! Every path is opened through `safe_fs` (no link followed, only root-owned directories), and
+//! every program through `program` (a timeout, a redacted report).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, SystemTime};
 
 use crd_types::payload::{NodePayload, PayloadPart};
 use serde::{Deserialize, Serialize};
 
 use crate::owner::Owners;
+use crate::progress::{CommandProgress, Next};
+use crate::safe_fs::{FileSpec, Root};
 
 /// Where the agent keeps what it applied, under the root.
 pub const STATE_PATH: &str = "/var/lib/bootplate-agent/state.json";
 const UNIT_DIR: &str = "/etc/systemd/system";
+/// The longest state file, `/etc/passwd` or `/etc/group` the agent reads.
+const READ_LIMIT: u64 = 16 << 20;
+/// How long a command or systemctl call may run unless told otherwise.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// How the agent reaches the node.
 #[derive(Clone, Debug)]
@@ -32,6 +43,8 @@ pub struct Node {
     pub systemctl: OsString,
     /// The shell that runs commands (`sh -c COMMAND`).
     pub shell: OsString,
+    /// How long one command or systemctl call may run before its process group is killed.
+    pub command_timeout: Duration,
 }
 
 /// A step that failed: the part it belongs to, what was being done, and why.
@@ -42,8 +55,18 @@ pub struct ApplyError {
     pub part: String,
     /// The step, for example `write /etc/containerd/config.toml` or `command 2`.
     pub step: String,
-    /// The cause.
+    /// The cause (a program's output appears only as a short redacted tail).
     pub message: String,
+}
+
+impl ApplyError {
+    fn new(part: &str, step: impl Into<String>, message: impl ToString) -> ApplyError {
+        ApplyError {
+            part: part.to_owned(),
+            step: step.into(),
+            message: message.to_string(),
+        }
+    }
 }
 
 /// What one pass changed.
@@ -61,7 +84,7 @@ pub struct Applied {
     pub commands_ran: bool,
 }
 
-/// What the agent applied before (the state file).
+/// What the agent applied before, and what it still owes (the state file).
 #[derive(Serialize, Deserialize, Debug, Default)]
 #[serde(rename_all = "camelCase")]
 struct State {
@@ -71,6 +94,15 @@ struct State {
     units: BTreeSet<String>,
     /// The revision whose commands completed.
     commands_revision: Option<String>,
+    /// A `daemon-reload` is owed (a unit file changed and the reload has not succeeded yet).
+    #[serde(default)]
+    pending_reload: bool,
+    /// Units whose restart is owed.
+    #[serde(default)]
+    pending_restarts: BTreeSet<String>,
+    /// How far the commands of a revision that has not completed got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    commands: Option<CommandProgress>,
 }
 
 /// A file the payload wants, with the part it belongs to and, for unit files and drop-ins,
@@ -85,28 +117,50 @@ struct Desired<'a> {
 }
 
 impl Node {
+    /// A node at `root` with the system's `systemctl` and `sh` and the default timeout.
+    pub fn at(root: impl Into<PathBuf>) -> Node {
+        Node {
+            root: root.into(),
+            systemctl: "systemctl".into(),
+            shell: "sh".into(),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+        }
+    }
+
     /// The node's path `path` (absolute) under the root.
     pub fn path(&self, path: &str) -> PathBuf {
         self.root.join(path.trim_start_matches('/'))
     }
 
-    /// Applies `payload`: see the module doc. Stops at the first failing step; what was written
-    /// before it stays (each file whole, old or new) and is remembered for the next pass.
+    /// Applies `payload` now: see `apply_at`.
     pub fn apply(&self, payload: &NodePayload) -> Result<Applied, ApplyError> {
-        let mut state = self.load_state()?;
+        self.apply_at(payload, SystemTime::now())
+    }
+
+    /// Applies `payload` at `now` (the clock of the commands' back-off): see the module doc.
+    /// Stops at the first failing step; what was written before it stays (each file whole, old
+    /// or new) and is remembered for the next pass, with what is still owed.
+    pub fn apply_at(&self, payload: &NodePayload, now: SystemTime) -> Result<Applied, ApplyError> {
+        let root = Root::open(&self.root).map_err(|e| ApplyError::new("-", "open /", e))?;
+        let mut state = load_state(&root)?;
         let revision = payload.revision();
-        let result = self.apply_with(payload, &revision, &mut state);
-        self.save_state(&state)?;
+        let now = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let result = self.apply_with(&root, payload, &revision, &mut state, now);
+        save_state(&root, &state)?;
         result
     }
 
     fn apply_with(
         &self,
+        root: &Root,
         payload: &NodePayload,
         revision: &str,
         state: &mut State,
+        now: u64,
     ) -> Result<Applied, ApplyError> {
-        let owners = Owners::read(&self.root);
+        let owners = read_owners(root)?;
         let desired = desired_files(payload)?;
         let mut applied = Applied {
             revision: revision.to_owned(),
@@ -116,14 +170,18 @@ impl Node {
         let mut changed_units = BTreeSet::new();
         let mut changed_parts = BTreeSet::new();
         for file in &desired {
-            let fail = |message: String| ApplyError {
-                part: file.part.to_owned(),
-                step: format!("write {}", file.path),
-                message,
+            let fail = |message: String| {
+                ApplyError::new(file.part, format!("write {}", file.path), message)
             };
             let (uid, gid) = owners.resolve(file.owner).map_err(fail)?;
-            let written = write_if_different(&self.path(&file.path), file, uid, gid)
-                .map_err(|e| fail(e.to_string()))?;
+            let spec = FileSpec {
+                content: file.content,
+                mode: file.mode,
+                uid,
+                gid,
+            };
+            let written =
+                (root.write_if_different(&file.path, spec)).map_err(|e| fail(e.to_string()))?;
             state.files.insert(file.path.clone(), file.part.to_owned());
             if written {
                 applied.written.push(file.path.clone());
@@ -139,43 +197,89 @@ impl Node {
             .flat_map(|p| p.units.iter().map(|u| u.name.as_str()))
             .collect();
         self.remove_stale(
+            root,
             &desired,
             &wanted_units,
             state,
             &mut applied,
             &mut changed_units,
         )?;
-        if !changed_units.is_empty() {
-            self.systemctl(first_part(payload), &["daemon-reload"])?;
-        }
-        for part in &payload.parts {
-            for unit in part.units.iter().filter(|u| u.enable) {
-                let restart =
-                    changed_units.contains(&unit.name) || changed_parts.contains(&part.name);
-                if !state.units.contains(&unit.name) || changed_units.contains(&unit.name) {
-                    self.systemctl(&part.name, &["enable", &unit.name])?;
-                }
-                state.units.insert(unit.name.clone());
-                if restart {
-                    self.systemctl(&part.name, &["restart", &unit.name])?;
-                    applied.restarted.push(unit.name.clone());
-                }
-            }
-        }
+        owe_reload_and_restarts(payload, state, &changed_units, &changed_parts);
+        self.reload_enable_restart(payload, state, &changed_units, &mut applied)?;
         if state.commands_revision.as_deref() != Some(revision) {
-            for part in &payload.parts {
-                self.run_commands(part)?;
-            }
+            let mut progress = CommandProgress::for_revision(state.commands.take(), revision);
+            let ran = self.run_parts_commands(payload, &mut progress, now);
+            state.commands = Some(progress);
+            ran?;
+            state.commands = None;
             state.commands_revision = Some(revision.to_owned());
             applied.commands_ran = true;
         }
         Ok(applied)
     }
 
+    /// Pays what is owed: `daemon-reload`, then for each enabled unit `enable` when it is new
+    /// or changed and `restart` when one is owed. Each debt is cleared only once its call
+    /// succeeded, so a failed one is tried again on the next pass.
+    fn reload_enable_restart(
+        &self,
+        payload: &NodePayload,
+        state: &mut State,
+        changed_units: &BTreeSet<String>,
+        applied: &mut Applied,
+    ) -> Result<(), ApplyError> {
+        if state.pending_reload {
+            self.systemctl(first_part(payload), &["daemon-reload"])?;
+            state.pending_reload = false;
+        }
+        for part in &payload.parts {
+            for unit in part.units.iter().filter(|u| u.enable) {
+                if !state.units.contains(&unit.name) || changed_units.contains(&unit.name) {
+                    self.systemctl(&part.name, &["enable", &unit.name])?;
+                }
+                state.units.insert(unit.name.clone());
+                if state.pending_restarts.contains(&unit.name) {
+                    self.systemctl(&part.name, &["restart", &unit.name])?;
+                    state.pending_restarts.remove(&unit.name);
+                    applied.restarted.push(unit.name.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the commands of each part not yet done for this revision, in order; a part that
+    /// failed waits out its back-off (`progress`), and stops the parts after it.
+    fn run_parts_commands(
+        &self,
+        payload: &NodePayload,
+        progress: &mut CommandProgress,
+        now: u64,
+    ) -> Result<(), ApplyError> {
+        for part in &payload.parts {
+            match progress.next(&part.name, now) {
+                Next::Done => continue,
+                Next::Wait(failing) => {
+                    return Err(ApplyError::new(&part.name, &failing.step, &failing.message));
+                }
+                Next::Run => {}
+            }
+            match self.run_commands(part) {
+                Ok(()) => progress.succeeded(&part.name),
+                Err(e) => {
+                    let failing = progress.failed(&part.name, &e.step, &e.message, now);
+                    return Err(ApplyError::new(&part.name, &failing.step, &failing.message));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Removes what the state holds and the payload no longer has; a unit no longer wanted is
     /// stopped and disabled first.
     fn remove_stale(
         &self,
+        root: &Root,
         desired: &[Desired],
         wanted_units: &BTreeSet<&str>,
         state: &mut State,
@@ -196,16 +300,10 @@ impl Node {
             .map(|(path, part)| (path.clone(), part.clone()))
             .collect();
         for (path, part) in stale {
-            match std::fs::remove_file(self.path(&path)) {
-                Ok(()) => applied.removed.push(path.clone()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(ApplyError {
-                        part,
-                        step: format!("remove {path}"),
-                        message: e.to_string(),
-                    });
-                }
+            let removed = (root.remove(&path))
+                .map_err(|e| ApplyError::new(&part, format!("remove {path}"), e))?;
+            if removed {
+                applied.removed.push(path.clone());
             }
             if let Some(unit) = unit_of(&path) {
                 changed_units.insert(unit.to_owned());
@@ -219,95 +317,82 @@ impl Node {
 
     fn systemctl(&self, part: &str, args: &[&str]) -> Result<(), ApplyError> {
         let step = format!("systemctl {}", args.join(" "));
-        let output = Command::new(&self.systemctl)
-            .args(args)
-            .output()
-            .map_err(|e| ApplyError {
-                part: part.to_owned(),
-                step: step.clone(),
-                message: format!("cannot run {}: {e}", self.systemctl.to_string_lossy()),
-            })?;
-        check_output(part, step, &output)
+        let mut command = Command::new(&self.systemctl);
+        command.args(args);
+        crate::program::run(&mut command, self.command_timeout)
+            .map_err(|e| ApplyError::new(part, step, e))
     }
 
     fn run_commands(&self, part: &PayloadPart) -> Result<(), ApplyError> {
         for (i, command) in part.commands.iter().enumerate() {
-            let step = format!("command {i}");
-            let output = Command::new(&self.shell)
+            let mut shell = Command::new(&self.shell);
+            shell
                 .arg("-c")
                 .arg(command)
                 .current_dir(&self.root)
-                .env("BOOTPLATE_ROOT", &self.root)
-                .output()
-                .map_err(|e| ApplyError {
-                    part: part.name.clone(),
-                    step: step.clone(),
-                    message: format!("cannot run {}: {e}", self.shell.to_string_lossy()),
-                })?;
-            check_output(&part.name, step, &output)?;
+                .env("BOOTPLATE_ROOT", &self.root);
+            crate::program::run(&mut shell, self.command_timeout)
+                .map_err(|e| ApplyError::new(&part.name, format!("command {i}"), e))?;
         }
         Ok(())
     }
+}
 
-    fn load_state(&self) -> Result<State, ApplyError> {
-        let fail = |message: String| ApplyError {
-            part: "-".into(),
-            step: format!("read {STATE_PATH}"),
-            message,
-        };
-        match std::fs::read(self.path(STATE_PATH)) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-            Err(e) => Err(fail(e.to_string())),
+/// Records what the changes of this pass owe: a `daemon-reload` when a unit file or drop-in
+/// changed or went away, a restart of each enabled unit whose own files or whose part's files
+/// changed. What was owed before and is still wanted stays owed.
+fn owe_reload_and_restarts(
+    payload: &NodePayload,
+    state: &mut State,
+    changed_units: &BTreeSet<String>,
+    changed_parts: &BTreeSet<String>,
+) {
+    state.pending_reload |= !changed_units.is_empty();
+    let mut enabled = BTreeSet::new();
+    for part in &payload.parts {
+        for unit in part.units.iter().filter(|u| u.enable) {
+            enabled.insert(unit.name.clone());
+            if changed_units.contains(&unit.name) || changed_parts.contains(&part.name) {
+                state.pending_restarts.insert(unit.name.clone());
+            }
         }
     }
+    // A unit that left the payload was stopped; restarting it is no longer owed.
+    state.pending_restarts.retain(|u| enabled.contains(u));
+}
 
-    fn save_state(&self, state: &State) -> Result<(), ApplyError> {
-        let json = serde_json::to_vec_pretty(state).expect("the state always serializes");
-        let path = self.path(STATE_PATH);
-        let (uid, gid) = (current_ids(&self.root)).unwrap_or((0, 0));
-        let file = Desired {
-            part: "-",
-            unit: None,
-            path: STATE_PATH.into(),
-            mode: 0o600,
-            owner: "",
-            content: &json,
-        };
-        write_if_different(&path, &file, uid, gid)
-            .map(|_| ())
-            .map_err(|e| ApplyError {
-                part: "-".into(),
-                step: format!("write {STATE_PATH}"),
-                message: e.to_string(),
-            })
+fn load_state(root: &Root) -> Result<State, ApplyError> {
+    let fail = |message: String| ApplyError::new("-", format!("read {STATE_PATH}"), message);
+    match root.read(STATE_PATH, READ_LIMIT) {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string())),
+        Ok(None) => Ok(State::default()),
+        Err(e) => Err(fail(e.to_string())),
     }
 }
 
-/// The owner the root directory has: the state file gets it (root on a node).
-fn current_ids(root: &Path) -> Option<(u32, u32)> {
-    std::fs::metadata(root).ok().map(|m| (m.uid(), m.gid()))
+/// The state file, mode 0600, owned as the root directory is (root on a node).
+fn save_state(root: &Root, state: &State) -> Result<(), ApplyError> {
+    let fail = |message: String| ApplyError::new("-", format!("write {STATE_PATH}"), message);
+    let json = serde_json::to_vec_pretty(state).expect("the state always serializes");
+    let (uid, gid) = root.owner().map_err(|e| fail(e.to_string()))?;
+    let spec = FileSpec {
+        content: &json,
+        mode: 0o600,
+        uid,
+        gid,
+    };
+    (root.write_if_different(STATE_PATH, spec))
+        .map(|_| ())
+        .map_err(|e| fail(e.to_string()))
 }
 
-fn check_output(part: &str, step: String, output: &std::process::Output) -> Result<(), ApplyError> {
-    if output.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let tail: String = stderr
-        .trim()
-        .chars()
-        .rev()
-        .take(300)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    Err(ApplyError {
-        part: part.to_owned(),
-        step,
-        message: format!("{}: {tail}", output.status),
-    })
+/// The node's users and groups, read without following links (a missing file counts as empty).
+fn read_owners(root: &Root) -> Result<Owners, ApplyError> {
+    let read = |path: &str| match root.read(path, READ_LIMIT) {
+        Ok(bytes) => Ok(String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned()),
+        Err(e) => Err(ApplyError::new("-", format!("read {path}"), e)),
+    };
+    Ok(Owners::parse(&read("/etc/passwd")?, &read("/etc/group")?))
 }
 
 fn first_part(payload: &NodePayload) -> &str {
@@ -394,44 +479,6 @@ fn unit_of(path: &str) -> Option<&str> {
         Some((dir, _)) => dir.strip_suffix(".d"),
         None => Some(rest),
     }
-}
-
-/// Writes `file` at `target` unless it already has the content, mode and owner: into a
-/// temporary file in the same directory, synced, then renamed over the target, so a reader (or
-/// a crash) sees the old file or the new one, never a part. Returns whether it wrote.
-fn write_if_different(target: &Path, file: &Desired, uid: u32, gid: u32) -> std::io::Result<bool> {
-    if let Ok(meta) = std::fs::symlink_metadata(target)
-        && meta.is_file()
-        && meta.mode() & 0o7777 == file.mode
-        && meta.uid() == uid
-        && meta.gid() == gid
-        && std::fs::read(target)? == file.content
-    {
-        return Ok(false);
-    }
-    let dir = target.parent().expect("a node path has a parent");
-    std::fs::create_dir_all(dir)?;
-    let name = target.file_name().expect("a node path names a file");
-    let mut temp_name = OsString::from(".");
-    temp_name.push(name);
-    temp_name.push(".bootplate-tmp");
-    let temp = dir.join(temp_name);
-    let written = (|| {
-        let mut out = std::fs::File::create(&temp)?;
-        out.write_all(file.content)?;
-        out.set_permissions(std::fs::Permissions::from_mode(file.mode))?;
-        let meta = out.metadata()?;
-        if meta.uid() != uid || meta.gid() != gid {
-            std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
-        }
-        out.sync_all()?;
-        std::fs::rename(&temp, target)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written.map(|()| true)
 }
 
 #[cfg(test)]

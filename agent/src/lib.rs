@@ -2,7 +2,7 @@
 //! applied.
 //!
 //! ```text
-//! let node = Node { root: "/".into(), systemctl: "systemctl".into(), shell: "sh".into() };
+//! let node = Node::at("/");                 // systemctl, sh, a 10m timeout per command
 //! let applied = node.apply(&payload)?;   // files, units, restarts, commands once per revision
 //! report::applied(&nodes, name, &applied.revision).await?;
 //! ```
@@ -12,7 +12,12 @@
 
 pub mod apply;
 pub mod binding;
+pub mod identity;
 pub mod owner;
+pub mod program;
+pub mod progress;
+pub mod redact;
+pub mod safe_fs;
 pub mod watch;
 
 pub use apply::{Applied, ApplyError, Node};

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agent::Node;
+use agent::identity::Identity;
 use agent::watch::Agent;
 use clap::Parser;
 
@@ -16,7 +17,8 @@ struct Flags {
     /// This node's name (its Node object; the payload Secret is kube-system/bootplate-node-<name>).
     #[arg(long, env = "NODE_NAME")]
     node_name: String,
-    /// A kubeconfig with the node's identity (system:node:<name>), usually the kubelet's.
+    /// A kubeconfig with the node's identity (system:node:<name>), usually the kubelet's. It and
+    /// the files it names are read again before each pass: a rotated certificate is used.
     #[arg(
         long,
         env = "KUBECONFIG",
@@ -36,6 +38,10 @@ struct Flags {
     /// The shell that runs the parts' commands (`SHELL -c COMMAND`).
     #[arg(long, default_value = "sh")]
     shell: PathBuf,
+    /// How long one command or systemctl call may run; then its whole process group is killed
+    /// and the step is reported as timed out.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    command_timeout: Duration,
     /// Apply once and exit (non-zero when the pass failed).
     #[arg(long)]
     once: bool,
@@ -49,17 +55,19 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let flags = Flags::parse();
-    let kubeconfig = kube::config::Kubeconfig::read_from(&flags.kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let agent = Agent {
-        client: kube::Client::try_from(config)?,
+        identity: Identity::kubeconfig(&flags.kubeconfig),
         node_name: flags.node_name,
         node: Node {
             root: flags.root,
             systemctl: flags.systemctl.into(),
             shell: flags.shell.into(),
+            command_timeout: flags.command_timeout,
         },
     };
+    // A kubeconfig that does not load stops the agent at once; later it is read before each
+    // pass (a rotated certificate is picked up).
+    agent.identity.client().await?;
     if flags.once {
         match agent.pass().await? {
             agent::watch::Pass::Failed(message) => anyhow::bail!(message),

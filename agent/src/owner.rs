@@ -1,9 +1,8 @@
-//! `user:group` to numeric ids, from the node's own `/etc/passwd` and `/etc/group` (under the
-//! root, so a directory root resolves against its own files). `root` and numeric ids need no
-//! entry.
+//! `user:group` to numeric ids, from the node's own `/etc/passwd` and `/etc/group` (read under
+//! the root by `apply`, so a directory root resolves against its own files). `root` and numeric
+//! ids need no entry.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// The users and groups of a node.
 #[derive(Debug, Default)]
@@ -15,12 +14,6 @@ pub struct Owners {
 }
 
 impl Owners {
-    /// Reads `<root>/etc/passwd` and `<root>/etc/group`; a missing file counts as empty.
-    pub fn read(root: &Path) -> Owners {
-        let read = |name: &str| std::fs::read_to_string(root.join(name)).unwrap_or_default();
-        Owners::parse(&read("etc/passwd"), &read("etc/group"))
-    }
-
     /// Reads the two files' text (`name:x:uid:gid:...` and `name:x:gid:...`).
     pub fn parse(passwd: &str, group: &str) -> Owners {
         let fields = |line: &str| line.split(':').map(str::to_owned).collect::<Vec<_>>();

@@ -11,11 +11,13 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::apply::{ApplyError, Node};
+use crate::identity::Identity;
 
 /// One node's agent.
 pub struct Agent {
-    /// A client with the node's identity (`system:node:<name>`).
-    pub client: kube::Client,
+    /// The node's identity (`system:node:<name>`): its kubeconfig, read again before each pass
+    /// so a rotated client certificate is used.
+    pub identity: Identity,
     /// The Node's name.
     pub node_name: String,
     /// Where and how to apply.
@@ -49,7 +51,8 @@ impl Agent {
 
     /// One pass: read, apply, report.
     pub async fn pass(&self) -> anyhow::Result<Pass> {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let client = self.identity.client().await?;
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
         let name = secret_name(&self.node_name);
         // Until bootplate publishes the node's payload, the Role that lets the node read it does
         // not exist either: forbidden means "not published yet" as much as not found does.
@@ -62,10 +65,10 @@ impl Agent {
         };
         // A payload published for an earlier Node of this name is not this Node's to apply.
         if let Err(refused) =
-            crate::binding::for_this_node(&self.client, &self.node_name, &secret).await?
+            crate::binding::for_this_node(&client, &self.node_name, &secret).await?
         {
             let pass = Pass::Failed(refused.to_string());
-            self.report(&pass).await?;
+            self.report(client, &pass).await?;
             return Ok(pass);
         }
         let bytes = (secret.data.as_ref())
@@ -95,13 +98,13 @@ impl Agent {
                 }
             }
         };
-        self.report(&pass).await?;
+        self.report(client, &pass).await?;
         Ok(pass)
     }
 
     /// The annotation (on success) and the condition on the Node, patched only when they change.
-    async fn report(&self, pass: &Pass) -> anyhow::Result<()> {
-        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+    async fn report(&self, client: kube::Client, pass: &Pass) -> anyhow::Result<()> {
+        let nodes: Api<KubeNode> = Api::all(client);
         let (status, reason, message) = match pass {
             Pass::NoPayload => return Ok(()),
             Pass::Applied(revision) => ("True", "Applied", format!("revision {revision} applied")),

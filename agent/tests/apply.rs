@@ -4,6 +4,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use agent::Node;
 use crd_types::payload::{NodePayload, PayloadDropIn, PayloadFile, PayloadPart, PayloadUnit};
@@ -14,16 +15,20 @@ struct Fixture {
 }
 
 impl Fixture {
-    /// A root with a systemctl stub that logs its arguments and fails for `fail_on` ones.
+    /// A root with a systemctl stub that logs its arguments and fails for `fail_on` ones (until
+    /// `fail_on` is called again).
     fn new(fail_on: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let stub = dir.path().join("systemctl");
         let log = dir.path().join("systemctl.log");
+        let fail = dir.path().join("fail-on");
+        std::fs::write(&fail, fail_on).unwrap();
         std::fs::write(
             &stub,
             format!(
-                "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$*\" = '{fail_on}' ] && {{ echo 'unit failed' >&2; exit 1; }}\nexit 0\n",
-                log.display()
+                "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$*\" = \"$(cat '{}')\" ] && {{ echo 'unit failed' >&2; exit 1; }}\nexit 0\n",
+                log.display(),
+                fail.display()
             ),
         )
         .unwrap();
@@ -34,8 +39,14 @@ impl Fixture {
             root,
             systemctl: stub.into(),
             shell: "sh".into(),
+            command_timeout: Duration::from_secs(60),
         };
         Fixture { dir, node }
+    }
+
+    /// From now on the systemctl stub fails for `args` only (`""`: never).
+    fn fail_on(&self, args: &str) {
+        std::fs::write(self.dir.path().join("fail-on"), args).unwrap();
     }
 
     /// The systemctl calls since the last look.
@@ -108,6 +119,15 @@ fn payload(mirror: &str, sysctl: &str) -> NodePayload {
     }
 }
 
+/// The systemctl calls that apply `payload` on a fresh node.
+const FIRST_APPLY_CALLS: [&str; 5] = [
+    "daemon-reload",
+    "enable containerd.service",
+    "restart containerd.service",
+    "enable sysctl-apply.service",
+    "restart sysctl-apply.service",
+];
+
 fn command_runs(f: &Fixture) -> usize {
     std::fs::read_to_string(f.node.root.join("commands.log"))
         .map(|t| t.lines().count())
@@ -145,16 +165,7 @@ fn first_apply_writes_files_units_and_runs_commands_once() {
         f.read("/etc/systemd/system/sysctl-apply.service")
             .contains("oneshot")
     );
-    assert_eq!(
-        f.calls(),
-        [
-            "daemon-reload",
-            "enable containerd.service",
-            "restart containerd.service",
-            "enable sysctl-apply.service",
-            "restart sysctl-apply.service",
-        ]
-    );
+    assert_eq!(f.calls(), FIRST_APPLY_CALLS);
     assert!(applied.commands_ran);
     assert_eq!(command_runs(&f), 1);
 
@@ -245,30 +256,154 @@ fn drift_is_put_back() {
     );
 }
 
+fn runs_of(f: &Fixture, log: &str) -> usize {
+    std::fs::read_to_string(f.node.root.join(log))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
 #[test]
-fn a_failing_command_names_its_part_and_step_and_runs_again_next_pass() {
+fn a_failing_part_alone_is_tried_again_after_a_growing_back_off() {
     let f = Fixture::new("");
     let mut failing = payload("a", "x");
-    failing.parts[1].commands = vec!["true".into(), "echo broken >&2; exit 3".into()];
-    let err = f.node.apply(&failing).unwrap_err();
+    failing.parts[1].commands = vec![
+        "echo run >> \"$BOOTPLATE_ROOT/sysctl.log\"".into(),
+        "echo broken >&2; exit 3".into(),
+    ];
+    let t0 = SystemTime::now();
+    let at = |seconds| t0 + Duration::from_secs(seconds);
+    let err = f.node.apply_at(&failing, t0).unwrap_err();
     assert_eq!(err.part, "sysctl");
     assert_eq!(err.step, "command 1");
-    assert!(
-        err.message.contains("exit status: 3") && err.message.contains("broken"),
-        "{err}"
+    assert_eq!(
+        err.message,
+        "exit status: 3: broken (attempt 1; next attempt in 30s)"
     );
     assert_eq!(
         err.to_string(),
         format!("part `sysctl`: command 1: {}", err.message)
     );
-    // The files were written whole before the commands; the commands are not marked done.
+    // The files were written whole before the commands.
     assert_eq!(f.read("/etc/sysctl.d/90-k8s.conf"), "x");
-    assert!(f.node.apply(&failing).is_err());
+    assert_eq!((command_runs(&f), runs_of(&f, "sysctl.log")), (1, 1));
+
+    // Within the back-off nothing runs, and the same failure is reported.
+    assert_eq!(f.node.apply_at(&failing, at(29)).unwrap_err(), err);
+    assert_eq!((command_runs(&f), runs_of(&f, "sysctl.log")), (1, 1));
+
+    // After it, only the failing part runs again (the mirror part completed this revision),
+    // and the next wait is twice as long.
+    let second = f.node.apply_at(&failing, at(30)).unwrap_err();
     assert_eq!(
-        command_runs(&f),
-        2,
-        "the mirror part's command ran in both passes"
+        second.message,
+        "exit status: 3: broken (attempt 2; next attempt in 1m)"
     );
+    assert_eq!((command_runs(&f), runs_of(&f, "sysctl.log")), (1, 2));
+    assert!(f.node.apply_at(&failing, at(89)).is_err());
+    assert_eq!(runs_of(&f, "sysctl.log"), 2);
+
+    // Fixed by a new revision: it starts over, every part runs once, and then never again.
+    let mut fixed = failing.clone();
+    fixed.parts[1].commands.pop();
+    let applied = f.node.apply_at(&fixed, at(90)).unwrap();
+    assert!(applied.commands_ran);
+    assert_eq!((command_runs(&f), runs_of(&f, "sysctl.log")), (2, 3));
+    assert!(!f.node.apply_at(&fixed, at(91)).unwrap().commands_ran);
+    assert_eq!((command_runs(&f), runs_of(&f, "sysctl.log")), (2, 3));
+}
+
+#[test]
+fn a_failed_restart_is_owed_until_it_succeeds() {
+    let f = Fixture::new("restart sysctl-apply.service");
+    let err = f.node.apply(&payload("a", "x")).unwrap_err();
+    assert_eq!(err.step, "systemctl restart sysctl-apply.service");
+    f.calls();
+    // The files are unchanged now, yet the restart is still owed: tried again, still failing.
+    let err = f.node.apply(&payload("a", "x")).unwrap_err();
+    assert_eq!(err.step, "systemctl restart sysctl-apply.service");
+    assert_eq!(f.calls(), ["restart sysctl-apply.service"]);
+    assert_eq!(command_runs(&f), 0, "the commands wait for the restart");
+
+    f.fail_on("");
+    let applied = f.node.apply(&payload("a", "x")).unwrap();
+    assert_eq!(f.calls(), ["restart sysctl-apply.service"]);
+    assert_eq!(applied.restarted, ["sysctl-apply.service"]);
+    assert!(applied.commands_ran);
+    // Paid: nothing is owed any more.
+    f.node.apply(&payload("a", "x")).unwrap();
+    assert_eq!(f.calls(), Vec::<String>::new());
+}
+
+#[test]
+fn a_failed_daemon_reload_is_owed_with_the_restarts_behind_it() {
+    let f = Fixture::new("daemon-reload");
+    let err = f.node.apply(&payload("a", "x")).unwrap_err();
+    assert_eq!(err.step, "systemctl daemon-reload");
+    f.calls();
+    f.fail_on("");
+    let applied = f.node.apply(&payload("a", "x")).unwrap();
+    assert_eq!(f.calls(), FIRST_APPLY_CALLS);
+    assert_eq!(applied.restarted.len(), 2);
+}
+
+#[test]
+fn a_hanging_command_is_killed_with_its_process_group_and_reported() {
+    let mut f = Fixture::new("");
+    f.node.command_timeout = Duration::from_secs(1);
+    let mut hanging = payload("a", "x");
+    hanging.parts[1].commands =
+        vec!["sleep 600 & echo $! > \"$BOOTPLATE_ROOT/background.pid\"; sleep 600".into()];
+    let node = f.node.clone();
+    let (sender, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(node.apply(&hanging)));
+    let err = (result.recv_timeout(Duration::from_secs(30)))
+        .expect("the agent still waits for the command after 30 s")
+        .unwrap_err();
+    assert_eq!(
+        (err.part.as_str(), err.step.as_str()),
+        ("sysctl", "command 0")
+    );
+    assert_eq!(
+        err.message,
+        "timed out after 1s: its process group was killed (attempt 1; next attempt in 30s)"
+    );
+    let pid = f.read("/background.pid").trim().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive(&pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command's background process {pid} survived"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether process `pid` runs (a zombie does not: it only waits to be reaped).
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_failing_commands_output_is_reported_as_a_short_redacted_tail() {
+    let f = Fixture::new("");
+    let mut leaky = payload("a", "x");
+    leaky.parts[1].commands = vec![
+        "echo 'reading /etc/kubernetes/admin.conf' >&2; \
+         echo 'join with abcdef.0123456789abcdef: password=hunter2 refused' >&2; exit 2"
+            .into(),
+    ];
+    let err = f.node.apply(&leaky).unwrap_err();
+    assert_eq!(
+        err.message,
+        "exit status: 2: join with [redacted]: password=[redacted] refused \
+         (attempt 1; next attempt in 30s)"
+    );
+    for secret in ["abcdef", "0123456789abcdef", "hunter2", "admin.conf"] {
+        assert!(!err.to_string().contains(secret), "{secret}: {err}");
+    }
 }
 
 #[test]

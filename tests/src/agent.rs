@@ -9,8 +9,68 @@ use std::process::Command;
 
 use base64::Engine as _;
 
+use crate::ApiServer;
 use crate::capi::Process;
 use crate::pki::TestCa;
+
+/// A payload of one part, `configure`: the file `/etc/containerd/mirror.toml` (`mirror`, mode
+/// 0600), `containerd.service` enabled (restarted when the file changes), and one command.
+pub fn configure_payload(mirror: &str, command: &str) -> crd_types::payload::NodePayload {
+    use crd_types::payload::{NodePayload, PayloadFile, PayloadPart, PayloadUnit};
+    NodePayload {
+        parts: vec![PayloadPart {
+            name: "configure".into(),
+            files: vec![PayloadFile {
+                path: "/etc/containerd/mirror.toml".into(),
+                permissions: "0600".into(),
+                owner: "root:root".into(),
+                content: mirror.as_bytes().to_vec(),
+            }],
+            units: vec![PayloadUnit {
+                name: "containerd.service".into(),
+                enable: true,
+                content: None,
+                drop_ins: vec![],
+            }],
+            commands: vec![command.into()],
+        }],
+    }
+}
+
+/// A workload apiserver as kubeadm sets one up (Node and RBAC authorization), its CA, an admin
+/// client, and the Node objects the agents report on.
+pub struct Workload {
+    pub apiserver: ApiServer,
+    pub ca: TestCa,
+    pub admin: kube::Client,
+}
+
+impl Workload {
+    /// Starts the apiserver and creates a Node for each of `nodes`.
+    pub async fn start(nodes: &[&str]) -> anyhow::Result<Workload> {
+        use k8s_openapi::api::core::v1::Node;
+        let ca = TestCa::new("workload-ca");
+        let apiserver = ApiServer::start_for_joins(&ca).await?;
+        let admin = apiserver.client().await?;
+        let api: kube::Api<Node> = kube::Api::all(admin.clone());
+        for name in nodes {
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name }
+            }))?;
+            api.create(&Default::default(), &node).await?;
+        }
+        Ok(Workload {
+            apiserver,
+            ca,
+            admin,
+        })
+    }
+
+    /// A client with the identity of node `node`.
+    pub async fn node_client(&self, node: &str) -> anyhow::Result<kube::Client> {
+        node_client(self.apiserver.port(), &self.ca, node).await
+    }
+}
 
 /// A kubeconfig for the apiserver on `port` (signed by `ca`) with the identity of node `node`.
 pub fn node_kubeconfig(port: u16, ca: &TestCa, node: &str) -> String {
@@ -71,7 +131,9 @@ pub async fn assert_reads_only_its_own_payload(
     own
 }
 
-/// A node's disk: a directory root, and a systemctl stub logging each call's arguments.
+/// A node's disk: a directory root, and a systemctl stub logging each call's arguments (and
+/// failing, with `unit failed` on stderr, for the arguments [`NodeDisk::fail_systemctl_on`]
+/// names).
 pub struct NodeDisk {
     dir: tempfile::TempDir,
 }
@@ -81,11 +143,13 @@ impl NodeDisk {
     pub fn new() -> anyhow::Result<NodeDisk> {
         let dir = tempfile::tempdir()?;
         let stub = dir.path().join("systemctl");
+        let d = dir.path().display();
         std::fs::write(
             &stub,
             format!(
-                "#!/bin/sh\necho \"$*\" >> '{}/systemctl.log'\n",
-                dir.path().display()
+                "#!/bin/sh\necho \"$*\" >> '{d}/systemctl.log'\n\
+                 [ \"$*\" = \"$(cat '{d}/fail-on' 2>/dev/null)\" ] && {{ echo 'unit failed' >&2; exit 1; }}\n\
+                 exit 0\n"
             ),
         )?;
         std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))?;
@@ -106,6 +170,19 @@ impl NodeDisk {
     /// The node path `path` (absolute) under the root.
     pub fn path(&self, path: &str) -> PathBuf {
         self.root().join(path.trim_start_matches('/'))
+    }
+
+    /// From now on the systemctl stub fails for `args` (`""`: for none).
+    pub fn fail_systemctl_on(&self, args: &str) -> std::io::Result<()> {
+        std::fs::write(self.dir.path().join("fail-on"), args)
+    }
+
+    /// The agent's view of this disk: its root, the stub, `sh`, the default command timeout.
+    pub fn node(&self) -> agent::Node {
+        agent::Node {
+            systemctl: self.systemctl().into(),
+            ..agent::Node::at(self.root())
+        }
     }
 
     /// The systemctl calls so far, one per line, and forgets them.

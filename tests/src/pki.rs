@@ -72,8 +72,22 @@ impl TestCa {
 
     /// A client certificate for user `common_name` in group `organization`.
     pub fn client(&self, common_name: &str, organization: &str) -> Leaf {
+        self.client_expiring(common_name, organization, None)
+    }
+
+    /// [`TestCa::client`], valid until `not_after` when given (a kubelet's certificate before
+    /// its rotation).
+    pub fn client_expiring(
+        &self,
+        common_name: &str,
+        organization: &str,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Leaf {
         let key = KeyPair::generate().expect("key generation");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+        if let Some(not_after) = not_after {
+            params.not_after = not_after.into();
+        }
         params.distinguished_name = DistinguishedName::new();
         params
             .distinguished_name

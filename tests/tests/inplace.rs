@@ -7,67 +7,17 @@
 //! The agent runs in-process (`agent::watch::Agent`, the code its binary's loop runs); the
 //! Cluster API hooks that drive it in a cluster are not part of this test.
 
-use crd_types::payload::{
-    APPLIED_ANNOTATION, CONDITION_TYPE, NodePayload, PayloadFile, PayloadPart, PayloadUnit,
-};
+use crd_types::payload::{APPLIED_ANNOTATION, CONDITION_TYPE, NodePayload};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::PostParams;
-use testenv::ApiServer;
-use testenv::agent::NodeDisk;
-use testenv::pki::TestCa;
-
-/// A client with the identity of node `name`.
-async fn node_client(apiserver: &ApiServer, ca: &TestCa, name: &str) -> kube::Client {
-    testenv::agent::node_client(apiserver.port(), ca, name)
-        .await
-        .unwrap()
-}
+use testenv::agent::{NodeDisk, Workload};
 
 fn payload(mirror: &str, command: &str) -> NodePayload {
-    NodePayload {
-        parts: vec![PayloadPart {
-            name: "configure".into(),
-            files: vec![PayloadFile {
-                path: "/etc/containerd/mirror.toml".into(),
-                permissions: "0600".into(),
-                owner: "root:root".into(),
-                content: mirror.as_bytes().to_vec(),
-            }],
-            units: vec![PayloadUnit {
-                name: "containerd.service".into(),
-                enable: true,
-                content: None,
-                drop_ins: vec![],
-            }],
-            commands: vec![command.into()],
-        }],
-    }
-}
-
-struct Workload {
-    apiserver: ApiServer,
-    ca: TestCa,
-    admin: kube::Client,
+    testenv::agent::configure_payload(mirror, command)
 }
 
 async fn workload(nodes: &[&str]) -> Workload {
-    let ca = TestCa::new("workload-ca");
-    let apiserver = ApiServer::start_for_joins(&ca).await.unwrap();
-    let admin = apiserver.client().await.unwrap();
-    let api: Api<Node> = Api::all(admin.clone());
-    for name in nodes {
-        let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": name }
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &node).await.unwrap();
-    }
-    Workload {
-        apiserver,
-        ca,
-        admin,
-    }
+    Workload::start(nodes).await.unwrap()
 }
 
 /// Publishes `payload` for Node `node` as bootplate does; returns its revision.
@@ -80,11 +30,7 @@ async fn publish(w: &Workload, node: &str, payload: &NodePayload) -> String {
 /// A directory root and a systemctl stub that logs its arguments there.
 fn node_dir() -> (NodeDisk, agent::Node) {
     let disk = NodeDisk::new().unwrap();
-    let node = agent::Node {
-        root: disk.root(),
-        systemctl: disk.systemctl().into(),
-        shell: "sh".into(),
-    };
+    let node = disk.node();
     (disk, node)
 }
 
@@ -93,7 +39,7 @@ async fn a_node_reads_its_own_payload_and_no_other() {
     let w = workload(&["node-a", "node-b"]).await;
     publish(&w, "node-a", &payload("a", "true")).await;
     publish(&w, "node-b", &payload("b", "true")).await;
-    let a = node_client(&w.apiserver, &w.ca, "node-a").await;
+    let a = w.node_client("node-a").await.unwrap();
     testenv::agent::assert_reads_only_its_own_payload(a, "node-a", "node-b").await;
 }
 
@@ -102,7 +48,7 @@ async fn the_agent_applies_reports_puts_drift_back_and_reports_a_failed_step() {
     let w = workload(&["node-a"]).await;
     let (dir, node) = node_dir();
     let agent = agent::watch::Agent {
-        client: node_client(&w.apiserver, &w.ca, "node-a").await,
+        identity: w.node_client("node-a").await.unwrap().into(),
         node_name: "node-a".into(),
         node: node.clone(),
     };

@@ -11,3 +11,5 @@ mod servers;
 
 mod generator_access;
 mod node_payload;
+
+mod node_agent;

@@ -189,15 +189,12 @@ async fn a_node_recreated_under_the_same_name_neither_applies_nor_reads_the_old_
     let new = create_node(&admin, name, "test:///i-new").await;
     let disk = NodeDisk::new().unwrap();
     let agent = agent::watch::Agent {
-        client: testenv::agent::node_client(apiserver.port(), &ca, name)
+        identity: testenv::agent::node_client(apiserver.port(), &ca, name)
             .await
-            .unwrap(),
+            .unwrap()
+            .into(),
         node_name: name.into(),
-        node: agent::Node {
-            root: disk.root(),
-            systemctl: disk.systemctl().into(),
-            shell: "sh".into(),
-        },
+        node: disk.node(),
     };
     let pass = agent.pass().await.unwrap();
     let agent::watch::Pass::Failed(message) = pass else {
