@@ -1,7 +1,12 @@
-//! What a hostile input makes the render allocate. A gzip member in a file of an in-place
-//! part (what the node payload, the update hooks and the webhook decode) is decompressed only
-//! up to the output limit, so a bomb of a few hundred KiB that expands to hundreds of MiB fails
-//! with the size error after allocating about the limit.
+//! What a hostile input makes the render allocate.
+//!
+//! - Helpers are bounded before they allocate: a template whose helper would build a result
+//!   far larger than the output limit (`{{join list separator}}` with a long list and
+//!   separator, `indent` on many lines, the same hidden in an `{{#if}}` that prints nothing)
+//!   fails with the output size error, and the render allocates little more than its input.
+//! - A gzip member in a file of an in-place part (what the node payload, the update hooks and
+//!   the webhook decode) is decompressed only up to the output limit, so a bomb of a few hundred
+//!   KiB that expands far past it fails with the size error after allocating about the limit.
 //!
 //! Allocations are counted by this test binary's global allocator, per thread (each test runs
 //! on its own thread), so the measure is the render's own: what it asked for, not what a
@@ -9,12 +14,14 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::io::Write as _;
 
 use base64::Engine as _;
 use crd_types::{BootplateConfigSpec, ConfigFile, FileEncoding, Role};
 use render::generator::Generated;
 use render::{CompiledTemplate, RenderError, sample_context};
+use serde_json::json;
 
 mod common;
 
@@ -110,4 +117,85 @@ fn a_gzip_bomb_in_an_in_place_file_fails_with_the_size_error_within_the_limit() 
         "the render had {} MiB live at its peak",
         peak / MIB
     );
+}
+
+/// Each hostile body with its variables: the helper's result would be hundreds of MiB (about
+/// 200 MiB each here; a 2 MiB variable in the controller makes it gigabytes), the input a few
+/// hundred KiB.
+fn hostile() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("join", "{{join values.list values.sep}}"),
+        (
+            "join hidden in a condition",
+            "{{#if (join values.list values.sep)}}{{/if}}",
+        ),
+        (
+            "join inside another helper",
+            "{{shell_quote (join values.list values.sep)}}",
+        ),
+        ("indent", "{{indent 256 values.lines}}"),
+        ("nindent", "x:{{nindent 256 values.lines}}"),
+        ("json", "{{json (join values.list values.sep)}}"),
+        (
+            "default",
+            "{{#if (default (join values.list values.sep) \"\")}}{{/if}}",
+        ),
+    ]
+}
+
+fn compile(body: &str) -> CompiledTemplate {
+    let spec = common::spec_yaml(&format!(
+        "os: {{name: test}}\nformat: script\nvariables:\n  - {{name: list, schema: {{type: array}}}}\n  - {{name: sep, schema: {{type: string}}}}\n  - {{name: lines, schema: {{type: string}}}}\ntemplate: |\n  #!/bin/sh\n  {body}\n"
+    ));
+    CompiledTemplate::compile("BootstrapTemplate test/hostile", &spec)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn config() -> BootplateConfigSpec {
+    BootplateConfigSpec {
+        variables: BTreeMap::from([
+            ("list".to_owned(), json!(vec!["a"; 2_000])),
+            ("sep".to_owned(), json!("s".repeat(100_000))),
+            ("lines".to_owned(), json!("x\n".repeat(400_000))),
+        ]),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_hostile_helper_fails_with_the_size_error_without_allocating_its_result() {
+    let config = config();
+    for (what, body) in hostile() {
+        let template = compile(body);
+        let ctx = sample_context(Role::Worker);
+        let (result, peak) = peak_of(|| template.render(&config, &ctx));
+        match result {
+            Err(RenderError::OutputTooLarge { limit, .. }) => assert_eq!(limit, MIB, "{what}"),
+            other => panic!("{what}: expected the output size error, got {other:?}"),
+        }
+        // The input is under 1.5 MiB and the render copies it a few times (the values map);
+        // the helper's result alone would be 200 MiB.
+        assert!(
+            peak < 16 * MIB,
+            "{what}: the render had {} MiB live at its peak",
+            peak / MIB
+        );
+    }
+}
+
+/// The same template with a small input renders: the bound refuses only what cannot fit.
+#[test]
+fn the_same_helpers_render_small_values() {
+    let config = BootplateConfigSpec {
+        variables: BTreeMap::from([
+            ("list".to_owned(), json!(["a", "b"])),
+            ("sep".to_owned(), json!(",")),
+            ("lines".to_owned(), json!("x\ny")),
+        ]),
+        ..Default::default()
+    };
+    for (what, body) in hostile() {
+        let rendered = compile(body).render(&config, &sample_context(Role::Worker));
+        assert!(rendered.is_ok(), "{what}: {rendered:?}");
+    }
 }
