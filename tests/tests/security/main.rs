@@ -4,3 +4,5 @@
 //! model; every boundary it names has a module here or a named test elsewhere.
 //!
 //! One module per boundary, so each stays readable on its own.
+
+mod render_budget;
