@@ -2311,3 +2311,73 @@ fn bootplate_render_needs_no_config() {
         }
     });
 }
+
+/// bootplate-agent runs as root: a template that installs it from `inPlaceAgentSource` refuses
+/// an `http://` URL without `inPlaceAgentSha256`, in the admission webhook's check and in lint
+/// with the config (`InvalidVariables` on the config's variables), and takes an `https://` URL
+/// (with or without the digest), an `http://` URL with the digest, and a path on the image.
+#[test]
+fn an_http_agent_source_needs_its_digest() {
+    let digest = "0".repeat(64);
+    let cases = [
+        ("http://mirror.example/bootplate-agent", "", false),
+        (
+            "http://mirror.example/bootplate-agent",
+            digest.as_str(),
+            true,
+        ),
+        ("https://mirror.example/bootplate-agent", "", true),
+        (
+            "https://mirror.example/bootplate-agent",
+            digest.as_str(),
+            true,
+        ),
+        ("/opt/bin/bootplate-agent", "", true),
+    ];
+    let mut templates = 0;
+    for entry in CATALOGUE {
+        let spec = spec(entry.name);
+        if !spec
+            .variables
+            .iter()
+            .any(|v| v.name == "inPlaceAgentSource")
+        {
+            continue;
+        }
+        templates += 1;
+        for (source, sha256, accepted) in &cases {
+            let config: BootplateConfigSpec = serde_json::from_value(json!({
+                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": entry.name},
+                "variables": {"inPlaceAgent": true, "inPlaceAgentSource": source, "inPlaceAgentSha256": sha256},
+            }))
+            .unwrap();
+            let what = format!("{}: {source} with {sha256:?}", entry.name);
+            let denials = bootplate::webhook::validate::config(
+                "spec",
+                "default",
+                &config,
+                Some((entry.name, &spec)),
+            );
+            let linted: Vec<_> = render::lint(entry.name, &spec, Some(&config))
+                .into_iter()
+                .filter(|p| p.reason == "InvalidVariables")
+                .collect();
+            if *accepted {
+                assert!(denials.is_empty(), "{what}: {denials:?}");
+                assert!(linted.is_empty(), "{what}: {linted:?}");
+            } else {
+                assert!(
+                    denials.iter().any(|d| d.contains("spec.variables")
+                        && d.contains("inPlaceAgentSha256 is empty")),
+                    "{what}: {denials:?}"
+                );
+                assert!(
+                    linted.iter().any(|p| p.origin == render::Origin::Config
+                        && p.message.contains("inPlaceAgentSource is an http:// URL")),
+                    "{what}: {linted:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(templates, 6, "the templates that install bootplate-agent");
+}

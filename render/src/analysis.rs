@@ -156,7 +156,9 @@ pub(crate) enum Output {
     Yaml,
     /// A JSON document (Ignition).
     Json,
-    /// Anything else (unit files, plain files): not checked.
+    /// A systemd unit, drop-in or other file systemd reads: one setting per line.
+    Unit,
+    /// Anything else (plain files): not checked.
     Other,
 }
 
@@ -166,6 +168,7 @@ impl Output {
             Output::Shell => "a shell command",
             Output::Yaml => "a YAML document",
             Output::Json => "a JSON document",
+            Output::Unit => "a systemd unit",
             Output::Other => "the output",
         }
     }
@@ -174,14 +177,18 @@ impl Output {
         match self {
             Output::Shell => "shell_quote",
             Output::Yaml => "yaml_quote",
+            Output::Unit => "systemd_quote",
             _ => "json",
         }
     }
 }
 
-/// Helpers whose result cannot break out of the syntax it is written into.
-const QUOTING: [&str; 6] = [
+/// Helpers whose result cannot break out of the syntax it is written into (`shell_quote` but
+/// in a systemd unit, where the line breaks it keeps start a new setting).
+const QUOTING: [&str; 8] = [
     "shell_quote",
+    "systemd_quote",
+    "systemd_env_quote",
     "yaml_quote",
     "json",
     "base64",
@@ -455,19 +462,12 @@ impl Walk<'_> {
             .collect();
         match name {
             "eq" | "ne" | "gt" | "gte" | "lt" | "lte" | "and" | "or" | "not" => Ty::Bool,
-            "version_at_least" => Ty::Bool,
+            "version_at_least" | "starts_with" => Ty::Bool,
             "len" => Ty::Number,
             "lookup" => Ty::Any,
+            "shell_quote" if self.output == Output::Unit => free_if_any(&types),
             n if QUOTING.contains(&n) => FIXED,
-            "upper" | "lower" | "trim" | "indent" | "nindent" | "join" => {
-                let free = types.iter().any(|t| match t {
-                    Ty::Text { free } => *free,
-                    Ty::Free => true,
-                    Ty::List(item) => matches!(**item, Ty::Text { free: true } | Ty::Free),
-                    _ => false,
-                });
-                Ty::Text { free }
-            }
+            "upper" | "lower" | "trim" | "indent" | "nindent" | "join" => free_if_any(&types),
             "default" => types.first().cloned().unwrap_or(Ty::Any),
             _ => Ty::Any,
         }
@@ -803,6 +803,17 @@ impl Walk<'_> {
             .with_code("unquoted"),
         );
     }
+}
+
+/// Text, free when any of the values it is made of is.
+fn free_if_any(types: &[Ty]) -> Ty {
+    let free = types.iter().any(|t| match t {
+        Ty::Text { free } => *free,
+        Ty::Free => true,
+        Ty::List(item) => matches!(**item, Ty::Text { free: true } | Ty::Free),
+        _ => false,
+    });
+    Ty::Text { free }
 }
 
 fn block_params(param: Option<&BlockParam>, item: Ty, index: Ty) -> Vec<(String, Ty)> {

@@ -196,6 +196,19 @@ pub(crate) fn compile_parts(
     out
 }
 
+/// Whether systemd reads the file at `path` as a unit file: units, drop-ins and systemd's own
+/// configuration, in the directories systemd loads them from.
+pub(crate) fn is_systemd_path(path: &str) -> bool {
+    const DIRS: [&str; 5] = [
+        "/etc/systemd/",
+        "/run/systemd/",
+        "/usr/lib/systemd/",
+        "/lib/systemd/",
+        "/usr/local/lib/systemd/",
+    ];
+    DIRS.iter().any(|dir| path.starts_with(dir))
+}
+
 /// A Kubernetes object name (RFC 1123 subdomain).
 fn valid_object_name(name: &str) -> bool {
     (1..=253).contains(&name.len())
@@ -458,7 +471,11 @@ pub(crate) fn collect_split(
         };
         for f in &part.files {
             let path = engine.render(&f.path, ctx, budget)?;
-            let content = engine.render(&f.content, ctx, budget)?;
+            let content = if is_systemd_path(&path) && f.encoding == FileEncoding::Plain {
+                engine.render_unit(&f.content, ctx, budget)?
+            } else {
+                engine.render(&f.content, ctx, budget)?
+            };
             check_path(&path).map_err(|m| {
                 FieldError::Failed(located(Origin::Template, format!("{}.path", f.field), m))
             })?;
@@ -475,12 +492,12 @@ pub(crate) fn collect_split(
         }
         for u in &part.units {
             let content = match &u.content {
-                Some(t) => Some(engine.render(t, ctx, budget)?),
+                Some(t) => Some(engine.render_unit(t, ctx, budget)?),
                 None => None,
             };
             let mut drop_ins = Vec::with_capacity(u.drop_ins.len());
             for (name, text) in &u.drop_ins {
-                drop_ins.push((name.clone(), engine.render(text, ctx, budget)?));
+                drop_ins.push((name.clone(), engine.render_unit(text, ctx, budget)?));
             }
             out.units.push(UnitAdd {
                 name: u.name.clone(),

@@ -12,6 +12,7 @@
 //! partial includes) is rejected and torn down iteratively, so neither rendering nor dropping it
 //! can recurse deeply.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use handlebars::template::{DecoratorTemplate, Parameter, Template, TemplateElement};
@@ -21,7 +22,7 @@ use handlebars::{
 
 use crate::error::{Position, Problem};
 use crate::helpers;
-use crate::limit::{Budget, LimitedOutput};
+use crate::limit::{Budget, HelperOutput, LimitedOutput};
 use crate::tree::{Analysis, analyze, charge_steps, dismantle};
 
 /// Deepest allowed nesting of blocks, `else if` branches, subexpressions and partial includes,
@@ -68,8 +69,9 @@ impl Engine {
     pub(crate) fn new() -> Self {
         let mut registry = Handlebars::new();
         registry.set_strict_mode(true);
-        // User-data is YAML, JSON and shell, never HTML.
-        registry.register_escape_fn(handlebars::no_escape);
+        // User-data is YAML, JSON and shell, never HTML: escaping stays off, except in
+        // systemd unit texts, where the "escape" only checks each value (`unit_value`).
+        registry.register_escape_fn(unit_value);
         helpers::register(&mut registry);
         Engine {
             registry,
@@ -344,6 +346,19 @@ impl Engine {
         self.prepared.get(name).is_some_and(|p| p.inlined.is_some())
     }
 
+    /// [`Engine::render`] for the text of a systemd unit, drop-in or other file systemd reads:
+    /// a value written into it must not break a line (it would start a new setting, such as
+    /// `ExecStartPre=`), nor end with a backslash (which joins the next line to it).
+    pub(crate) fn render_unit(
+        &self,
+        text: &Text,
+        ctx: &Context,
+        budget: &mut Budget,
+    ) -> Result<String, FieldError> {
+        let _unit = UnitText::start();
+        self.render(text, ctx, budget)
+    }
+
     /// Renders `text` against `ctx`, taking the bytes from `budget`.
     pub(crate) fn render(
         &self,
@@ -408,16 +423,45 @@ impl Engine {
         budget: &mut Budget,
         capacity: usize,
     ) -> Result<String, FieldError> {
+        let helpers = HelperOutput::start(budget);
+        let unit = UNIT_TEXT.get();
+        UNIT_VALUE_BROKEN.set(false);
+        crate::helpers::take_refusal();
         let mut out = LimitedOutput::new(budget, capacity);
         let mut rc = RenderContext::new(template.name.as_ref());
-        rc.set_disable_escape(true);
+        rc.set_disable_escape(!unit);
         let result = template.render(&self.registry, ctx, &mut rc, &mut out);
         let buf = out.buf;
         match result {
+            Ok(()) if unit && UNIT_VALUE_BROKEN.take() => {
+                Err(FieldError::Failed(unit_value_problem(name, &self.fields)))
+            }
             Ok(()) => Ok(buf),
             Err(_) if budget.exceeded() => Err(FieldError::TooLarge),
+            Err(_) if let Some(size) = helpers.refused() => {
+                budget.refuse(size);
+                Err(FieldError::TooLarge)
+            }
+            Err(e) if let Some(message) = crate::helpers::take_refusal() => {
+                Err(FieldError::Failed(self.refusal_problem(name, &e, message)))
+            }
             Err(e) => Err(FieldError::Failed(self.render_problem(name, &e))),
         }
+    }
+
+    /// The problem of a `fail` in the template: the config's variables are refused, in the
+    /// template's words, with where the template refuses them.
+    fn refusal_problem(&self, top: &str, e: &handlebars::RenderError, message: String) -> Problem {
+        let at = self.render_problem(top, e);
+        let position = at.position.map_or(String::new(), |p| format!(", {p}"));
+        Problem::config(
+            "spec.variables",
+            format!(
+                "{message} (refused by the template at {}{position})",
+                at.field
+            ),
+        )
+        .with_reason(crd_types::conditions::reason::INVALID_VARIABLES)
     }
 
     fn render_problem(&self, top: &str, e: &handlebars::RenderError) -> Problem {
@@ -435,6 +479,55 @@ impl Engine {
             .at(position)
             .with_reason(crd_types::conditions::reason::RENDER_FAILED)
     }
+}
+
+thread_local! {
+    /// The text rendering on this thread is a systemd unit's (see [`Engine::render_unit`]).
+    static UNIT_TEXT: Cell<bool> = const { Cell::new(false) };
+    /// A value written into the unit text rendering on this thread breaks its line.
+    static UNIT_VALUE_BROKEN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the texts rendered on this thread as a unit's until dropped.
+struct UnitText(bool);
+
+impl UnitText {
+    fn start() -> Self {
+        UnitText(UNIT_TEXT.replace(true))
+    }
+}
+
+impl Drop for UnitText {
+    fn drop(&mut self) {
+        UNIT_TEXT.set(self.0);
+    }
+}
+
+/// The escape function: handlebars calls it on every value a template writes out (`{{x}}`,
+/// a helper's result), and only while escaping is on, that is in a unit text. It changes
+/// nothing; it notes a value systemd would read as more than one setting, for the engine to
+/// refuse the render. (An escape function cannot fail the render itself.)
+fn unit_value(value: &str) -> String {
+    if UNIT_TEXT.get()
+        && (value.chars().any(crate::helpers::unit_breaking) || value.ends_with('\\'))
+    {
+        UNIT_VALUE_BROKEN.set(true);
+    }
+    value.to_owned()
+}
+
+/// The problem of a unit text that a value broke. The value is the config's doing (its
+/// variables, or its Machine's and Cluster's names), so the config is refused, at admission
+/// too; the message never shows the value.
+fn unit_value_problem(name: &str, fields: &BTreeMap<String, String>) -> Problem {
+    let field = fields.get(name).map_or(name, String::as_str);
+    Problem::config(
+        "spec.variables",
+        format!(
+            "a value written into the systemd unit text {field} contains a line break or another control character, or ends with a backslash: systemd would read what follows as a new setting (quote values in units with systemd_quote, which names the variable, or give the variable a `pattern`)"
+        ),
+    )
+    .with_reason(crd_types::conditions::reason::RENDER_FAILED)
 }
 
 /// Most partial includes inlined into one text (see [`Engine::inline_partials`]): past that,

@@ -9,6 +9,7 @@
 //! Handlebars already provides `eq`, `ne`, `gt`, `gte`, `lt`, `lte`, `and`, `or`, `not`, `len`,
 //! `if`, `unless`, `each`, `with` and `lookup`; they are not redefined here.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::io::Write;
 
@@ -21,7 +22,50 @@ use handlebars::{
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-type HelperFn = fn(&[&Value]) -> Result<Value, String>;
+use crate::limit::DoesNotFit;
+
+type HelperFn = fn(&[&Value]) -> Result<Value, HelperError>;
+
+/// Why a helper gave no result.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HelperError {
+    /// Its parameters are not what it takes.
+    #[error("{0}")]
+    Invalid(String),
+    /// Its result would not fit in the output left: the render fails with its size error.
+    #[error(transparent)]
+    DoesNotFit(#[from] DoesNotFit),
+    /// The value cannot be written where the helper writes it (the config's doing, so the
+    /// engine reports it on the config's variables).
+    #[error("{0}")]
+    Value(String),
+    /// The template refused the config's variables with `fail`.
+    #[error("{0}")]
+    Refused(String),
+    /// The render's work budget is spent.
+    #[error(
+        "loops, partials and helper results together exceed the work limit of one render ({MAX_WORK} units: one per template element rendered in a loop or partial, one per {WORK_BYTES} bytes a helper builds)"
+    )]
+    TooMuchWork,
+}
+
+/// Bytes a helper may build per unit of work: a helper called in a loop over a large value
+/// spends the work budget, so one render cannot copy more than `MAX_WORK × WORK_BYTES` bytes
+/// (200 MiB, a fraction of a second) however small each result is next to the output left.
+pub const WORK_BYTES: u64 = 4096;
+
+/// Checks a helper's result of `size` bytes before the helper builds it: it must fit in the
+/// output left (else the render fails with its size error), and it costs work.
+fn fits(size: u64) -> Result<(), HelperError> {
+    crate::limit::reserve(size)?;
+    let cost = size / WORK_BYTES;
+    let left = WORK_LEFT.get();
+    if left < cost {
+        return Err(HelperError::TooMuchWork);
+    }
+    WORK_LEFT.set(left - cost);
+    Ok(())
+}
 
 /// A helper taking positional parameters.
 struct Simple {
@@ -59,11 +103,18 @@ impl HelperDef for Simple {
             }
             values.push(p.value());
         }
-        (self.f)(&values)
-            .map(ScopedJson::Derived)
-            .map_err(|message| {
-                RenderErrorReason::Other(format!("helper `{}`: {message}", self.name)).into()
-            })
+        (self.f)(&values).map(ScopedJson::Derived).map_err(|e| {
+            // Name the variable the value came from: the message never shows the value.
+            let on = match params.first().and_then(|p| p.relative_path()) {
+                Some(path) => format!(" on `{}`", crate::engine::truncate(path, 100)),
+                None => String::new(),
+            };
+            let message = format!("helper `{}`{on}: {e}", self.name);
+            if let HelperError::Value(_) = e {
+                REFUSAL.set(Some(message.clone()));
+            }
+            RenderErrorReason::Other(message).into()
+        })
     }
 }
 
@@ -131,8 +182,15 @@ impl HelperDef for Step {
 }
 
 /// bootplate's helpers: name, usage, number of parameters, function.
-pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 14] = [
+pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 18] = [
     ("shell_quote", "shell_quote VALUE", 1, shell_quote),
+    ("systemd_quote", "systemd_quote VALUE", 1, systemd_quote),
+    (
+        "systemd_env_quote",
+        "systemd_env_quote VALUE",
+        1,
+        systemd_env_quote,
+    ),
     ("yaml_quote", "yaml_quote VALUE", 1, yaml_quote),
     ("json", "json VALUE", 1, json),
     ("base64", "base64 TEXT", 1, base64),
@@ -151,6 +209,8 @@ pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 14] = [
         2,
         version_at_least,
     ),
+    ("starts_with", "starts_with TEXT PREFIX", 2, starts_with),
+    ("fail", "fail MESSAGE", 1, fail),
 ];
 
 /// Registers bootplate's helpers and removes `log` (it writes template data to the
@@ -183,55 +243,158 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// A scalar as text: strings as they are, numbers and booleans as written, null as empty.
-fn text(v: &Value) -> Result<String, String> {
+/// A scalar as text: strings as they are (borrowed, not copied: a helper's argument may be
+/// megabytes), numbers and booleans as written, null as empty.
+fn text(v: &Value) -> Result<Cow<'_, str>, HelperError> {
     match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) => Ok(n.to_string()),
-        Value::Bool(b) => Ok(b.to_string()),
-        Value::Null => Ok(String::new()),
-        other => Err(format!(
+        Value::String(s) => Ok(Cow::Borrowed(s)),
+        Value::Number(n) => Ok(Cow::Owned(n.to_string())),
+        Value::Bool(b) => Ok(Cow::Borrowed(if *b { "true" } else { "false" })),
+        Value::Null => Ok(Cow::Borrowed("")),
+        other => Err(HelperError::Invalid(format!(
             "expects text, got {} (use `json` or `join`)",
             type_name(other)
-        )),
+        ))),
     }
+}
+
+/// The items of a list as text, each checked, without copying them.
+fn texts(items: &[Value]) -> Result<Vec<Cow<'_, str>>, HelperError> {
+    items.iter().map(text).collect()
+}
+
+/// The length of `words` joined by `separator`.
+fn joined_len<S: AsRef<str>>(words: &[S], separator: usize) -> u64 {
+    let words_len = words.iter().map(|w| w.as_ref().len() as u64).sum::<u64>();
+    let separators = (words.len() as u64).saturating_sub(1);
+    words_len.saturating_add(separators.saturating_mul(separator as u64))
 }
 
 /// POSIX shell single quoting: `it's` → `'it'\''s'`. Inside single quotes the shell interprets
 /// nothing, so the only character to handle is the quote itself. A list becomes its items,
 /// each quoted, separated by spaces (one shell word per item).
-fn shell_quote(args: &[&Value]) -> Result<Value, String> {
-    let out = match args[0] {
-        Value::Array(items) => items
-            .iter()
-            .map(|v| text(v).map(|s| quote(&s)))
-            .collect::<Result<Vec<_>, _>>()?
-            .join(" "),
-        v => quote(&text(v)?),
+fn shell_quote(args: &[&Value]) -> Result<Value, HelperError> {
+    let words = match args[0] {
+        Value::Array(items) => texts(items)?,
+        v => vec![text(v)?],
     };
+    let quoted = words.iter().map(|w| quoted_len(w)).sum::<u64>();
+    let size = quoted.saturating_add((words.len() as u64).saturating_sub(1));
+    fits(size)?;
+    let mut out = String::with_capacity(size as usize);
+    for (i, word) in words.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        push_quoted(&mut out, word);
+    }
     Ok(Value::String(out))
 }
 
 /// POSIX single quoting of one word (also used by the format writers).
 pub(crate) fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
+    let mut out = String::with_capacity(quoted_len(s) as usize);
+    push_quoted(&mut out, s);
+    out
+}
+
+/// The length of [`quote`]'s result: each `'` becomes four bytes, and two quotes surround it.
+fn quoted_len(s: &str) -> u64 {
+    let quotes = s.bytes().filter(|b| *b == b'\'').count() as u64;
+    s.len() as u64 + 2 + 3 * quotes
+}
+
+fn push_quoted(out: &mut String, s: &str) {
+    out.push('\'');
+    for (i, piece) in s.split('\'').enumerate() {
+        if i > 0 {
+            out.push_str(r"'\''");
+        }
+        out.push_str(piece);
+    }
+    out.push('\'');
+}
+
+/// One double-quoted word of a systemd command line (`ExecStart=` and the other `Exec*=`
+/// settings, systemd.service(5)): `\` and `"` are escaped C-style, `%` is written `%%` (no
+/// specifier expands) and `$` is written `$$` (no environment variable expands). A unit file
+/// is read line by line, so a line break would start a new setting: text with a line break or
+/// any other control character is refused, not escaped.
+fn systemd_quote(args: &[&Value]) -> Result<Value, HelperError> {
+    systemd_quoted(args[0], Dollar::Doubled)
+}
+
+/// [`systemd_quote`] for settings where `$` is not special (`Environment=`, systemd.exec(5)):
+/// `$` stays as it is.
+fn systemd_env_quote(args: &[&Value]) -> Result<Value, HelperError> {
+    systemd_quoted(args[0], Dollar::Kept)
+}
+
+/// Whether a systemd setting expands `$VAR` (then a literal `$` is written `$$`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dollar {
+    Doubled,
+    Kept,
+}
+
+fn systemd_quoted(value: &Value, dollar: Dollar) -> Result<Value, HelperError> {
+    if let Value::Array(_) | Value::Object(_) = value {
+        return Err(HelperError::Invalid(format!(
+            "expects text, got {} (quote each item)",
+            type_name(value)
+        )));
+    }
+    let t = text(value)?;
+    if let Some(c) = t.chars().find(|c| unit_breaking(*c)) {
+        return Err(HelperError::Value(format!(
+            "the value contains {} (U+{:04X}): a systemd unit file cannot hold it in a setting, and a line break would start a new one",
+            if c == '\n' || c == '\r' {
+                "a line break"
+            } else {
+                "a control character"
+            },
+            c as u32
+        )));
+    }
+    let escaped =
+        |c: char| matches!(c, '\\' | '"' | '%') || (c == '$' && dollar == Dollar::Doubled);
+    let extra = t.chars().filter(|c| escaped(*c)).count() as u64;
+    let size = (t.len() as u64 + 2).saturating_add(extra);
+    fits(size)?;
+    let mut out = String::with_capacity(size as usize);
+    out.push('"');
+    for c in t.chars() {
+        match c {
+            '\\' | '"' => out.push('\\'),
+            '%' => out.push('%'),
+            '$' if dollar == Dollar::Doubled => out.push('$'),
+            _ => {}
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Ok(Value::String(out))
+}
+
+/// A character a systemd unit file cannot carry inside a setting's value: C0 and C1 controls
+/// (line breaks among them) and DEL.
+pub(crate) fn unit_breaking(c: char) -> bool {
+    c.is_control()
 }
 
 /// A YAML double-quoted scalar that PyYAML (cloud-init) and YAML 1.2 parsers read back as the
 /// same string: backslash, quote, and every character YAML treats as a line break or does not
 /// allow raw (C0/C1 controls, DEL, U+2028/U+2029, BOM, U+FFFE/U+FFFF) are escaped.
-fn yaml_quote(args: &[&Value]) -> Result<Value, String> {
-    let quoted = match args[0] {
-        Value::Array(_) | Value::Object(_) => {
-            return Err(format!(
-                "expects text, got {} (use `json` for lists and maps)",
-                type_name(args[0])
-            ));
-        }
-        Value::String(s) => yaml_double_quoted(s),
-        v => yaml_double_quoted(&text(v)?),
-    };
-    Ok(Value::String(quoted))
+fn yaml_quote(args: &[&Value]) -> Result<Value, HelperError> {
+    if let Value::Array(_) | Value::Object(_) = args[0] {
+        return Err(HelperError::Invalid(format!(
+            "expects text, got {} (use `json` for lists and maps)",
+            type_name(args[0])
+        )));
+    }
+    let t = text(args[0])?;
+    fits(yaml_double_quoted_len(&t))?;
+    Ok(Value::String(yaml_double_quoted(&t)))
 }
 
 /// The double-quoted YAML scalar of `s`.
@@ -239,6 +402,15 @@ pub(crate) fn yaml_double_quoted(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     push_yaml_double_quoted(&mut out, s);
     out
+}
+
+/// The length of [`yaml_double_quoted`]'s result.
+fn yaml_double_quoted_len(s: &str) -> u64 {
+    let escaped = s
+        .chars()
+        .map(|c| yaml_escape(c).map_or(c.len_utf8(), |e| e.len()) as u64)
+        .sum::<u64>();
+    escaped + 2
 }
 
 /// Appends the double-quoted YAML scalar of `s` to `out` (the cloud-config writer quotes
@@ -257,10 +429,12 @@ pub(crate) fn push_yaml_double_quoted(out: &mut String, s: &str) {
         }
         let c = s[at..].chars().next().expect("at a character boundary");
         out.push_str(&s[copied..at]);
-        copied = if push_yaml_escape(out, c) {
-            at + c.len_utf8()
-        } else {
-            at
+        copied = match yaml_escape(c) {
+            Some(escape) => {
+                escape.push(out);
+                at + c.len_utf8()
+            }
+            None => at,
         };
         at += c.len_utf8();
     }
@@ -268,154 +442,350 @@ pub(crate) fn push_yaml_double_quoted(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Appends the escape of `c` inside a YAML double-quoted scalar: backslash, quote, and every
-/// character YAML treats as a line break or does not allow raw (C0/C1 controls, DEL,
-/// U+2028/U+2029, BOM, U+FFFE/U+FFFF). False, appending nothing, for any other character.
-fn push_yaml_escape(out: &mut String, c: char) -> bool {
-    use std::fmt::Write as _;
-    let n = c as u32;
-    match c {
-        '"' => out.push_str("\\\""),
-        '\\' => out.push_str("\\\\"),
-        '\n' => out.push_str("\\n"),
-        '\t' => out.push_str("\\t"),
-        '\r' => out.push_str("\\r"),
-        '\u{2028}' => out.push_str("\\L"),
-        '\u{2029}' => out.push_str("\\P"),
-        '\u{85}' => out.push_str("\\N"),
-        _ if n < 0x20 || (0x7f..=0x9f).contains(&n) => {
-            let _ = write!(out, "\\x{n:02x}");
+/// How one character is written inside a YAML double-quoted scalar when it cannot be written
+/// as it is.
+enum YamlEscape {
+    /// A fixed escape (`\n`, `\"`, ...).
+    Named(&'static str),
+    /// `\xNN`.
+    Byte(u32),
+    /// `\uNNNN`.
+    Unit(u32),
+}
+
+impl YamlEscape {
+    fn len(&self) -> usize {
+        match self {
+            YamlEscape::Named(text) => text.len(),
+            YamlEscape::Byte(_) => 4,
+            YamlEscape::Unit(_) => 6,
         }
-        '\u{feff}' | '\u{fffe}' | '\u{ffff}' => {
-            let _ = write!(out, "\\u{n:04x}");
-        }
-        _ => return false,
     }
-    true
+
+    fn push(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = match self {
+            YamlEscape::Named(text) => out.write_str(text),
+            YamlEscape::Byte(n) => write!(out, "\\x{n:02x}"),
+            YamlEscape::Unit(n) => write!(out, "\\u{n:04x}"),
+        };
+    }
+}
+
+/// The escape of `c` inside a YAML double-quoted scalar: backslash, quote, and every character
+/// YAML treats as a line break or does not allow raw (C0/C1 controls, DEL, U+2028/U+2029, BOM,
+/// U+FFFE/U+FFFF). None for any other character.
+fn yaml_escape(c: char) -> Option<YamlEscape> {
+    let n = c as u32;
+    Some(match c {
+        '"' => YamlEscape::Named("\\\""),
+        '\\' => YamlEscape::Named("\\\\"),
+        '\n' => YamlEscape::Named("\\n"),
+        '\t' => YamlEscape::Named("\\t"),
+        '\r' => YamlEscape::Named("\\r"),
+        '\u{2028}' => YamlEscape::Named("\\L"),
+        '\u{2029}' => YamlEscape::Named("\\P"),
+        '\u{85}' => YamlEscape::Named("\\N"),
+        _ if n < 0x20 || (0x7f..=0x9f).contains(&n) => YamlEscape::Byte(n),
+        '\u{feff}' | '\u{fffe}' | '\u{ffff}' => YamlEscape::Unit(n),
+        _ => return None,
+    })
 }
 
 /// Compact JSON of any value. Characters that are valid in JSON strings but break YAML readers
-/// (DEL, C1 controls, U+2028/U+2029) are escaped too, so `json` output can be embedded in
-/// cloud-config as a flow value.
-fn json(args: &[&Value]) -> Result<Value, String> {
-    let raw = serde_json::to_string(args[0]).map_err(|e| e.to_string())?;
-    let mut out = String::with_capacity(raw.len());
-    for c in raw.chars() {
-        let n = c as u32;
-        if (0x7f..=0x9f).contains(&n) || n == 0x2028 || n == 0x2029 || n == 0xfeff {
-            out.push_str(&format!("\\u{n:04x}"));
-        } else {
-            out.push(c);
+/// (DEL, C1 controls, U+2028/U+2029, BOM) are escaped too, so `json` output can be embedded in
+/// cloud-config as a flow value. Serialized twice: once to count the bytes, once to write
+/// them, so a value too large for the output is refused before it is built.
+fn json(args: &[&Value]) -> Result<Value, HelperError> {
+    let mut count = ByteCount(0);
+    write_json(&mut count, args[0])?;
+    fits(count.0)?;
+    let mut out = Vec::with_capacity(count.0 as usize);
+    write_json(&mut out, args[0])?;
+    String::from_utf8(out)
+        .map(Value::String)
+        .map_err(|e| HelperError::Invalid(e.to_string()))
+}
+
+fn write_json<W: Write>(writer: W, value: &Value) -> Result<(), HelperError> {
+    use serde::Serialize as _;
+    let mut serializer = serde_json::Serializer::with_formatter(writer, YamlSafeJson);
+    value
+        .serialize(&mut serializer)
+        .map_err(|e| HelperError::Invalid(e.to_string()))
+}
+
+/// serde_json's compact output, with the characters YAML readers would change inside a string
+/// written as `\uNNNN`.
+struct YamlSafeJson;
+
+impl serde_json::ser::Formatter for YamlSafeJson {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let yaml_hostile = |c: char| {
+            let n = c as u32;
+            (0x7f..=0x9f).contains(&n) || n == 0x2028 || n == 0x2029 || n == 0xfeff
+        };
+        let mut rest = fragment;
+        while let Some(at) = rest.find(yaml_hostile) {
+            let c = rest[at..]
+                .chars()
+                .next()
+                .expect("found at a character boundary");
+            writer.write_all(&rest.as_bytes()[..at])?;
+            write!(writer, "\\u{:04x}", c as u32)?;
+            rest = &rest[at + c.len_utf8()..];
         }
+        writer.write_all(rest.as_bytes())
     }
-    Ok(Value::String(out))
 }
 
-fn base64(args: &[&Value]) -> Result<Value, String> {
-    Ok(Value::String(BASE64.encode(text(args[0])?)))
+/// A writer that only counts what is written to it.
+struct ByteCount(u64);
+
+impl Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
-/// gzip (no file name, time 0: the same input always gives the same output) then base64.
-fn gzip_base64(args: &[&Value]) -> Result<Value, String> {
-    let data = gzip(text(args[0])?.as_bytes());
+fn base64_len(bytes: u64) -> u64 {
+    bytes.div_ceil(3).saturating_mul(4)
+}
+
+fn base64(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    fits(base64_len(t.len() as u64))?;
+    Ok(Value::String(BASE64.encode(t.as_bytes())))
+}
+
+/// gzip (no file name, time 0: the same input always gives the same output) then base64. The
+/// compressed size is known only once compressed, so compression stops as soon as its base64
+/// would no longer fit in the output left.
+fn gzip_base64(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    // base64 turns each 3 bytes into 4: this many compressed bytes still fit.
+    let room = crate::limit::output_left() / 4 * 3;
+    let capped = CappedVec {
+        bytes: Vec::new(),
+        cap: usize::try_from(room).unwrap_or(usize::MAX),
+    };
+    let data = match gzip_into(t.as_bytes(), capped) {
+        Ok(capped) => capped.bytes,
+        // One byte more than fits: `fits` refuses it as the output's size error.
+        Err(e) => {
+            fits(base64_len(room + 1))?;
+            return Err(HelperError::Invalid(format!("gzip: {e}")));
+        }
+    };
+    fits(base64_len(data.len() as u64))?;
     Ok(Value::String(BASE64.encode(data)))
+}
+
+/// A `Vec` that refuses to grow past `cap` bytes.
+struct CappedVec {
+    bytes: Vec<u8>,
+    cap: usize,
+}
+
+impl Write for CappedVec {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > self.cap {
+            return Err(std::io::Error::other("over the size limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Deterministic gzip, shared with output compression.
 pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::GzBuilder::new()
-        .mtime(0)
-        .write(Vec::new(), flate2::Compression::default());
     // Writing to a Vec cannot fail.
-    encoder.write_all(data).expect("gzip into memory");
-    encoder.finish().expect("gzip into memory")
+    gzip_into(data, Vec::new()).expect("gzip into memory")
 }
 
-fn width(v: &Value) -> Result<usize, String> {
+fn gzip_into<W: Write>(data: &[u8], writer: W) -> std::io::Result<W> {
+    let mut encoder = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(writer, flate2::Compression::default());
+    encoder.write_all(data)?;
+    encoder.finish()
+}
+
+fn width(v: &Value) -> Result<usize, HelperError> {
     match v.as_u64() {
         Some(n) if n <= 256 => Ok(n as usize),
-        _ => Err(format!(
+        _ => Err(HelperError::Invalid(format!(
             "the width must be a whole number from 0 to 256, got {}",
             type_name(v)
-        )),
+        ))),
     }
 }
 
 /// Prefixes every non-empty line with N spaces (empty lines stay empty, so no trailing
 /// whitespace appears).
-fn indent(args: &[&Value]) -> Result<Value, String> {
-    let pad = " ".repeat(width(args[0])?);
+fn indent(args: &[&Value]) -> Result<Value, HelperError> {
+    indented(args, "")
+}
+
+/// A newline, then `indent`: for `key:{{nindent 4 values.block}}`.
+fn nindent(args: &[&Value]) -> Result<Value, HelperError> {
+    indented(args, "\n")
+}
+
+/// `prefix`, then the text of `args[1]` indented by `args[0]` spaces.
+fn indented(args: &[&Value], prefix: &str) -> Result<Value, HelperError> {
+    let width = width(args[0])?;
     let s = text(args[1])?;
-    let mut out = String::with_capacity(s.len());
+    let padded = |line: &str| line != "\n" && line != "\r\n";
+    let lines = s.split_inclusive('\n').filter(|l| padded(l)).count() as u64;
+    let size = (prefix.len() as u64 + s.len() as u64).saturating_add(lines * width as u64);
+    fits(size)?;
+    let mut out = String::with_capacity(size as usize);
+    out.push_str(prefix);
     for line in s.split_inclusive('\n') {
-        if line != "\n" && line != "\r\n" {
-            out.push_str(&pad);
+        if padded(line) {
+            out.extend(std::iter::repeat_n(' ', width));
         }
         out.push_str(line);
     }
     Ok(Value::String(out))
 }
 
-/// A newline, then `indent`: for `key:{{nindent 4 values.block}}`.
-fn nindent(args: &[&Value]) -> Result<Value, String> {
-    let Value::String(indented) = indent(args)? else {
-        unreachable!("indent returns a string")
-    };
-    Ok(Value::String(format!("\n{indented}")))
-}
-
 /// The value, or the fallback when the value is missing, null or empty text.
-fn default(args: &[&Value]) -> Result<Value, String> {
+fn default(args: &[&Value]) -> Result<Value, HelperError> {
     let unset = matches!(args[0], Value::Null) || args[0].as_str() == Some("");
-    Ok(if unset { args[1] } else { args[0] }.clone())
+    let chosen = if unset { args[1] } else { args[0] };
+    // The copy costs about the value's size: a text's length, a list's or map's JSON.
+    let size = match chosen {
+        Value::String(s) => s.len() as u64,
+        other => {
+            let mut count = ByteCount(0);
+            write_json(&mut count, other)?;
+            count.0
+        }
+    };
+    fits(size)?;
+    Ok(chosen.clone())
 }
 
-fn join(args: &[&Value]) -> Result<Value, String> {
+fn join(args: &[&Value]) -> Result<Value, HelperError> {
     let separator = match args[1] {
         Value::String(s) => s.as_str(),
         other => {
-            return Err(format!(
+            return Err(HelperError::Invalid(format!(
                 "the separator must be text, got {}",
                 type_name(other)
-            ));
+            )));
         }
     };
-    match args[0] {
-        Value::Array(items) => Ok(Value::String(
-            items
-                .iter()
-                .map(text)
-                .collect::<Result<Vec<_>, _>>()?
-                .join(separator),
-        )),
-        Value::Null => Ok(Value::String(String::new())),
-        other => Err(format!("expects a list, got {}", type_name(other))),
+    let items = match args[0] {
+        Value::Array(items) => texts(items)?,
+        Value::Null => Vec::new(),
+        other => {
+            return Err(HelperError::Invalid(format!(
+                "expects a list, got {}",
+                type_name(other)
+            )));
+        }
+    };
+    let size = joined_len(&items, separator.len());
+    fits(size)?;
+    let mut out = String::with_capacity(size as usize);
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(separator);
+        }
+        out.push_str(item);
     }
+    Ok(Value::String(out))
 }
 
-fn sha256(args: &[&Value]) -> Result<Value, String> {
-    Ok(Value::String(hex::encode(Sha256::digest(text(args[0])?))))
+fn sha256(args: &[&Value]) -> Result<Value, HelperError> {
+    let digest = Sha256::digest(text(args[0])?.as_bytes());
+    fits(2 * digest.len() as u64)?;
+    Ok(Value::String(hex::encode(digest)))
 }
 
-fn upper(args: &[&Value]) -> Result<Value, String> {
-    Ok(Value::String(text(args[0])?.to_uppercase()))
+fn upper(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    // Upper case may be longer than the text (`ß` → `SS`).
+    fits(
+        t.chars()
+            .flat_map(char::to_uppercase)
+            .map(|c| c.len_utf8() as u64)
+            .sum(),
+    )?;
+    Ok(Value::String(t.to_uppercase()))
 }
 
-fn lower(args: &[&Value]) -> Result<Value, String> {
-    Ok(Value::String(text(args[0])?.to_lowercase()))
+fn lower(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    fits(
+        t.chars()
+            .flat_map(char::to_lowercase)
+            .map(|c| c.len_utf8() as u64)
+            .sum(),
+    )?;
+    Ok(Value::String(t.to_lowercase()))
 }
 
-fn trim(args: &[&Value]) -> Result<Value, String> {
-    Ok(Value::String(text(args[0])?.trim().to_owned()))
+fn trim(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    let trimmed = t.trim();
+    fits(trimmed.len() as u64)?;
+    Ok(Value::String(trimmed.to_owned()))
+}
+
+fn starts_with(args: &[&Value]) -> Result<Value, HelperError> {
+    Ok(Value::Bool(text(args[0])?.starts_with(&*text(args[1])?)))
+}
+
+/// Refuses the render: the template found the config's variables unusable together (a check
+/// a variable's own schema cannot express, such as "an http:// URL needs a digest"). The
+/// message is the template's own words; the engine reports it as the config's problem.
+fn fail(args: &[&Value]) -> Result<Value, HelperError> {
+    let message = text(args[0])?;
+    let message = crate::engine::truncate(message.trim(), 300);
+    REFUSAL.set(Some(message.clone()));
+    Err(HelperError::Refused(message))
+}
+
+thread_local! {
+    /// Why the render on this thread stopped on the config's values: the message of a `fail`,
+    /// or of a helper that cannot write a value.
+    static REFUSAL: Cell<Option<String>> = const { Cell::new(None) };
+}
+
+/// Takes the message of a `fail` (or of a helper refusing a value) that stopped the render on
+/// this thread, if one did.
+pub(crate) fn take_refusal() -> Option<String> {
+    REFUSAL.take()
 }
 
 /// Whether VERSION is MINIMUM or later, comparing MAJOR.MINOR.PATCH as numbers (text
 /// comparison puts v1.100 before v1.31 and v1.9 after it).
-fn version_at_least(args: &[&Value]) -> Result<Value, String> {
+fn version_at_least(args: &[&Value]) -> Result<Value, HelperError> {
     let parse = |v: &Value| {
         let t = text(v)?;
-        version_numbers(&t)
-            .ok_or_else(|| format!("{t:?} is not a version like v1.31.2 (or 1.31, v1.31.0-rc.1)"))
+        version_numbers(&t).ok_or_else(|| {
+            HelperError::Invalid(format!(
+                "{:?} is not a version like v1.31.2 (or 1.31, v1.31.0-rc.1)",
+                crate::engine::truncate(&t, 64)
+            ))
+        })
     };
     Ok(Value::Bool(parse(args[0])? >= parse(args[1])?))
 }
@@ -470,6 +840,17 @@ mod tests {
         assert_eq!(ok("{{shell_quote s}}", v.clone()), r"'it'\''s'");
         assert_eq!(ok("{{shell_quote args}}", v.clone()), "'a b' 'c'");
         assert_eq!(ok("{{yaml_quote s}}", v.clone()), r#""it's""#);
+        assert_eq!(
+            ok("--name {{systemd_quote s}}", json!({"s": "50% \"a\""})),
+            r#"--name "50%% \"a\"""#
+        );
+        assert_eq!(
+            ok(
+                "Environment={{systemd_env_quote s}}",
+                json!({"s": "PASS=a$b"})
+            ),
+            r#"Environment="PASS=a$b""#
+        );
         assert_eq!(ok("{{yaml_quote text}}", v.clone()), r#""line1\nline2""#);
         assert_eq!(ok("{{json obj}}", v.clone()), r#"{"a":[1,true]}"#);
         assert_eq!(ok("{{base64 s}}", v.clone()), "aXQncw==");
@@ -641,6 +1022,179 @@ mod tests {
         ] {
             assert!(docs.contains(topic), "{topic}");
         }
+    }
+
+    /// Renders as the engine does: with `left` bytes of output left and a fresh work budget.
+    /// Returns the output, or the error and the size a helper refused.
+    fn render_with_left(
+        template: &str,
+        data: Value,
+        left: u64,
+    ) -> Result<String, (String, Option<u64>)> {
+        let budget = crate::limit::Budget::new(left);
+        let helpers = crate::limit::HelperOutput::start(&budget);
+        let _work = WorkBudget::start();
+        render(template, data).map_err(|e| (e, helpers.refused()))
+    }
+
+    /// Each helper that builds text, with an argument and the exact size of its result.
+    fn sized_cases() -> Vec<(&'static str, Value, usize)> {
+        let line = "ab'c\"%$\\ é\n".repeat(50);
+        let words: Vec<String> = (0..40).map(|i| format!("w{i}'x")).collect();
+        vec![
+            ("{{shell_quote v}}", json!({"v": line}), 0),
+            ("{{shell_quote v}}", json!({"v": words}), 0),
+            (
+                "{{yaml_quote v}}",
+                json!({"v": format!("{line}\u{2028}\u{85}\u{1}\u{feff}")}),
+                0,
+            ),
+            (
+                "{{json v}}",
+                json!({"v": {"k\u{2028}": [line.clone(), 1, null, "\u{7f}"]}}),
+                0,
+            ),
+            ("{{base64 v}}", json!({"v": line}), 0),
+            ("{{indent 7 v}}", json!({"v": line}), 0),
+            ("{{nindent 3 v}}", json!({"v": format!("\n\n{line}")}), 0),
+            ("{{default v \"x\"}}", json!({"v": line}), 0),
+            ("{{join v \"--\"}}", json!({"v": words}), 0),
+            ("{{join v \", \"}}", json!({"v": [1, true, null, "a"]}), 0),
+            ("{{sha256 v}}", json!({"v": line}), 0),
+            ("{{upper v}}", json!({"v": format!("{line}ßŉ")}), 0),
+            ("{{lower v}}", json!({"v": format!("{line}Σİẞ")}), 0),
+            ("{{trim v}}", json!({"v": format!("  {line}  ")}), 0),
+            (
+                "{{systemd_quote v}}",
+                json!({"v": "50% \"a\" $HOME \\ é"}),
+                0,
+            ),
+            (
+                "{{systemd_env_quote v}}",
+                json!({"v": "50% \"a\" $HOME \\ é"}),
+                0,
+            ),
+        ]
+        .into_iter()
+        .map(|(template, data, _)| {
+            let size = ok(template, data.clone()).len();
+            (template, data, size)
+        })
+        .collect()
+    }
+
+    // The size each helper computes before building its result is exact: with exactly that
+    // much output left it renders; with one byte less it is refused with that size, which
+    // the engine reports as the render's size error.
+    #[test]
+    fn every_helper_charges_its_exact_size_before_building() {
+        for (template, data, size) in sized_cases() {
+            let out = render_with_left(template, data.clone(), size as u64);
+            assert_eq!(
+                out.map(|o| o.len()),
+                Ok(size),
+                "{template} with {size} left"
+            );
+            let (err, refused) = render_with_left(template, data, size as u64 - 1).unwrap_err();
+            assert_eq!(refused, Some(size as u64), "{template}: {err}");
+            assert!(err.contains("bytes of output left"), "{template}: {err}");
+        }
+    }
+
+    #[test]
+    fn gzip_stops_once_its_base64_cannot_fit() {
+        let data = json!({"v": (0..5000).map(|i| i.to_string()).collect::<String>()});
+        let size = ok("{{gzip_base64 v}}", data.clone()).len() as u64;
+        assert!(render_with_left("{{gzip_base64 v}}", data.clone(), size).is_ok());
+        let (err, refused) = render_with_left("{{gzip_base64 v}}", data, size - 4).unwrap_err();
+        assert!(refused.is_some_and(|r| r > size - 4), "{err}");
+    }
+
+    // A helper result a thousand times its arguments' size is refused from its computed size,
+    // before a byte of it is allocated (render/tests/helper_budget.rs measures the
+    // allocations).
+    #[test]
+    fn huge_results_are_refused_not_built() {
+        let list: Vec<&str> = vec!["a"; 100_000];
+        let sep = "s".repeat(100_000);
+        for (template, data) in [
+            ("{{join l s}}", json!({"l": list, "s": sep})),
+            ("{{indent 256 t}}", json!({"t": "\n.".repeat(100_000)})),
+            ("{{nindent 256 t}}", json!({"t": "\n.".repeat(100_000)})),
+            ("{{shell_quote t}}", json!({"t": "'".repeat(1_000_000)})),
+            (
+                "{{#if (join l s)}}hidden{{/if}}",
+                json!({"l": list, "s": sep}),
+            ),
+        ] {
+            let (err, refused) = render_with_left(template, data, 1 << 20).unwrap_err();
+            assert!(refused.is_some_and(|r| r > 1 << 20), "{template}: {err}");
+        }
+    }
+
+    // Helper results spend the work budget: a loop that copies a large value on every pass
+    // ends with the work error long before it has copied gigabytes.
+    #[test]
+    fn helper_results_in_a_loop_spend_the_work_budget() {
+        let data = json!({"l": vec![0; 5000], "t": "x".repeat(400_000)});
+        let (err, refused) = render_with_left(
+            "{{#each l}}{{#if (trim @root.t)}}{{/if}}{{/each}}",
+            data,
+            1 << 20,
+        )
+        .unwrap_err();
+        assert_eq!(refused, None, "{err}");
+        assert!(err.contains("work limit"), "{err}");
+    }
+
+    #[test]
+    fn systemd_quote_refuses_control_characters_naming_the_variable() {
+        for value in [
+            "a\nExecStartPre=/bin/touch /tmp/pwned",
+            "a\rb",
+            "tab\there",
+            "\u{85}",
+        ] {
+            for helper in ["systemd_quote", "systemd_env_quote"] {
+                let template = format!("{{{{{helper} values.proxy}}}}");
+                let err = render(&template, json!({"values": {"proxy": value}})).unwrap_err();
+                assert!(
+                    err.contains(&format!("helper `{helper}` on `values.proxy`")),
+                    "{err}"
+                );
+                assert!(
+                    err.contains("control character") || err.contains("line break"),
+                    "{err}"
+                );
+                assert!(!err.contains("pwned"), "the message shows no value: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn systemd_quote_escapes_what_systemd_would_expand() {
+        for (value, exec, env) in [
+            ("plain", r#""plain""#, r#""plain""#),
+            ("", r#""""#, r#""""#),
+            ("50% %n", r#""50%% %%n""#, r#""50%% %%n""#),
+            (
+                r#"say "hi" \o/"#,
+                r#""say \"hi\" \\o/""#,
+                r#""say \"hi\" \\o/""#,
+            ),
+            ("$HOME ${X}", r#""$$HOME $${X}""#, r#""$HOME ${X}""#),
+            (
+                "it's; rm -rf /",
+                r#""it's; rm -rf /""#,
+                r#""it's; rm -rf /""#,
+            ),
+        ] {
+            let data = json!({"v": value});
+            assert_eq!(ok("{{systemd_quote v}}", data.clone()), exec, "{value}");
+            assert_eq!(ok("{{systemd_env_quote v}}", data), env, "{value}");
+        }
+        let err = render("{{systemd_quote v}}", json!({"v": ["a"]})).unwrap_err();
+        assert!(err.contains("a list"), "{err}");
     }
 
     #[test]

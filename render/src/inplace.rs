@@ -159,27 +159,54 @@ fn part_names(old: &PartsRender, new: &PartsRender) -> Vec<String> {
     names
 }
 
-/// Builds the public split from the body's, decoding file contents.
+/// Why a render's split cannot become a [`PartsRender`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SplitError {
+    /// A file's content does not decode.
+    #[error("file {path}: {message}")]
+    Undecodable {
+        /// The file's path on the machine.
+        path: String,
+        /// What is wrong with its content.
+        message: String,
+    },
+    /// The decoded files add up to more than the limit: one gzip member can expand a thousand
+    /// times, so decompression stops one byte past what is left.
+    #[error(
+        "file {path}: the decoded files add up to more than {limit} bytes (its gzip data expands past what is left)"
+    )]
+    TooLarge {
+        /// The file whose content went past the limit.
+        path: String,
+        /// Bytes all decoded files may take together.
+        limit: u64,
+    },
+}
+
+/// Builds the public split from the body's, decoding file contents: all of them together may
+/// take at most `limit` bytes.
 pub(crate) fn from_split(
     format: OutputFormat,
     split: Split,
     pre_commands: &[String],
     post_commands: &[String],
-) -> Result<PartsRender, String> {
+    limit: u64,
+) -> Result<PartsRender, SplitError> {
+    let mut decoded = Decoded { left: limit, limit };
     let parts = split
         .parts
         .iter()
         .map(|part| {
             Ok(RenderedPart {
                 update: part.update,
-                content: payload_part(part)?,
+                content: payload_part(part, &mut decoded)?,
             })
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, SplitError>>()?;
     let config = PayloadPart {
         name: String::new(),
         files: (split.config_files.iter())
-            .map(payload_file)
+            .map(|f| payload_file(f, &mut decoded))
             .collect::<Result<_, _>>()?,
         units: Vec::new(),
         commands: pre_commands.iter().chain(post_commands).cloned().collect(),
@@ -191,11 +218,19 @@ pub(crate) fn from_split(
     })
 }
 
-fn payload_part(part: &PartBody) -> Result<PayloadPart, String> {
+/// What the decoded files of one split may still take.
+struct Decoded {
+    left: u64,
+    limit: u64,
+}
+
+fn payload_part(part: &PartBody, decoded: &mut Decoded) -> Result<PayloadPart, SplitError> {
     let (files, units) = part.merged();
     Ok(PayloadPart {
         name: part.name.clone(),
-        files: files.iter().map(payload_file).collect::<Result<_, _>>()?,
+        files: (files.iter())
+            .map(|f| payload_file(f, decoded))
+            .collect::<Result<_, _>>()?,
         units: units
             .into_iter()
             .map(|u| PayloadUnit {
@@ -211,31 +246,125 @@ fn payload_part(part: &PartBody) -> Result<PayloadPart, String> {
     })
 }
 
-fn payload_file(f: &File) -> Result<PayloadFile, String> {
+fn payload_file(f: &File, decoded: &mut Decoded) -> Result<PayloadFile, SplitError> {
+    let content = match decode(&f.content, f.encoding, decoded.left) {
+        Ok(content) => content,
+        Err(Decode::TooLarge) => {
+            return Err(SplitError::TooLarge {
+                path: f.path.clone(),
+                limit: decoded.limit,
+            });
+        }
+        Err(Decode::Invalid(message)) => {
+            return Err(SplitError::Undecodable {
+                path: f.path.clone(),
+                message,
+            });
+        }
+    };
+    decoded.left -= content.len() as u64;
     Ok(PayloadFile {
         path: f.path.clone(),
         permissions: f.permissions.clone(),
         owner: f.owner.clone(),
-        content: decode(&f.content, f.encoding).map_err(|e| format!("file {}: {e}", f.path))?,
+        content,
     })
 }
 
-/// A file's bytes as they land on disk.
-fn decode(content: &str, encoding: FileEncoding) -> Result<Vec<u8>, String> {
+/// Why a file's content did not decode.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Decode {
+    /// Not valid base64 or gzip data.
+    Invalid(String),
+    /// More bytes than allowed.
+    TooLarge,
+}
+
+/// A file's bytes as they land on disk, at most `limit` of them. A gzip member is read one
+/// byte past the limit and no further: whatever it would expand to, no more is allocated.
+pub(crate) fn decode(content: &str, encoding: FileEncoding, limit: u64) -> Result<Vec<u8>, Decode> {
     use base64::Engine as _;
+    use std::io::Read as _;
     let base64 = || {
         base64::engine::general_purpose::STANDARD
             .decode(content.split_ascii_whitespace().collect::<String>())
-            .map_err(|e| format!("not valid base64: {e}"))
+            .map_err(|e| Decode::Invalid(format!("not valid base64: {e}")))
     };
-    match encoding {
-        FileEncoding::Plain => Ok(content.as_bytes().to_vec()),
-        FileEncoding::Base64 => base64(),
+    let bytes = match encoding {
+        FileEncoding::Plain => content.as_bytes().to_vec(),
+        FileEncoding::Base64 => base64()?,
         FileEncoding::GzipBase64 => {
+            let compressed = base64()?;
             let mut out = Vec::new();
-            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&base64()?[..]), &mut out)
-                .map_err(|e| format!("not valid gzip data: {e}"))?;
-            Ok(out)
+            flate2::read::GzDecoder::new(&compressed[..])
+                .take(limit.saturating_add(1))
+                .read_to_end(&mut out)
+                .map_err(|e| Decode::Invalid(format!("not valid gzip data: {e}")))?;
+            out
         }
+    };
+    if bytes.len() as u64 > limit {
+        return Err(Decode::TooLarge);
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use base64::Engine as _;
+
+    use super::*;
+
+    fn gzip_base64(bytes: &[u8]) -> String {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(bytes).unwrap();
+        base64::engine::general_purpose::STANDARD.encode(encoder.finish().unwrap())
+    }
+
+    // Every encoding is held to the limit; gzip data is read one byte past it and no further
+    // (tests/budgets.rs measures what a bomb allocates).
+    #[test]
+    fn decoding_stops_at_the_limit() {
+        let bomb = gzip_base64(&vec![0; 1 << 20]);
+        assert!(
+            bomb.len() < 2048,
+            "a small member that expands a thousand times"
+        );
+        for (content, encoding, limit, expected) in [
+            ("hello", FileEncoding::Plain, 5, Ok(b"hello".to_vec())),
+            ("hello", FileEncoding::Plain, 4, Err(Decode::TooLarge)),
+            ("aGVsbG8=", FileEncoding::Base64, 5, Ok(b"hello".to_vec())),
+            ("aGVsbG8=", FileEncoding::Base64, 4, Err(Decode::TooLarge)),
+            (
+                bomb.as_str(),
+                FileEncoding::GzipBase64,
+                1 << 20,
+                Ok(vec![0; 1 << 20]),
+            ),
+            (
+                bomb.as_str(),
+                FileEncoding::GzipBase64,
+                (1 << 20) - 1,
+                Err(Decode::TooLarge),
+            ),
+            (
+                bomb.as_str(),
+                FileEncoding::GzipBase64,
+                0,
+                Err(Decode::TooLarge),
+            ),
+        ] {
+            assert_eq!(
+                decode(content, encoding, limit).map_err(|e| format!("{e:?}")),
+                expected.map_err(|e| format!("{e:?}")),
+                "{encoding:?} at {limit}"
+            );
+        }
+        let Err(Decode::Invalid(message)) = decode("aGVsbG8=", FileEncoding::GzipBase64, 10) else {
+            panic!("plain text is not gzip data");
+        };
+        assert!(message.contains("not valid gzip data"), "{message}");
     }
 }

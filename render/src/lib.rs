@@ -338,20 +338,18 @@ impl CompiledTemplate {
             generated,
         )
         .map_err(|e| self.field_error(e, &budget, limit, true))?;
-        inplace::from_split(
-            self.format,
-            split,
-            &config.pre_commands,
-            &config.post_commands,
-        )
-        .map(Some)
-        .map_err(|message| {
-            RenderError::failed(
-                &self.object,
-                Problem::template("spec.parts", message)
-                    .with_reason(crd_types::conditions::reason::RENDER_FAILED),
-            )
-        })
+        let commands = (&config.pre_commands, &config.post_commands);
+        inplace::from_split(self.format, split, commands.0, commands.1, budget.cap())
+            .map(Some)
+            .map_err(|e| {
+                use crd_types::conditions::reason;
+                let reason = match e {
+                    inplace::SplitError::TooLarge { .. } => reason::OUTPUT_TOO_LARGE,
+                    inplace::SplitError::Undecodable { .. } => reason::RENDER_FAILED,
+                };
+                let problem = Problem::template("spec.parts", e.to_string()).with_reason(reason);
+                RenderError::failed(&self.object, problem)
+            })
     }
 
     /// Whether any part may change on booted machines (`update: InPlace`): only then does a

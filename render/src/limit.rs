@@ -4,6 +4,7 @@
 //! times ...), so the limit is checked as bytes are produced: rendering stops at the first byte
 //! over the budget instead of building a 100 MiB string and measuring it afterwards.
 
+use std::cell::Cell;
 use std::io;
 
 /// The largest user-data a Secret can hold (1 MiB), and the default limit.
@@ -79,6 +80,18 @@ impl Budget {
         self.exceeded
     }
 
+    /// Bytes that still fit.
+    pub(crate) fn left(&self) -> u64 {
+        self.cap.saturating_sub(self.used)
+    }
+
+    /// Marks the budget exceeded by a value of `n` bytes that a helper refused to build (see
+    /// [`HelperOutput`]): the render's size error then reports at least `used + n` bytes.
+    pub(crate) fn refuse(&mut self, n: u64) {
+        self.used = self.used.saturating_add(n).max(self.cap.saturating_add(1));
+        self.exceeded = true;
+    }
+
     /// Takes `n` bytes; false (and marked exceeded) when they do not fit.
     pub(crate) fn take(&mut self, n: usize) -> bool {
         let n = n as u64;
@@ -117,8 +130,73 @@ impl handlebars::Output for LimitedOutput<'_> {
             return Err(io::Error::other("output size limit reached"));
         }
         self.buf.push_str(seg);
+        OUTPUT_LEFT.set(self.budget.left());
         Ok(())
     }
+}
+
+thread_local! {
+    /// Output bytes left in the text rendering on this thread, kept up to date by
+    /// [`LimitedOutput`]. Helpers build their results before handlebars writes them, so they
+    /// check against this first: a value that cannot fit in what is left of the output is
+    /// refused before a byte of it is allocated. A render never yields its thread, so a
+    /// thread-local is exactly the running render's.
+    static OUTPUT_LEFT: Cell<u64> = const { Cell::new(u64::MAX) };
+    /// The size of the value a helper refused, for the engine to report as the render's size
+    /// error (handlebars passes helper errors on as text only).
+    static REFUSED: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// While alive, helpers on this thread see the output left in `budget` (and nothing refused
+/// yet); dropping it restores what was there before (unbounded outside a render).
+pub(crate) struct HelperOutput {
+    before: u64,
+}
+
+impl HelperOutput {
+    pub(crate) fn start(budget: &Budget) -> Self {
+        REFUSED.set(None);
+        HelperOutput {
+            before: OUTPUT_LEFT.replace(budget.left()),
+        }
+    }
+
+    /// The size of the value a helper refused during this render, if one did.
+    pub(crate) fn refused(&self) -> Option<u64> {
+        REFUSED.take()
+    }
+}
+
+impl Drop for HelperOutput {
+    fn drop(&mut self) {
+        OUTPUT_LEFT.set(self.before);
+        REFUSED.set(None);
+    }
+}
+
+/// A helper's result of `size` bytes does not fit in the output left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("its result would be {size} bytes, more than the {left} bytes of output left")]
+pub(crate) struct DoesNotFit {
+    pub(crate) size: u64,
+    pub(crate) left: u64,
+}
+
+/// Checks that a helper result of `size` bytes fits in the output left, before the helper
+/// builds it; a refusal is remembered for [`HelperOutput::refused`].
+pub(crate) fn reserve(size: u64) -> Result<(), DoesNotFit> {
+    let left = OUTPUT_LEFT.get();
+    if size > left {
+        REFUSED.set(Some(size));
+        return Err(DoesNotFit { size, left });
+    }
+    Ok(())
+}
+
+/// The output left for helpers on this thread (for bounded writers that cannot know their
+/// size in advance, like gzip).
+pub(crate) fn output_left() -> u64 {
+    OUTPUT_LEFT.get()
 }
 
 #[cfg(test)]

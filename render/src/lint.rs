@@ -180,12 +180,17 @@ fn where_text_goes<'a>(
     let inner = rest.split_once("].").map_or("", |(_, r)| r);
     let output = if inner.starts_with("commands[") {
         Output::Shell
+    } else if inner.starts_with("units[") && inner.ends_with("content") {
+        Output::Unit
     } else if let Some(file) = inner.strip_prefix("files[")
         && file.ends_with("].content")
     {
         let path = index(file)
             .and_then(|j| part.literal_file_path(j))
             .unwrap_or("");
+        if crate::body::is_systemd_path(path) {
+            return (roles, Output::Unit);
+        }
         match path.rsplit('.').next() {
             Some("sh") => Output::Shell,
             Some("yaml" | "yml") => Output::Yaml,

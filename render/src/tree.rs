@@ -131,6 +131,10 @@ fn path_raw(path: &handlebars::Path) -> String {
 /// long list. Every `each` body and every partial therefore starts with an invisible call of the
 /// `__bootplate_step` helper, charging the body's size in elements against the render's work
 /// budget ([`crate::helpers::MAX_WORK`]).
+///
+/// The same walk turns every `{{{x}}}` into `{{x}}`. Escaping is off in every text but a
+/// systemd unit's, where the escape function checks each value (see `engine.rs`); handlebars
+/// would skip that check for `{{{x}}}`, and turn escaping back on after it in any text.
 pub(crate) fn charge_steps(template: &mut Template, is_partial: bool) {
     if is_partial {
         let position = template.mapping.first().cloned();
@@ -158,6 +162,14 @@ pub(crate) fn charge_steps(template: &mut Template, is_partial: bool) {
                 TemplateElement::PartialBlock(d) => {
                     if let Some(body) = d.template.as_mut() {
                         stack.push(body);
+                    }
+                }
+                TemplateElement::HtmlExpression(_) => {
+                    let placeholder = TemplateElement::Comment(String::new());
+                    if let TemplateElement::HtmlExpression(h) =
+                        std::mem::replace(element, placeholder)
+                    {
+                        *element = TemplateElement::Expression(h);
                     }
                 }
                 _ => {}

@@ -286,3 +286,81 @@ fn decode_data_url(url: &str) -> Vec<u8> {
     }
     out
 }
+
+/// Values in systemd units: with `systemd_quote` (command lines) and `systemd_env_quote`
+/// (`Environment=`), every hostile value without a control character gives a unit that
+/// systemd's own parser (`systemd-analyze verify`) accepts; a value with a line break or another
+/// control character, or one ending with a backslash, fails the render on the config's
+/// variables whether the template quotes it or not (it would start a new setting such as
+/// `ExecStartPre=`), and the message never shows it.
+#[test]
+fn values_cannot_add_settings_to_units() {
+    let quoted = "[Service]\nType=oneshot\nEnvironment=V={{systemd_env_quote values.v}}\nExecStart=/bin/echo {{systemd_quote values.v}}\n";
+    let raw = "[Service]\nType=oneshot\nEnvironment=V={{values.v}}\nExecStart=/bin/true\n";
+    for (what, content, unit_field) in [
+        ("quoted", quoted, "spec.parts[0].units[0].content"),
+        ("raw", raw, "spec.parts[0].units[0].dropIns[0].content"),
+    ] {
+        let body = if what == "raw" {
+            format!(
+                "    units:\n      - name: demo.service\n        dropIns:\n          - name: 10-v.conf\n            content: {content:?}\n"
+            )
+        } else {
+            format!("    units:\n      - name: demo.service\n        content: {content:?}\n")
+        };
+        let t = compile(&format!(
+            "format: script\nparts:\n  - name: p\n    update: InPlace\n{body}"
+        ));
+        for value in HOSTILE.iter().chain(&[
+            "ExecStartPre=/bin/touch /tmp/pwned",
+            "a\nExecStartPre=/bin/touch /tmp/pwned",
+        ]) {
+            let breaks =
+                value.chars().any(char::is_control) || (what == "raw" && value.ends_with('\\'));
+            let result = t.render_parts(
+                &config(value),
+                &sample_context(Role::Worker),
+                &Default::default(),
+            );
+            if breaks {
+                let err = result.expect_err(value).to_string();
+                assert!(
+                    err.contains("spec.variables") && err.contains(unit_field),
+                    "{what} {value:?}: {err}"
+                );
+                assert!(!err.contains("pwned"), "the message shows no value: {err}");
+                let named = err.contains("helper `systemd_") && err.contains("on `values.v`");
+                assert_eq!(named, what == "quoted", "{what}: {err}");
+                continue;
+            }
+            let parts = result
+                .unwrap_or_else(|e| panic!("{what} {value:?}: {e}"))
+                .unwrap();
+            let unit = &parts.parts[0].content.units[0];
+            let text = unit
+                .content
+                .clone()
+                .unwrap_or_else(|| unit.drop_ins[0].content.clone());
+            if what == "quoted" {
+                verify_unit(&text, value);
+            }
+        }
+    }
+}
+
+/// `systemd-analyze verify` accepts `text` as a service with no complaint.
+fn verify_unit(text: &str, value: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.service");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze is required by this test");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("demo.service"),
+        "{value:?}: systemd-analyze verify:\n{stderr}\n{text}"
+    );
+}

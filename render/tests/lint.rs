@@ -261,3 +261,42 @@ fn unit_files_of_parts_are_read_as_systemd_reads_them() {
         "not a valid systemd unit file: unit a.service: line 2: neither `[Section]`, `Key=Value` nor a comment (systemd ignores it)"
     );
 }
+
+/// Free text in a systemd unit, a drop-in or a file under systemd's directories is flagged like
+/// free text in shell: unquoted, or quoted for the shell (whose quotes keep line breaks); the
+/// systemd quoting helpers and constrained variables are not.
+#[test]
+fn free_text_in_units_must_be_systemd_quoted() {
+    let problems = lint_yaml(
+        r#"format: script
+variables:
+  - {name: v, schema: {type: string}}
+  - {name: p, schema: {type: string, pattern: '^[a-z]+$'}}
+parts:
+  - name: p
+    units:
+      - name: a.service
+        content: "[Service]\nExecStart=/bin/echo {{values.v}} {{shell_quote values.v}} {{systemd_quote values.v}} {{values.p}}\n"
+        dropIns: [{name: x.conf, content: "[Service]\nEnvironment=V={{systemd_env_quote values.v}} W={{values.v}}\n"}]
+    files:
+      - {path: /etc/systemd/system/b.service.d/y.conf, content: "[Service]\nEnvironment=V={{values.v}}\n"}
+      - {path: /etc/other.conf, content: "{{values.v}}\n"}
+"#,
+    );
+    let unquoted: Vec<(String, usize)> = problems
+        .iter()
+        .filter(|p| p.code == "unquoted")
+        .inspect(|p| assert!(p.message.contains("a systemd unit"), "{}", p.message))
+        .map(|p| (p.field.clone(), p.position.map_or(0, |p| p.column)))
+        .collect();
+    assert_eq!(
+        unquoted,
+        [
+            ("spec.parts[0].files[0].content".to_owned(), 15),
+            ("spec.parts[0].units[0].content".to_owned(), 21),
+            ("spec.parts[0].units[0].content".to_owned(), 34),
+            ("spec.parts[0].units[0].dropIns[0].content".to_owned(), 48),
+        ],
+        "{problems:#?}"
+    );
+}

@@ -928,3 +928,150 @@ fn validate_all(input: Admission) -> Result<(), TestCaseError> {
 fn webhook_validation_never_panics() {
     fuzz("webhook_validation_never_panics", admission(), validate_all);
 }
+
+// --- Issue 28: helpers with huge arguments, gzip contents -------------------------------------
+
+/// A helper call whose result grows with a long list and a long separator, at the top of the
+/// text or hidden in a condition.
+fn huge_helper_call() -> impl Strategy<Value = (String, usize, usize, usize)> {
+    let calls = vec![
+        "{{join values.l values.s}}",
+        "{{#if (join values.l values.s)}}x{{/if}}",
+        "{{shell_quote (join values.l values.s)}}",
+        "{{json values.l}}",
+        "{{indent 256 (join values.l values.s)}}",
+        "{{nindent 200 (join values.l \"\\n\")}}",
+        "{{yaml_quote (join values.l values.s)}}",
+        "{{systemd_quote (join values.l values.s)}}",
+        "{{base64 (join values.l values.s)}}",
+        "{{gzip_base64 (join values.l values.s)}}",
+        "{{upper (default (join values.l values.s) \"\")}}",
+        "{{#each values.l}}{{#if (trim (join @root.values.l @root.values.s))}}{{/if}}{{/each}}",
+    ];
+    (
+        one_of(calls.into_iter().map(str::to_owned).collect()),
+        0usize..2_000,
+        0usize..20_000,
+        1usize..64,
+    )
+}
+
+/// Every helper is bounded before it builds its result: whatever the list and separator, a
+/// render ends within the time limit, with output under the limit or a typed error.
+#[test]
+fn helpers_with_huge_arguments_stay_bounded() {
+    fuzz(
+        "helpers_with_huge_arguments_stay_bounded",
+        huge_helper_call(),
+        |(call, items, separator, item)| {
+            let spec: TemplateSpec = serde_json::from_value(serde_json::json!({
+                "os": {"name": "linux"},
+                "format": "script",
+                "variables": [{"name": "l", "default": []}, {"name": "s", "default": ","}],
+                "template": format!("#!/bin/sh\n{call}\n"),
+            }))
+            .unwrap();
+            let config = BootplateConfigSpec {
+                variables: BTreeMap::from([
+                    (
+                        "l".to_owned(),
+                        serde_json::json!(vec!["i".repeat(item); items]),
+                    ),
+                    ("s".to_owned(), serde_json::json!("s".repeat(separator))),
+                ]),
+                ..Default::default()
+            };
+            let result = within("helpers", move || {
+                let compiled = render::CompiledTemplate::compile("t", &spec).unwrap();
+                compiled.render(&config, &render::sample_context(Role::Worker))
+            })?;
+            match result {
+                Ok(rendered) => prop_assert!(rendered.data.len() <= 1 << 20),
+                Err(e) => prop_assert!(
+                    matches!(
+                        e.reason(),
+                        "OutputTooLarge" | "RenderFailed" | "InvalidVariables"
+                    ),
+                    "{e}"
+                ),
+            }
+            Ok(())
+        },
+    );
+}
+
+/// Files decoded for in-place parts (payload, update hooks, webhook updates): a gzip member
+/// that expands past the limit, or any other content, gives a typed error or decoded files
+/// within 16 times the limit, in bounded time.
+#[test]
+fn gzip_contents_decode_within_the_limit() {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let bomb = {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&vec![0u8; 4 << 20]).unwrap();
+        gz.finish().unwrap()
+    };
+    let strategy = (
+        prop::collection::vec(any::<u8>(), 0..64),
+        any::<bool>(),
+        1u64..(1 << 16),
+    );
+    fuzz(
+        "gzip_contents_decode_within_the_limit",
+        strategy,
+        |(noise, use_bomb, limit)| {
+            let mut data = if use_bomb {
+                bomb.clone()
+            } else {
+                noise.clone()
+            };
+            // A bomb, sometimes cut short (a truncated gzip stream).
+            if use_bomb && noise.first().is_some_and(|b| b % 2 == 1) {
+                data.truncate(10 + usize::from(noise[0]) * 16);
+            }
+            let content = base64::engine::general_purpose::STANDARD.encode(&data);
+            let spec: TemplateSpec = serde_json::from_value(serde_json::json!({
+                "os": {"name": "linux"}, "format": "cloud-config",
+                "parts": [{"name": "p", "update": "InPlace", "commands": ["true"]}],
+            }))
+            .unwrap();
+            let config: BootplateConfigSpec = serde_json::from_value(serde_json::json!({
+                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "t"},
+                "maxOutputBytes": limit,
+                "files": [{"path": "/etc/x", "encoding": "gzip+base64", "content": content}],
+            }))
+            .unwrap();
+            let result = within("gzip", move || {
+                let compiled = render::CompiledTemplate::compile("t", &spec).unwrap();
+                let ctx = render::sample_context(Role::Worker);
+                compiled.render_parts(&config, &ctx, &Default::default())
+            })?;
+            match result {
+                Ok(Some(parts)) => {
+                    let decoded: usize = parts.config.files.iter().map(|f| f.content.len()).sum();
+                    prop_assert!(decoded as u64 <= limit * 16, "{decoded} bytes");
+                }
+                Ok(None) => prop_assert!(false, "a template with parts"),
+                Err(e) => prop_assert!(
+                    matches!(e.reason(), "OutputTooLarge" | "RenderFailed"),
+                    "{e}"
+                ),
+            }
+            Ok(())
+        },
+    );
+}
+
+/// Runs `f` on its own thread and fails the case when it takes more than 5 seconds.
+fn within<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, TestCaseError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .map_err(|_| TestCaseError::fail(format!("{what}: no answer within 5 s")))
+}

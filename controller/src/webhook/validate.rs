@@ -1,6 +1,7 @@
 //! What the admission webhook checks, free of HTTP and TLS: each function returns the reasons
 //! to deny, each naming the field (and, for template text, the line and column).
 
+use crd_types::conditions::reason;
 use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec};
 use render::{Origin, Severity, UpdatePlan};
 
@@ -96,10 +97,17 @@ pub fn config(
         for name in skipped {
             problems.push(format!("{field}.skipParts: {display} has no part {name:?}"));
         }
+        // The config's problems, and an output its values make too large (a template whose
+        // helpers repeat a tenant's long value; the template alone renders within the limit).
+        let found = render::lint(display, template, Some(&sample));
+        let too_large = |p: &render::Problem| p.reason == reason::OUTPUT_TOO_LARGE;
+        let values_too_large = found.iter().any(too_large)
+            && !render::lint(display, template, None).iter().any(too_large);
         problems.extend(
-            render::lint(display, template, Some(&sample))
+            found
                 .into_iter()
-                .filter(|p| p.severity == Severity::Error && p.origin == Origin::Config)
+                .filter(|p| p.severity == Severity::Error)
+                .filter(|p| p.origin == Origin::Config || (values_too_large && too_large(p)))
                 .map(|p| {
                     format!(
                         "{field}: {}",
@@ -319,6 +327,43 @@ parts:
 
     fn template(yaml: &str) -> crd_types::TemplateSpec {
         serde_yaml::from_str(yaml).unwrap()
+    }
+
+    // A config whose values make a helper's result too large is refused (the template renders
+    // within the limit with its own sample values); a template too large by itself is the
+    // template's problem, reported on the template, not on each config.
+    #[test]
+    fn a_config_whose_values_make_the_output_too_large_is_refused() {
+        let joins = template(
+            "os: {name: linux}\nformat: script\nvariables: [{name: l, default: [], schema: {type: array}}, {name: s, default: \",\"}]\ntemplate: \"#!/bin/sh\\n{{shell_quote (join values.l values.s)}}\\n\"\n",
+        );
+        let check = |template: &crd_types::TemplateSpec, variables: serde_json::Value| {
+            let spec = config("t", variables, None).spec;
+            super::config(
+                "spec",
+                "team-a",
+                &spec,
+                Some(("BootstrapTemplate team-a/t", template)),
+            )
+        };
+        let denied = check(
+            &joins,
+            json!({"l": vec!["x"; 100], "s": "s".repeat(20_000)}),
+        );
+        assert!(
+            denied
+                .iter()
+                .any(|d| d.contains("more than the limit of 1048576 bytes")),
+            "{denied:?}"
+        );
+        assert_eq!(
+            check(&joins, json!({"l": ["a", "b"]})),
+            Vec::<String>::new()
+        );
+        let big = template(
+            "os: {name: linux}\nformat: script\nmaxOutputBytes: 10\ntemplate: \"#!/bin/sh\\necho a long line\\n\"\n",
+        );
+        assert_eq!(check(&big, json!({})), Vec::<String>::new());
     }
 
     /// A config on template `name` with `variables`, written (data Secret set) when `role` is

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendered by bootplate from ClusterBootstrapTemplate golden (revision 77db9f26d1f773a1) for role control-plane-join.
+# Rendered by bootplate from ClusterBootstrapTemplate golden (revision 4cf3b76b9cbb301b) for role control-plane-join.
 set -euo pipefail
 
 # bootplate_write_file PATH MODE OWNER ENCODING: write stdin to PATH.
@@ -56,7 +56,7 @@ bm8gZmluYWwgbmV3bGluZQ==
 BOOTPLATE_EOF
 bootplate_write_file '/etc/systemd/system/containerd.service.d/10-proxy.conf' '0644' 'root:root' plain <<'BOOTPLATE_EOF'
 [Service]
-Environment=HTTP_PROXY=http://proxy.example.invalid:3128 HTTPS_PROXY=http://proxy.example.invalid:3128
+Environment=HTTP_PROXY="http://proxy.example.invalid:3128" HTTPS_PROXY="http://proxy.example.invalid:3128"
 BOOTPLATE_EOF
 bootplate_write_file '/etc/systemd/system/bootplate-example.service' '0644' 'root:root' plain <<'BOOTPLATE_EOF'
 [Unit]

@@ -13,3 +13,5 @@ mod generator_access;
 mod node_payload;
 
 mod node_agent;
+
+mod render_budget;
