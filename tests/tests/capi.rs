@@ -1638,22 +1638,8 @@ async fn k_a_machine_whose_user_data_would_not_join_is_not_booted() {
             .unwrap();
     }
 
-    let dev_machines = env.dynamic(&objects::dev_machine_resource());
     for (name, _, _, why) in &doctored {
-        let name = format!("kappa-{name}");
-        let refused = eventually(&format!("{name} refused"), WAIT, || async {
-            let machine = dev_machines.get(&name).await.unwrap();
-            let ready = condition(&machine, "Ready")?;
-            (ready["reason"] == "BootRefused").then(|| ready.clone())
-        })
-        .await;
-        assert_eq!(refused["status"], "False", "{name}: {refused}");
-        let message = refused["message"].as_str().unwrap();
-        assert!(message.contains(why), "{name}: {message}");
-        assert!(
-            !message.contains("0123456789abcdef"),
-            "{name}: the refusal names no token secret: {message}"
-        );
+        wait_refused(&env, &format!("kappa-{name}"), why).await;
     }
     wait_machines(&env, "kappa", "kappa-good Running", |machines| {
         machines
@@ -1661,33 +1647,60 @@ async fn k_a_machine_whose_user_data_would_not_join_is_not_booted() {
             .any(|m| m.name_any() == "kappa-good" && phase(m) == "Running" && has_node_ref(m))
     })
     .await;
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
     for (name, ..) in &doctored {
-        let name = format!("kappa-{name}");
-        let dev_machine = dev_machines.get(&name).await.unwrap();
-        assert!(
-            dev_machine.data["spec"]["providerID"].is_null()
-                && dev_machine.data["status"]["initialization"]["provisioned"].is_null(),
-            "{name} was booted: {:?}",
-            dev_machine.data
-        );
-        let machine = env.capi("Machine", "machines").get(&name).await.unwrap();
-        assert!(
-            !has_node_ref(&machine) && phase(&machine) != "Running",
-            "{name}: {:?}",
-            machine.data["status"]
-        );
-        assert!(
-            nodes.get_opt(&name).await.unwrap().is_none(),
-            "{name}'s Node"
-        );
-        let config = env.configs().get(&name).await.unwrap();
-        assert_eq!(
-            condition(&config, "Ready").expect("Ready")["status"],
-            "True",
-            "{name}: bootplate rendered what the cloud refused"
-        );
+        assert_not_booted(&env, &format!("kappa-{name}")).await;
     }
+}
+
+/// Waits until the cloud refused to boot DevMachine `name`, saying `why` and no token secret.
+async fn wait_refused(env: &CapiEnv, name: &str, why: &str) {
+    let dev_machines = env.dynamic(&objects::dev_machine_resource());
+    let refused = eventually(&format!("{name} refused"), WAIT, || async {
+        let machine = dev_machines.get(name).await.unwrap();
+        let ready = condition(&machine, "Ready")?;
+        (ready["reason"] == "BootRefused").then(|| ready.clone())
+    })
+    .await;
+    assert_eq!(refused["status"], "False", "{name}: {refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains(why), "{name}: {message}");
+    assert!(
+        !message.contains("0123456789abcdef"),
+        "{name}: the refusal names no token secret: {message}"
+    );
+}
+
+/// bootplate rendered `name`'s data, but its machine never booted: no provider ID, not
+/// provisioned, no Node, and Cluster API does not run the Machine.
+async fn assert_not_booted(env: &CapiEnv, name: &str) {
+    let dev_machine = env
+        .dynamic(&objects::dev_machine_resource())
+        .get(name)
+        .await
+        .unwrap();
+    assert!(
+        dev_machine.data["spec"]["providerID"].is_null()
+            && dev_machine.data["status"]["initialization"]["provisioned"].is_null(),
+        "{name} was booted: {:?}",
+        dev_machine.data
+    );
+    let machine = env.capi("Machine", "machines").get(name).await.unwrap();
+    assert!(
+        !has_node_ref(&machine) && phase(&machine) != "Running",
+        "{name}: {:?}",
+        machine.data["status"]
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
+    assert!(
+        nodes.get_opt(name).await.unwrap().is_none(),
+        "{name}'s Node"
+    );
+    let config = env.configs().get(name).await.unwrap();
+    assert_eq!(
+        condition(&config, "Ready").expect("Ready")["status"],
+        "True",
+        "{name}: bootplate rendered what the cloud refused"
+    );
 }
 
 /// Every label, annotation, Secret type and condition name bootplate takes from Cluster API
