@@ -6,9 +6,12 @@
 //! ([`crate::ApiServer::start_for_joins`]) serving with the cluster CA, taking client
 //! certificates it signed and bootstrap tokens, authorizing with Node and RBAC; a
 //! kube-controller-manager that signs kubelet CSRs with the CA key and runs the bootstrap signer
-//! (which signs `cluster-info` for each token), the token cleaner and the CSR approver; and the
-//! `kubeadm-config`, `kubelet-config`, `cluster-info` ConfigMaps and bootstrap RBAC, made by the
-//! real `kubeadm init phase upload-config all` and `kubeadm init phase bootstrap-token`.
+//! (which signs `cluster-info` for each token) and the CSR approver; and the `kubeadm-config`,
+//! `kubelet-config`, `cluster-info` ConfigMaps and bootstrap RBAC, made by the real `kubeadm init
+//! phase upload-config all` and `kubeadm init phase bootstrap-token`.
+//!
+//! Unlike a kubeadm control plane it runs no token cleaner (which deletes expired tokens): a
+//! token that goes is one bootplate deleted, which the scenarios that count deletions rely on.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -73,7 +76,7 @@ impl JoinServices {
             "kube-controller-manager",
             Command::new(tools::path("kube-controller-manager")?)
                 .arg(format!("--kubeconfig={}", admin_kubeconfig.display()))
-                .arg("--controllers=csrapproving,csrsigning,bootstrapsigner,tokencleaner")
+                .arg("--controllers=csrapproving,csrsigning,bootstrapsigner")
                 .arg(format!("--cluster-signing-cert-file={}", ca_crt.display()))
                 .arg(format!("--cluster-signing-key-file={}", ca_key.display()))
                 .arg("--leader-elect=false")

@@ -47,6 +47,17 @@ impl TestCa {
         }
     }
 
+    /// The CA hash a kubeadm join checks the cluster CA against: `sha256:` and the hex SHA-256
+    /// of the CA's DER SubjectPublicKeyInfo. Computed from the key pair rcgen made, not from
+    /// the certificate the way bootplate computes it, so the two cannot share a mistake.
+    pub fn ca_hash(&self) -> String {
+        use rcgen::PublicKeyData as _;
+        use sha2::Digest as _;
+        let key = KeyPair::from_pem(&self.key_pem).expect("the CA's own key parses");
+        let digest = sha2::Sha256::digest(key.subject_public_key_info());
+        format!("sha256:{}", hex::encode(digest))
+    }
+
     fn issuer(&self) -> Issuer<'static, KeyPair> {
         let key = KeyPair::from_pem(&self.key_pem).expect("the CA's own key parses");
         Issuer::new(self.params.clone(), key)

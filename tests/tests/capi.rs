@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
+use testenv::capi::boot::{BootRecord, BootRole, KubeadmBoot};
 use testenv::capi::objects::{self, KUBERNETES_VERSION};
 use testenv::capi::pool::{self, Instance};
 use testenv::capi::token_watch::{TokenWatch, handed_out};
@@ -184,19 +185,12 @@ async fn wait_machines(
     }
 }
 
-/// The role a kubeadm template rendered, read from its user-data.
+/// The role a kubeadm template rendered, read from its user-data as the test cloud reads it.
 fn rendered_role(user_data: &str) -> &'static str {
-    if user_data.contains("kind: InitConfiguration") {
-        "init"
-    } else if user_data.contains("kind: JoinConfiguration")
-        && user_data.contains("\n    controlPlane:")
-    {
-        "control-plane-join"
-    } else if user_data.contains("kind: JoinConfiguration") {
-        "worker"
-    } else {
-        "none"
-    }
+    KubeadmBoot::read(user_data)
+        .ok()
+        .and_then(|b| b.role)
+        .map_or("none", BootRole::as_str)
 }
 
 async fn data_secret(env: &CapiEnv, name: &str) -> Option<Secret> {
@@ -254,8 +248,10 @@ fn assert_contract_secret(secret: &Secret, cluster: &str, config: &DynamicObject
 }
 
 /// (a) Three control-plane Machines without a control-plane provider and a MachineDeployment of
-/// five workers: every Machine runs with a node, exactly one rendered `init`, the Machines'
-/// BootstrapConfigReady mirrors our Ready, join tokens are gone, data Secrets follow the contract.
+/// five workers: every Machine runs with a node (the cloud booted each only after checking its
+/// role, token and CA hash), exactly one rendered `init`, our Ready is True and Cluster API
+/// mirrors it into BootstrapConfigReady, each join token worked at boot and bootplate deleted
+/// it, data Secrets follow the contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_and_a_machine_deployment_come_up_through_cluster_api() {
     let env = CapiEnv::start(Options::default()).await.unwrap();
@@ -280,14 +276,10 @@ async fn a_control_plane_and_a_machine_deployment_come_up_through_cluster_api() 
             .await
             .expect("the data Secret exists");
         assert_contract_secret(&secret, "alpha", config);
-        *roles.entry(rendered_role(&user_data(&secret))).or_default() += 1;
-        let ours = condition(config, "Ready").expect("our Ready condition")["status"].clone();
+        let role = rendered_role(&user_data(&secret));
+        *roles.entry(role).or_default() += 1;
         let m = machines.iter().find(|m| m.name_any() == machine).unwrap();
-        let theirs = condition(m, "BootstrapConfigReady").expect("CAPI's BootstrapConfigReady");
-        assert_eq!(
-            theirs["status"], ours,
-            "{machine}: BootstrapConfigReady mirrors Ready"
-        );
+        assert_ready_mirrored(config, m, role);
         assert_eq!(
             config.data["status"]["initialization"]["dataSecretCreated"],
             json!(true)
@@ -298,10 +290,92 @@ async fn a_control_plane_and_a_machine_deployment_come_up_through_cluster_api() 
         BTreeMap::from([("init", 1), ("control-plane-join", 2), ("worker", 5)]),
         "exactly one init"
     );
+    assert_every_join_token_deleted(&env, &machines, 7).await;
+}
+
+/// Our `Ready` condition is True, says which role the data Secret holds, and Cluster API mirrors
+/// it into the Machine's `BootstrapConfigReady` (status and reason).
+fn assert_ready_mirrored(config: &DynamicObject, machine: &DynamicObject, role: &str) {
+    let name = machine.name_any();
+    let ours = condition(config, "Ready").expect("our Ready condition");
+    assert_eq!(ours["status"], "True", "{name}: our Ready: {ours}");
+    assert_eq!(
+        ours["reason"], "DataSecretCreated",
+        "{name}: our Ready: {ours}"
+    );
+    let message = ours["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("(role {role})")),
+        "{name}: our Ready names the role {role}: {ours}"
+    );
+    let theirs = condition(machine, "BootstrapConfigReady").expect("CAPI's BootstrapConfigReady");
+    assert_eq!(
+        (&theirs["status"], &theirs["reason"]),
+        (&ours["status"], &ours["reason"]),
+        "{name}: BootstrapConfigReady mirrors our Ready: {theirs}"
+    );
+}
+
+/// What the test cloud recorded when each of `machines` booted, by Machine name.
+async fn boot_records(env: &CapiEnv, machines: &[DynamicObject]) -> BTreeMap<String, BootRecord> {
+    let dev_machines = env.dynamic(&objects::dev_machine_resource());
+    let mut records = BTreeMap::new();
+    for machine in machines {
+        let infra = machine.data["spec"]["infrastructureRef"]["name"]
+            .as_str()
+            .expect("a Machine with an infrastructureRef");
+        let dev_machine = dev_machines.get(infra).await.unwrap();
+        let record = BootRecord::of(&dev_machine)
+            .unwrap_or_else(|| panic!("{}: the cloud recorded no boot", machine.name_any()));
+        records.insert(machine.name_any(), record);
+    }
+    records
+}
+
+/// `joiners` of `machines` booted with a join token of their own, which existed and which the
+/// workload apiserver took for `system:bootstrap:<id>` (the cloud's record of each boot); then
+/// each of those tokens is gone, and bootplate counted exactly that many deletions: it deleted
+/// them, not their expiry or another controller.
+async fn assert_every_join_token_deleted(
+    env: &CapiEnv,
+    machines: &[DynamicObject],
+    joiners: usize,
+) {
+    let records = boot_records(env, machines).await;
+    let mut ids = BTreeSet::new();
+    for (machine, record) in &records {
+        let Some(id) = &record.token_id else {
+            assert_eq!(record.role, Some(BootRole::Init), "{machine}: {record:?}");
+            continue;
+        };
+        assert_eq!(
+            record.authenticated_as.as_deref(),
+            Some(format!("system:bootstrap:{id}").as_str()),
+            "{machine}: {record:?}"
+        );
+        assert!(ids.insert(id.clone()), "{machine} shares token {id}");
+    }
+    assert_eq!(
+        ids.len(),
+        joiners,
+        "Machines that joined with a token: {records:?}"
+    );
+    let tokens: Api<Secret> = Api::namespaced(env.workload_client.clone(), "kube-system");
     eventually("every join token deleted", WAIT, || async {
+        for id in &ids {
+            let name = format!("bootstrap-token-{id}");
+            if tokens.get_opt(&name).await.unwrap().is_some() {
+                return None;
+            }
+        }
         env.tokens().await.is_empty().then_some(())
     })
     .await;
+    let deleted = env
+        .bootplate
+        .metric("bootplate_bootstrap_tokens_total{action=\"deleted\"}")
+        .expect("bootplate's metrics hold the deleted tokens");
+    assert_eq!(deleted, ids.len() as f64, "tokens bootplate deleted");
 }
 
 /// Every BootplateConfig in [`NS`], by name.
@@ -332,8 +406,10 @@ fn names(objects: &[DynamicObject]) -> BTreeSet<String> {
 
 /// The token id in a kubeadm user-data (`token: "<id>.<secret>"`).
 fn token_id(user_data: &str) -> Option<String> {
-    let token = testenv::capi::pool::join_token(user_data)?;
-    Some(token.split_once('.')?.0.to_owned())
+    KubeadmBoot::read(user_data)
+        .ok()?
+        .token_id()
+        .map(str::to_owned)
 }
 
 /// Waits until none of `configs` nor their data Secrets exist any more, and no join token is
@@ -667,10 +743,7 @@ async fn h_workers_join_a_control_plane_managed_by_a_provider() {
         env.cluster_ca.cert_pem.as_bytes(),
         "bootplate did not replace the provider's CA"
     );
-    eventually("every join token deleted", WAIT, || async {
-        env.tokens().await.is_empty().then_some(())
-    })
-    .await;
+    assert_every_join_token_deleted(&env, &machines, 3).await;
 }
 
 /// (e) ClusterClass: a topology-managed Cluster whose class names a BootplateConfigTemplate
@@ -854,10 +927,7 @@ async fn g_clusterctl_move_takes_every_object_along_and_rewrites_nothing() {
         .await
         .unwrap();
     let machines = wait_running(&source, "theta", 3).await;
-    eventually("every join token deleted", WAIT, || async {
-        source.tokens().await.is_empty().then_some(())
-    })
-    .await;
+    assert_every_join_token_deleted(&source, &machines, 2).await;
     let mut rendered = BTreeMap::new();
     for config in config_names(&machines).into_values() {
         let secret = data_secret(&source, &config).await.expect("a data Secret");
@@ -994,6 +1064,45 @@ fn assert_joined_with_a_valid_token(instances: &[Instance]) {
     }
 }
 
+/// The value of counter `series` in bootplate's metrics: 0 while the series has no sample yet.
+/// Panics when the metrics cannot be read: an unreadable metric must not pass for a zero.
+fn counter(env: &CapiEnv, series: &str) -> f64 {
+    let metrics = env.bootplate.metrics().expect("bootplate's metrics");
+    let value = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '));
+    value.map_or(0.0, |v| v.trim().parse().expect("a counter's value"))
+}
+
+/// The writes of data Secret `name` the management apiserver refused bootplate, oldest first,
+/// as its audit log records them (each as its JSON line). bootplate publishes no Event for a
+/// failed write (an API error is retried, not shown): the apiserver's own record is the
+/// evidence that this write, not another call, was refused.
+fn refused_writes(env: &CapiEnv, name: &str) -> Vec<String> {
+    let (namespace, account) = testenv::rbac::SERVICE_ACCOUNT;
+    let user = format!("system:serviceaccount:{namespace}:{account}");
+    let log = std::fs::read_to_string(env.management.audit_log()).expect("the audit log");
+    log.lines()
+        // Most of the log is other requests: parse only the lines that can be one of these.
+        .filter(|line| line.contains(name) && line.contains("\"secrets\""))
+        .filter(|line| {
+            let entry: Value = serde_json::from_str(line).expect("an audit event");
+            let object = &entry["objectRef"];
+            entry["stage"] == "ResponseComplete"
+                // bootplate's kubeconfig impersonates its ServiceAccount.
+                && entry["impersonatedUser"]["username"] == user.as_str()
+                && ["patch", "update"].contains(&entry["verb"].as_str().unwrap_or_default())
+                && object["resource"] == "secrets"
+                && object["namespace"] == NS
+                && object["name"] == name
+                && entry["responseStatus"]["code"].as_u64().unwrap_or(0) >= 400
+                // A dry run is a question, not the write.
+                && !entry["requestURI"].as_str().unwrap_or_default().contains("dryRun")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 /// A ValidatingAdmissionPolicy that refuses every update of Secret `name` in [`NS`]: the
 /// management apiserver refuses bootplate's writes of that data Secret while it is bound.
 fn freeze_secret(name: &str) -> [Value; 2] {
@@ -1033,6 +1142,8 @@ fn freeze_secret(name: &str) -> [Value; 2] {
 async fn j_a_machine_pool_boots_at_any_time_with_a_valid_rotated_token() {
     let env = CapiEnv::start(Options {
         bootplate_args: vec!["--bootstrap-token-ttl=30s".into()],
+        // The management apiserver's audit log records each write it refused bootplate.
+        audited: true,
         ..Default::default()
     })
     .await
@@ -1127,6 +1238,7 @@ async fn j_a_machine_pool_boots_at_any_time_with_a_valid_rotated_token() {
 
     let history = watch.history();
     drop(watch);
+    assert_eq!(history.failure, None, "the token watch saw everything");
     // The one in use, the one it replaced (valid until it expires) and, during a rotation, the
     // new one until the write deletes the replaced one, expired by then.
     assert!(
@@ -1145,10 +1257,7 @@ async fn j_a_machine_pool_boots_at_any_time_with_a_valid_rotated_token() {
         history.deleted_while_handed_out.is_empty(),
         "tokens deleted while the data Secret still held them: {history:?}"
     );
-    let rotated = env
-        .bootplate
-        .metric("bootplate_bootstrap_tokens_total{action=\"rotated\"}")
-        .unwrap_or_default();
+    let rotated = counter(&env, "bootplate_bootstrap_tokens_total{action=\"rotated\"}");
     assert!(rotated >= 2.0, "{rotated} rotations counted");
 
     delete(&pools, "iota-pool").await;
@@ -1250,9 +1359,11 @@ async fn rotation_waits_for_the_write(env: &CapiEnv) {
     )
     .await;
     let errors = "bootplate_reconciles_total{controller=\"config\",result=\"error\"}";
-    let errors_before = env.bootplate.metric(errors).unwrap_or_default();
+    let errors_before = counter(env, errors);
+    let refused_before = refused_writes(env, "iota-pool").len();
     let held = handed_out(&secrets, "iota-pool")
         .await
+        .unwrap()
         .expect("a token handed out");
     let before: BTreeSet<String> = env.tokens().await.iter().map(|t| t.name_any()).collect();
     let held_name = format!("bootstrap-token-{held}");
@@ -1263,12 +1374,21 @@ async fn rotation_waits_for_the_write(env: &CapiEnv) {
             .then_some(())
     })
     .await;
-    eventually("the rotation's write is refused", WAIT, || async {
-        (env.bootplate.metric(errors).unwrap_or_default() > errors_before).then_some(())
+    let refused = eventually("the rotation's write is refused", WAIT, || async {
+        let refused = refused_writes(env, "iota-pool");
+        (refused.len() > refused_before).then(|| refused[refused_before].clone())
     })
     .await;
+    assert!(
+        refused.contains("the test holds this data Secret as it is"),
+        "refused by the policy: {refused}"
+    );
+    assert!(
+        counter(env, errors) > errors_before,
+        "bootplate counts the refused write as a failed reconcile"
+    );
     assert_eq!(
-        handed_out(&secrets, "iota-pool").await.as_deref(),
+        handed_out(&secrets, "iota-pool").await.unwrap().as_deref(),
         Some(held.as_str())
     );
     assert!(
@@ -1283,7 +1403,7 @@ async fn rotation_waits_for_the_write(env: &CapiEnv) {
         "the new token written and the old one deleted once expired",
         WAIT,
         || async {
-            let handed = handed_out(&secrets, "iota-pool").await?;
+            let handed = handed_out(&secrets, "iota-pool").await.unwrap()?;
             let live = env.tokens().await;
             (handed != held && !live.iter().any(|t| t.name_any() == held_name)).then_some(())
         },
@@ -1456,10 +1576,144 @@ async fn i_every_kubeadm_template_joins_a_real_control_plane() {
             "the Node the real kubelet registered"
         );
     }
-    eventually("every join token deleted", WAIT, || async {
-        env.tokens().await.is_empty().then_some(())
+    // The workload cluster runs no token cleaner (`joins::JoinServices`): a deleted token is one
+    // bootplate deleted.
+    assert_every_join_token_deleted(&env, &machines, cases.len()).await;
+}
+
+/// A copy of the shipped template named `kubeadm-<name>` whose text has `from` replaced by `to`.
+fn doctored_template(name: &str, from: &str, to: &str) -> Value {
+    let text = repo_file(&format!("templates/{TEMPLATE}.yaml"));
+    assert!(text.contains(from), "the shipped template renders {from:?}");
+    let mut template: Value = serde_yaml::from_str(&text.replace(from, to)).unwrap();
+    template["metadata"]["name"] = json!(format!("kubeadm-{name}"));
+    template
+}
+
+/// (k) The cloud boots a machine only from user-data that would join. Beside a worker of the
+/// shipped template, which runs, workers whose templates render a token the workload apiserver
+/// does not know, CA hashes that do not pin the cluster CA, or a control-plane join stay
+/// unprovisioned: their DevMachines say why, Cluster API gives them no Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k_a_machine_whose_user_data_would_not_join_is_not_booted() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    let zero_hash = format!("[\"sha256:{}\"]", "0".repeat(64));
+    let doctored = [
+        (
+            "bad-token",
+            "token: {{yaml_quote join.token}}",
+            "token: \"abcdef.0123456789abcdef\"".to_owned(),
+            "the workload apiserver refused join token abcdef",
+        ),
+        (
+            "bad-ca-hash",
+            "caCertHashes: {{json join.caCertHashes}}",
+            format!("caCertHashes: {zero_hash}"),
+            "do not pin the cluster CA",
+        ),
+        (
+            "bad-role",
+            "{{#if (eq machine.role \"control-plane-join\")}}\n            controlPlane:",
+            "{{#if (eq machine.role \"worker\")}}\n            controlPlane:".to_owned(),
+            "makes the machine control-plane-join, its Machine should be worker",
+        ),
+    ];
+    let templates =
+        objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates");
+    for (name, from, to, _) in &doctored {
+        let template = doctored_template(name, from, to);
+        testenv::capi::cloud::apply(&env.client, &templates, None, &template)
+            .await
+            .unwrap();
+    }
+    create_cluster(
+        &env,
+        "kappa",
+        ControlPlane::Provider(KUBERNETES_VERSION),
+        false,
+    )
+    .await;
+    let shipped = ("good", TEMPLATE.to_owned());
+    let bad = doctored.iter().map(|(n, ..)| (*n, format!("kubeadm-{n}")));
+    for (name, template) in std::iter::once(shipped).chain(bad) {
+        let name = format!("kappa-{name}");
+        let configs = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
+        let config = objects::bootplate_config(&name, &template);
+        env.apply(&configs, config).await.unwrap();
+        let dev_machine = objects::dev_machine(&name);
+        env.apply(&objects::dev_machine_resource(), dev_machine)
+            .await
+            .unwrap();
+        let machine = objects::worker_machine(&name, "kappa", KUBERNETES_VERSION);
+        env.apply(&objects::machine_resource(), machine)
+            .await
+            .unwrap();
+    }
+
+    for (name, _, _, why) in &doctored {
+        wait_refused(&env, &format!("kappa-{name}"), why).await;
+    }
+    wait_machines(&env, "kappa", "kappa-good Running", |machines| {
+        machines
+            .iter()
+            .any(|m| m.name_any() == "kappa-good" && phase(m) == "Running" && has_node_ref(m))
     })
     .await;
+    for (name, ..) in &doctored {
+        assert_not_booted(&env, &format!("kappa-{name}")).await;
+    }
+}
+
+/// Waits until the cloud refused to boot DevMachine `name`, saying `why` and no token secret.
+async fn wait_refused(env: &CapiEnv, name: &str, why: &str) {
+    let dev_machines = env.dynamic(&objects::dev_machine_resource());
+    let refused = eventually(&format!("{name} refused"), WAIT, || async {
+        let machine = dev_machines.get(name).await.unwrap();
+        let ready = condition(&machine, "Ready")?;
+        (ready["reason"] == "BootRefused").then(|| ready.clone())
+    })
+    .await;
+    assert_eq!(refused["status"], "False", "{name}: {refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains(why), "{name}: {message}");
+    assert!(
+        !message.contains("0123456789abcdef"),
+        "{name}: the refusal names no token secret: {message}"
+    );
+}
+
+/// bootplate rendered `name`'s data, but its machine never booted: no provider ID, not
+/// provisioned, no Node, and Cluster API does not run the Machine.
+async fn assert_not_booted(env: &CapiEnv, name: &str) {
+    let dev_machine = env
+        .dynamic(&objects::dev_machine_resource())
+        .get(name)
+        .await
+        .unwrap();
+    assert!(
+        dev_machine.data["spec"]["providerID"].is_null()
+            && dev_machine.data["status"]["initialization"]["provisioned"].is_null(),
+        "{name} was booted: {:?}",
+        dev_machine.data
+    );
+    let machine = env.capi("Machine", "machines").get(name).await.unwrap();
+    assert!(
+        !has_node_ref(&machine) && phase(&machine) != "Running",
+        "{name}: {:?}",
+        machine.data["status"]
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
+    assert!(
+        nodes.get_opt(name).await.unwrap().is_none(),
+        "{name}'s Node"
+    );
+    let config = env.configs().get(name).await.unwrap();
+    assert_eq!(
+        condition(&config, "Ready").expect("Ready")["status"],
+        "True",
+        "{name}: bootplate rendered what the cloud refused"
+    );
 }
 
 /// Every label, annotation, Secret type and condition name bootplate takes from Cluster API

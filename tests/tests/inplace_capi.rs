@@ -9,13 +9,14 @@
 //! `CanUpdateMachineSet`, moves the Machines to the new MachineSet and calls `UpdateMachine`;
 //! the Machines keep their UIDs, each node's files hold the new content, only the changed unit
 //! was restarted, the data Secret was not rewritten.
-//! (b) A change to a `Rollout` part: the hook refuses, Cluster API replaces the Machines.
+//! (b) A change to a `Rollout` part: the hook answers `rollout` (its metric and its log say so,
+//! and no hook call failed), Cluster API replaces the Machines.
 //! (c) The agent fails a step: the Machine's update is reported failed, the config's condition
 //! names the part and the step, and the node's file is whole (old or new, never torn).
 //! (d) A node's identity reads its own payload Secret and not another node's.
 //! (e) A file changed by hand on a node is put back by its agent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -101,6 +102,9 @@ fn machine_deployment(name: &str, cluster: &str, replicas: u32, config_template:
     );
     md["spec"]["rollout"] = json!({"strategy": {"type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}});
+    // The template joins no cluster: the test cloud boots these machines without a join check.
+    md["spec"]["template"]["metadata"]["labels"][testenv::capi::cloud::PLAIN_MACHINE_LABEL] =
+        json!("true");
     md
 }
 
@@ -408,6 +412,7 @@ async fn in_place_update(
         config_template("a-v2", json!({"mirror": "https://mirror-b.example"})),
     )
     .await;
+    let old_sets: BTreeSet<String> = before.values().map(machine_set_of).collect();
     switch_template(env, "a", "a-v2").await;
     let after = wait_for(
         env,
@@ -443,6 +448,11 @@ async fn in_place_update(
         uids(before),
         "the Machines were updated in place, not replaced"
     );
+    let new_set = machine_set_using(env, "a", "a-v2").await;
+    assert!(
+        !old_sets.contains(&new_set),
+        "{new_set} is a MachineSet of a-v2, not one of before: {old_sets:?}"
+    );
     for (name, machine) in &after {
         let disk = &disks[name];
         let mirror = std::fs::read_to_string(disk.path(MIRROR_FILE)).unwrap();
@@ -474,9 +484,46 @@ async fn in_place_update(
             secret_versions[&config_name],
             "the data Secret is not rewritten for an in-place update"
         );
-        let owner = &machine.metadata.owner_references.as_ref().unwrap()[0];
-        assert!(owner.name.starts_with("a-"), "{owner:?}");
+        assert_eq!(
+            machine_set_of(machine),
+            new_set,
+            "{name} moved to the new MachineSet"
+        );
     }
+}
+
+/// The MachineSet that controls `machine`.
+fn machine_set_of(machine: &DynamicObject) -> String {
+    let owners = machine.metadata.owner_references.iter().flatten();
+    owners
+        .filter(|o| o.kind == "MachineSet" && o.controller == Some(true))
+        .map(|o| o.name.clone())
+        .next()
+        .unwrap_or_else(|| panic!("a Machine without its MachineSet: {:?}", machine.metadata))
+}
+
+/// The one MachineSet of MachineDeployment `md` whose Machines bootstrap from
+/// BootplateConfigTemplate `template`.
+async fn machine_set_using(env: &CapiEnv, md: &str, template: &str) -> String {
+    let params = ListParams::default().labels(&format!("cluster.x-k8s.io/deployment-name={md}"));
+    let sets = env
+        .capi("MachineSet", "machinesets")
+        .list(&params)
+        .await
+        .unwrap()
+        .items;
+    let using: Vec<String> = (sets.iter())
+        .filter(|s| {
+            s.data["spec"]["template"]["spec"]["bootstrap"]["configRef"]["name"] == template
+        })
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        using.len(),
+        1,
+        "the MachineSets of {md} using {template}: {using:?}"
+    );
+    using.into_iter().next().unwrap()
 }
 
 /// (c) The new payload's command fails on the node.
@@ -568,6 +615,7 @@ async fn rollout(env: &CapiEnv, before: &BTreeMap<String, DynamicObject>) {
         ),
     )
     .await;
+    let answers_before = hook_answers(env);
     switch_template(env, "a", "a-v3").await;
     let old = uids(before);
     let after = wait_for(env, "the rollout of MachineDeployment a", || async {
@@ -591,4 +639,59 @@ async fn rollout(env: &CapiEnv, before: &BTreeMap<String, DynamicObject>) {
             "{user_data}"
         );
     }
+    assert_rollout_answered(env, &answers_before);
+}
+
+/// bootplate's extension was asked and answered `rollout` because part `install` changed, and
+/// no hook call failed: the replacement is the hook's verdict, not what Cluster API does when
+/// the hook errs or is never called.
+fn assert_rollout_answered(env: &CapiEnv, before: &BTreeMap<(String, String), f64>) {
+    let after = hook_answers(env);
+    let grew = |hook: &str, answer: &str| {
+        let key = (hook.to_owned(), answer.to_owned());
+        after.get(&key).copied().unwrap_or(0.0) - before.get(&key).copied().unwrap_or(0.0)
+    };
+    assert!(
+        grew("can_update_machine_set", "rollout") >= 1.0,
+        "CanUpdateMachineSet answered rollout: before {before:?}, after {after:?}"
+    );
+    assert_eq!(
+        grew("can_update_machine_set", "in_place"),
+        0.0,
+        "no in-place answer for a change of a Rollout part: {after:?}"
+    );
+    let errors: Vec<_> = (after.iter())
+        .filter(|((_, answer), count)| answer == "error" && **count > 0.0)
+        .collect();
+    assert!(errors.is_empty(), "hook calls failed: {errors:?}");
+    let log = env.bootplate.log();
+    let verdict = log.lines().find(|l| {
+        l.contains("CanUpdateMachineSet") && l.contains("rollout") && l.contains("part `install`")
+    });
+    assert!(
+        verdict.is_some(),
+        "bootplate logs its verdict naming the part that needs new machines"
+    );
+}
+
+/// `bootplate_extension_requests_total` by (hook, answer). Panics when bootplate's metrics cannot
+/// be read: an unreadable metric must not pass for a zero.
+fn hook_answers(env: &CapiEnv) -> BTreeMap<(String, String), f64> {
+    let metrics = env.bootplate.metrics().expect("bootplate's metrics");
+    let mut answers = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("bootplate_extension_requests_total{") else {
+            continue;
+        };
+        let (labels, value) = rest.split_once("} ").expect("a metric line");
+        let label = |name: &str| {
+            (labels.split(','))
+                .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .expect("the extension's labels")
+        };
+        let count: f64 = value.trim().parse().expect("a counter");
+        answers.insert((label("hook"), label("answer")), count);
+    }
+    answers
 }

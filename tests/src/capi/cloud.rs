@@ -5,6 +5,16 @@
 //! control-plane provider stand-in (`DevControlPlane`) that reports the control plane initialized
 //! and owns the `<cluster>-ca` and `<cluster>-kubeconfig` Secrets, as KubeadmControlPlane does.
 //!
+//! A machine boots only from user-data that would join ([`super::boot::check`]): the role its
+//! kubeadm configuration makes it take is the one its Machine should have (`init` for the first
+//! control-plane machine of a Cluster whose control plane is not initialized, `control-plane-join`
+//! for the other control-plane machines, `worker` for the rest), a joining machine's token is
+//! taken by the workload apiserver for `system:bootstrap:<id>` and its CA hashes pin the cluster
+//! CA, an `init` machine is given the cluster CA. Otherwise the machine stays unprovisioned, its
+//! `Ready` condition False with reason `BootRefused` and a message that says why; what a machine
+//! booted with is recorded in its `status.boot` ([`super::boot::BootRecord`]). A Machine labelled
+//! [`PLAIN_MACHINE_LABEL`] is no Kubernetes node: it boots whatever its user-data is.
+//!
 //! It only writes its own kinds, Secrets a control-plane provider owns and Nodes: never a Cluster
 //! API object. Cluster API learns everything from these through its contracts.
 
@@ -21,6 +31,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use super::boot::{self, BootRecord, BootRole};
 use crate::pki::TestCa;
 
 /// The API group of the test infrastructure provider's kinds.
@@ -32,6 +43,9 @@ pub const VERSION: &str = "v1alpha1";
 /// A Machine (or MachineDeployment template) with this label never gets a Node: its kubelet
 /// "fails to start", for MachineHealthCheck scenarios.
 pub const NO_NODE_LABEL: &str = "test.bootplate.dev/no-node";
+/// A Machine (or MachineDeployment template) with this label is no Kubernetes node: its
+/// user-data need not join a cluster, and the cloud boots it without checking a join.
+pub const PLAIN_MACHINE_LABEL: &str = "test.bootplate.dev/plain-machine";
 
 /// The kinds the test providers serve (`DevMachinePool` is played in [`super::pool`]):
 /// (group, kind, plural).
@@ -380,8 +394,8 @@ async fn owner_machine(
 /// do, not one request at a time.
 const AT_ONCE: usize = 8;
 
-/// A DevMachine whose Machine has bootstrap data boots: the cloud reads the data Secret, gives
-/// the machine a provider ID and an address and reports it provisioned.
+/// A DevMachine whose Machine has bootstrap data boots: the cloud reads the data Secret, checks
+/// it would join, gives the machine a provider ID and an address and reports it provisioned.
 async fn provision_machines(config: &CloudConfig) -> anyhow::Result<()> {
     let all = api_all(&config.management, INFRA_GROUP, "DevMachine");
     let waiting = all.list(&ListParams::default()).await?.items;
@@ -404,11 +418,27 @@ async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyh
         .get_opt(data_secret)
         .await?
         .and_then(|s| s.data)
-        .and_then(|d| d.get("value").cloned());
-    if user_data.is_none_or(|v| v.0.is_empty()) {
+        .and_then(|d| d.get("value").cloned())
+        .filter(|v| !v.0.is_empty());
+    let Some(user_data) = user_data else {
         return Ok(());
-    }
+    };
     let api = api(&config.management, &namespace, INFRA_GROUP, "DevMachine");
+    if machine.data["spec"]["providerID"].is_string() {
+        // It booted before (its record came along with a `clusterctl move`, its status did not):
+        // the instance runs, there is nothing to boot again.
+        return report_provisioned(&api, &machine, None).await;
+    }
+    let record = if capi_machine.labels().contains_key(PLAIN_MACHINE_LABEL) {
+        BootRecord::default()
+    } else {
+        let user_data = String::from_utf8_lossy(&user_data.0);
+        let expected = expected_role(config, &capi_machine).await?;
+        match boot::check(config, &user_data, expected).await {
+            Ok(record) => record,
+            Err(refusal) => return refuse(&api, &machine, &refusal).await,
+        }
+    };
     let provider_id = format!("dev:///{namespace}/{}", capi_machine.name_any());
     api.patch(
         &machine.name_any(),
@@ -416,15 +446,79 @@ async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyh
         &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
     )
     .await?;
-    patch_status(
-        &api,
-        &machine.name_any(),
-        json!({
-            "initialization": {"provisioned": true},
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-        }),
-    )
-    .await
+    report_provisioned(&api, &machine, Some(&record)).await
+}
+
+/// Reports `machine` provisioned (with what it booted with, when it booted just now).
+async fn report_provisioned(
+    api: &Api<DynamicObject>,
+    machine: &DynamicObject,
+    record: Option<&BootRecord>,
+) -> anyhow::Result<()> {
+    let mut status = json!({
+        "initialization": {"provisioned": true},
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "conditions": [ready_condition("True", "Booted", "the machine booted")],
+    });
+    if let Some(record) = record {
+        status["boot"] = serde_json::to_value(record)?;
+    }
+    patch_status(api, &machine.name_any(), status).await
+}
+
+/// Leaves `machine` unprovisioned, saying why in its `Ready` condition (written once per
+/// reason: the cloud looks again at every pass).
+async fn refuse(
+    api: &Api<DynamicObject>,
+    machine: &DynamicObject,
+    refusal: &str,
+) -> anyhow::Result<()> {
+    let said = machine.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["message"] == refusal);
+    if said {
+        return Ok(());
+    }
+    let condition = ready_condition("False", "BootRefused", refusal);
+    patch_status(api, &machine.name_any(), json!({"conditions": [condition]})).await
+}
+
+fn ready_condition(status: &str, reason: &str, message: &str) -> Value {
+    json!({
+        "type": "Ready", "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    })
+}
+
+/// The role `machine` should boot with: a worker unless it is a control-plane machine; the
+/// first control-plane machine (while its Cluster reports no initialized control plane) inits.
+async fn expected_role(config: &CloudConfig, machine: &DynamicObject) -> anyhow::Result<BootRole> {
+    if !machine
+        .labels()
+        .contains_key("cluster.x-k8s.io/control-plane")
+    {
+        return Ok(BootRole::Worker);
+    }
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        config.management.clone(),
+        &machine.namespace().unwrap_or_default(),
+        &capi_resource("Cluster", "clusters"),
+    );
+    let name = machine.data["spec"]["clusterName"]
+        .as_str()
+        .unwrap_or_default();
+    let cluster = clusters.get(name).await?;
+    let status = &cluster.data["status"];
+    let initialized = status["initialization"]["controlPlaneInitialized"] == json!(true)
+        || (status["conditions"].as_array().into_iter().flatten())
+            .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True");
+    Ok(if initialized {
+        BootRole::ControlPlaneJoin
+    } else {
+        BootRole::Init
+    })
 }
 
 /// The kubelet of each provisioned machine registers its Node (named after the Machine, with

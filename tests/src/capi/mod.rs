@@ -7,6 +7,7 @@
 //! No test writes a Cluster API object's status, clones a config or sets an owner reference:
 //! Cluster API does all of that here.
 
+pub mod boot;
 pub mod bootplate;
 pub mod cloud;
 pub mod clusterctl;

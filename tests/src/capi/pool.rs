@@ -20,13 +20,13 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::boot::{self, join_token};
 use super::cloud::{self, CloudConfig, INFRA_GROUP, capi_resource};
 
 /// How often an instance whose join was refused is started again (from the Secret as it is
@@ -55,17 +55,6 @@ pub struct Instance {
     pub authenticated_as: Option<String>,
     /// How many starts it took.
     pub attempts: u32,
-}
-
-/// The join token (`<id>.<secret>`) in a kubeadm user-data (`token: "<id>.<secret>"`).
-pub fn join_token(user_data: &str) -> Option<String> {
-    user_data.lines().find_map(|line| {
-        let value = line
-            .trim()
-            .strip_prefix("token: ")?
-            .trim_matches(['"', '\'']);
-        value.contains('.').then(|| value.to_owned())
-    })
 }
 
 /// The instances a DevMachinePool's status records.
@@ -249,7 +238,7 @@ async fn boot(
             .and_then(|s| s.data)
             .and_then(|d| d.get("expiration").map(|v| v.0.clone()))
             .map(|v| String::from_utf8_lossy(&v).into_owned());
-        let authenticated_as = authenticate(config, &token).await;
+        let authenticated_as = boot::authenticate(config, &token).await;
         if authenticated_as.is_none() && attempt < BOOT_ATTEMPTS {
             // The apiserver's token cache may not hold a token created a moment ago.
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -271,21 +260,4 @@ async fn boot(
         }));
     }
     unreachable!("the last attempt returns")
-}
-
-/// Whom the workload apiserver takes bootstrap token `token` for, as a kubelet joining with it
-/// is taken; `None` when it refuses the token.
-async fn authenticate(config: &CloudConfig, token: &str) -> Option<String> {
-    let kubeconfig = cloud::workload_kubeconfig(config, "pool", &format!("token: {token}"));
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig).ok()?;
-    let client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .ok()?;
-    let client = Client::try_from(client_config).ok()?;
-    let reviews: Api<SelfSubjectReview> = Api::all(client);
-    let review = reviews
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await
-        .ok()?;
-    review.status?.user_info?.username
 }

@@ -1,18 +1,21 @@
 //! A watch on the workload cluster's bootstrap tokens that checks, at every deletion, that the
 //! data Secret of a MachinePool's config no longer hands out the deleted token (a pool's
 //! replaced token goes only after its Secret holds the new one) and that the token had expired
-//! (an instance started from an older copy of the user-data can join until then).
+//! (an instance started from an older copy of the user-data can join until then). A watch
+//! error, or a data Secret it cannot read, ends the watch with the failure recorded: a deletion
+//! it did not see must not pass for one that did not happen.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::task::JoinHandle;
 
-use super::pool::join_token;
+use super::boot::join_token;
 use super::{CapiEnv, NS};
 
 /// What the watch saw.
@@ -28,6 +31,8 @@ pub struct TokenHistory {
     pub deleted_while_handed_out: Vec<String>,
     /// Deleted tokens whose `expiration` was still ahead when their deletion was seen.
     pub deleted_before_expiry: Vec<String>,
+    /// Why the watch stopped before it was dropped; `None` while it runs.
+    pub failure: Option<String>,
 }
 
 /// The running watch; stopped on drop.
@@ -45,41 +50,8 @@ impl TokenWatch {
         let record = history.clone();
         let data_secret = data_secret.to_owned();
         let task = tokio::spawn(async move {
-            let config = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
-            let mut events = watcher(tokens, config).default_backoff().boxed();
-            let mut listing = BTreeSet::new();
-            while let Some(event) = events.next().await {
-                let Ok(event) = event else { continue };
-                match event {
-                    watcher::Event::Init => listing.clear(),
-                    watcher::Event::InitApply(secret) => {
-                        listing.insert(token_id(&secret));
-                    }
-                    watcher::Event::InitDone => {
-                        let mut history = record.lock().unwrap();
-                        history.live = std::mem::take(&mut listing);
-                        history.most_live = history.most_live.max(history.live.len());
-                    }
-                    watcher::Event::Apply(secret) => {
-                        let mut history = record.lock().unwrap();
-                        history.live.insert(token_id(&secret));
-                        history.most_live = history.most_live.max(history.live.len());
-                    }
-                    watcher::Event::Delete(secret) => {
-                        let id = token_id(&secret);
-                        let held = handed_out(&secrets, &data_secret).await;
-                        let mut history = record.lock().unwrap();
-                        history.live.remove(&id);
-                        if held.as_deref() == Some(id.as_str()) {
-                            history.deleted_while_handed_out.push(id.clone());
-                        }
-                        if still_valid(&secret) {
-                            history.deleted_before_expiry.push(id.clone());
-                        }
-                        history.deleted.push(id);
-                    }
-                }
-            }
+            let failure = watch(tokens, &secrets, &data_secret, &record).await;
+            record.lock().unwrap().failure = Some(failure);
         });
         TokenWatch { history, task }
     }
@@ -94,6 +66,57 @@ impl Drop for TokenWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// Records what the watch of `tokens` sees into `record` until it fails; returns why.
+async fn watch(
+    tokens: Api<Secret>,
+    secrets: &Api<Secret>,
+    data_secret: &str,
+    record: &Mutex<TokenHistory>,
+) -> String {
+    let config = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
+    let mut events = watcher(tokens, config).boxed();
+    let mut listing = BTreeSet::new();
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => return format!("the token watch failed: {e}"),
+        };
+        match event {
+            watcher::Event::Init => listing.clear(),
+            watcher::Event::InitApply(secret) => {
+                listing.insert(token_id(&secret));
+            }
+            watcher::Event::InitDone => {
+                let mut history = record.lock().unwrap();
+                history.live = std::mem::take(&mut listing);
+                history.most_live = history.most_live.max(history.live.len());
+            }
+            watcher::Event::Apply(secret) => {
+                let mut history = record.lock().unwrap();
+                history.live.insert(token_id(&secret));
+                history.most_live = history.most_live.max(history.live.len());
+            }
+            watcher::Event::Delete(secret) => {
+                let id = token_id(&secret);
+                let held = match handed_out(secrets, data_secret).await {
+                    Ok(held) => held,
+                    Err(e) => return format!("at the deletion of token {id}: {e:#}"),
+                };
+                let mut history = record.lock().unwrap();
+                history.live.remove(&id);
+                if held.as_deref() == Some(id.as_str()) {
+                    history.deleted_while_handed_out.push(id.clone());
+                }
+                if still_valid(&secret) {
+                    history.deleted_before_expiry.push(id.clone());
+                }
+                history.deleted.push(id);
+            }
+        }
+    }
+    "the token watch ended".to_owned()
 }
 
 /// The token ID of a token Secret (`bootstrap-token-<id>`).
@@ -118,10 +141,16 @@ fn still_valid(secret: &Secret) -> bool {
     }
 }
 
-/// The ID of the token the data Secret `name` hands out now, if any.
-pub async fn handed_out(secrets: &Api<Secret>, name: &str) -> Option<String> {
-    let secret = secrets.get_opt(name).await.ok()??;
-    let user_data = secret.data?.get("value")?.0.clone();
-    let token = join_token(&String::from_utf8(user_data).ok()?)?;
-    Some(token.split_once('.')?.0.to_owned())
+/// The ID of the token the data Secret `name` hands out now; `None` when the Secret or its
+/// user-data does not exist or holds no token. An error when the Secret cannot be read.
+pub async fn handed_out(secrets: &Api<Secret>, name: &str) -> anyhow::Result<Option<String>> {
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading data Secret {name}"))?;
+    let Some(user_data) = secret.and_then(|s| s.data?.get("value").map(|v| v.0.clone())) else {
+        return Ok(None);
+    };
+    let token = join_token(&String::from_utf8_lossy(&user_data));
+    Ok(token.and_then(|t| Some(t.split_once('.')?.0.to_owned())))
 }
