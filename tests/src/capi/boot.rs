@@ -80,7 +80,12 @@ impl KubeadmBoot {
             ..KubeadmBoot::default()
         };
         for path in [INIT_CONFIG, JOIN_CONFIG] {
-            if let Some(content) = files.content(path)? {
+            // Ignition cannot write below /run: there the bootstrap script writes the file.
+            let content = match files.content(path)? {
+                Some(content) => Some(content),
+                None => files.written_by_script(path),
+            };
+            if let Some(content) = content {
                 boot.read_kubeadm_config(&content)?;
             }
         }
@@ -160,6 +165,43 @@ impl WrittenFiles {
             .map(Some)
             .map_err(|e| format!("{path}: not UTF-8: {e}"))
     }
+}
+
+impl WrittenFiles {
+    /// The text a script among the written files writes to `path` with a quoted here-document
+    /// (`cat >PATH <<'MARK'` up to the line `MARK`), as the Flatcar template's bootstrap script
+    /// does for the kubeadm configuration.
+    fn written_by_script(&self, path: &str) -> Option<String> {
+        let files = match self {
+            WrittenFiles::CloudConfig(c) => &c["write_files"],
+            WrittenFiles::Ignition(c) => &c["storage"]["files"],
+        };
+        let opening = format!("cat >{path} <<'");
+        (files.as_array().into_iter().flatten()).find_map(|file| {
+            let path = file["path"].as_str()?;
+            let text = self.content(path).ok()??;
+            here_document(&text, &opening)
+        })
+    }
+}
+
+/// The body of the first here-document in `script` whose line starts with `opening` (which
+/// ends with the quote before the delimiter).
+fn here_document(script: &str, opening: &str) -> Option<String> {
+    let mut lines = script.lines();
+    let mark = lines.find_map(|l| {
+        let rest = l.trim_start().strip_prefix(opening)?;
+        Some(rest.strip_suffix('\'')?.to_owned())
+    })?;
+    let mut body = String::new();
+    for line in lines {
+        if line.trim_end() == mark {
+            return Some(body);
+        }
+        body.push_str(line);
+        body.push('\n');
+    }
+    None
 }
 
 fn cloud_config_content(file: &Value) -> Result<Vec<u8>, String> {
@@ -296,6 +338,19 @@ pub(super) async fn authenticate(config: &CloudConfig, token: &str) -> Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_a_script_writes_is_read_from_its_here_document() {
+        let script = "install -d /run/kubeadm\n(\n  cat >/run/kubeadm/kubeadm.yaml <<'END'\nkind: InitConfiguration\nEND\n)\n";
+        let body = here_document(script, "cat >/run/kubeadm/kubeadm.yaml <<'");
+        assert_eq!(body.as_deref(), Some("kind: InitConfiguration\n"));
+        assert_eq!(here_document(script, "cat >/run/other <<'"), None);
+        let unterminated = "cat >/run/kubeadm/kubeadm.yaml <<'END'\nkind: x\n";
+        assert_eq!(
+            here_document(unterminated, "cat >/run/kubeadm/kubeadm.yaml <<'"),
+            None
+        );
+    }
 
     fn cloud_config(files: &str) -> String {
         format!("#cloud-config\nwrite_files:\n{files}runcmd: []\n")
