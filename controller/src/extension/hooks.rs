@@ -38,10 +38,23 @@ pub(super) async fn dispatch(
         Ok(body) => answer(&hooks, &hook, body).await,
     };
     Json(answer.unwrap_or_else(|message| {
-        warn!(%hook, %message, "runtime hook failed");
-        hooks.metrics.hook_request(&hook, "error");
+        let label = hook_label(&hook);
+        warn!(hook = label, %message, "runtime hook failed");
+        hooks.metrics.hook_request(label, "error");
         wire::response(&hook, false, &message)
     }))
+}
+
+/// The metric label of a hook path segment: the names the success paths count under, and
+/// `unknown` for any other segment, so a caller cannot mint label values (each one is a series
+/// the process keeps for its lifetime).
+fn hook_label(path_segment: &str) -> &'static str {
+    match path_segment {
+        "canupdatemachineset" => "can_update_machine_set",
+        "canupdatemachine" => "can_update_machine",
+        "updatemachine" => "update_machine",
+        _ => "unknown",
+    }
 }
 
 async fn answer(hooks: &Hooks, hook: &str, body: Value) -> Result<Value, String> {
@@ -241,4 +254,22 @@ async fn update_machine(hooks: &Hooks, body: Value) -> Result<Value, String> {
     };
     info!(config = %format!("{namespace}/{name}"), answer = label, message = %answer.message, "UpdateMachine");
     Ok(respond(answer, label))
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::hook_label;
+
+    #[test]
+    fn failed_calls_count_under_the_names_of_served_hooks_or_unknown() {
+        for (segment, label) in [
+            ("canupdatemachineset", "can_update_machine_set"),
+            ("canupdatemachine", "can_update_machine"),
+            ("updatemachine", "update_machine"),
+            ("x".repeat(300).as_str(), "unknown"),
+            ("discovery-typo", "unknown"),
+        ] {
+            assert_eq!(hook_label(segment), label, "{segment}");
+        }
+    }
 }

@@ -229,13 +229,15 @@ fn pooled_client(config: &Config, idle_timeout: Duration) -> Result<Client, BoxE
 const TLS_SESSIONS: usize = 8;
 
 /// kube's rustls connector (the kubeconfig's CA, client identity and `tls-server-name`) with
-/// a session cache sized for one server.
+/// a session cache sized for one server. HTTPS only: `workload_kubeconfig::vet` already refuses
+/// an `http://` server, and the connector refuses one too, so no later path can send the
+/// token in clear.
 fn https_connector(config: &Config) -> Result<HttpsConnector<HttpConnector>, BoxError> {
     let mut tls = config.rustls_client_config()?;
     tls.resumption = Resumption::in_memory_sessions(TLS_SESSIONS);
     let mut builder = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
-        .https_or_http();
+        .https_only();
     if let Some(name) = &config.tls_server_name {
         let name = ServerName::try_from(name.clone())?;
         builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name));
