@@ -28,6 +28,7 @@ use crate::template::FileEncoding;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::kubernetes_formats)]
 pub struct BootplateConfigSpec {
     /// The template that renders this machine's user-data.
     pub template_ref: TemplateRef,
@@ -143,6 +144,7 @@ pub struct SecretKeyRef {
 /// Observed state of a config, following the Cluster API bootstrap provider contract.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::kubernetes_formats)]
 pub struct BootplateConfigStatus {
     /// True once the data Secret holds the rendered user-data (CAPI contract v1beta1).
     #[serde(default)]
@@ -219,6 +221,7 @@ pub struct ConfigInitialization {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::kubernetes_formats)]
 pub struct BootplateConfigTemplateSpec {
     /// The config every cloned `BootplateConfig` starts from.
     pub template: BootplateConfigTemplateResource,

@@ -34,6 +34,7 @@ pub const DEFAULT_MAX_CONCURRENCY: u32 = 4;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::kubernetes_formats)]
 pub struct GeneratorSpec {
     /// Where bootplate sends its requests (HTTPS only) and the CA that signs the service's
     /// certificate.

@@ -11,6 +11,7 @@ pub mod crds;
 pub mod generator;
 pub mod payload;
 pub mod reference;
+pub mod schema;
 pub mod strict;
 pub mod template;
 

@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::kubernetes_formats)]
 pub struct TemplateSpec {
     /// The OS image this template is written for. Informational: shown by `kubectl get`.
     pub os: OsInfo,
@@ -101,6 +102,7 @@ impl std::ops::Deref for ClusterBootstrapTemplateSpec {
 /// Observed state of a template.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::kubernetes_formats)]
 pub struct BootstrapTemplateStatus {
     /// The generation of the spec that this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

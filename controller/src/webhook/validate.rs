@@ -329,6 +329,41 @@ parts:
         serde_yaml::from_str(yaml).unwrap()
     }
 
+    // The webhook refuses what lint reports as an error and admits its warnings (docs/operations.md,
+    // "Admission webhook"): `--strict` is the lint's option, not the webhook's.
+    #[test]
+    fn a_template_is_refused_for_lint_errors_and_admitted_with_warnings() {
+        let cases = [
+            // An unused variable and an unquoted free-text value are warnings.
+            (
+                "os: {name: linux}\nformat: script\nvariables: [{name: unused}, {name: name, default: x}]\ntemplate: \"#!/bin/sh\\necho {{values.name}}\\n\"\n",
+                false,
+            ),
+            // A path the render context lacks is an error.
+            (
+                "os: {name: linux}\nformat: script\ntemplate: \"#!/bin/sh\\necho {{values.missing}}\\n\"\n",
+                true,
+            ),
+            // An unknown helper is an error.
+            (
+                "os: {name: linux}\nformat: script\ntemplate: \"#!/bin/sh\\necho {{no_such_helper 1}}\\n\"\n",
+                true,
+            ),
+        ];
+        for (yaml, refused) in cases {
+            let spec = template(yaml);
+            let warnings = render::lint("t", &spec, None)
+                .into_iter()
+                .filter(|p| p.severity == render::Severity::Warning)
+                .count();
+            let problems = super::template("BootstrapTemplate team-a/t", &spec);
+            assert_eq!(!problems.is_empty(), refused, "{yaml}: {problems:?}");
+            if !refused {
+                assert!(warnings >= 2, "{yaml}: lint warns about it ({warnings})");
+            }
+        }
+    }
+
     // A config whose values make a helper's result too large is refused (the template renders
     // within the limit with its own sample values); a template too large by itself is the
     // template's problem, reported on the template, not on each config.
