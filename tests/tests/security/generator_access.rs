@@ -5,17 +5,22 @@
 //!
 //! Real parts: `bootplate run` under deploy/rbac against a real management and workload
 //! apiserver, and the real `bootplate generator serve` process as the generator.
+//!
+//! This module plays Cluster API's Cluster and Machine controllers (`testenv::capi_env`: owner
+//! references, an initialized Cluster) only to set the stage: the boundary under test is between
+//! bootplate and a generator, and no Cluster API state is held at a chosen moment. It needs no
+//! such fault and could run under the real manager like `tests/tests/generators.rs` (issue 29).
 
 use std::path::Path;
 use std::time::Duration;
 
-use crd_types::{BootstrapGenerator, ClientConfig, ClusterBootstrapTemplate, GeneratorSpec};
+use crd_types::{BootstrapGenerator, ClusterBootstrapTemplate};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
-use testenv::capi_env::{self, NS, WAIT, cluster_template, publish_cluster_template};
+use testenv::capi_env::{self, NS, cluster_template, publish_cluster_template};
 use testenv::controller::ControllerProcess;
-use testenv::eventually;
+use testenv::fixtures;
 use testenv::pki::TestCa;
 
 /// The template `bootplate generator serve` serves: one file naming the machine.
@@ -104,43 +109,6 @@ impl Served {
     }
 }
 
-fn generator(url: &str, ca: &TestCa, allowed: &[&str]) -> BootstrapGenerator {
-    BootstrapGenerator::new(
-        "served",
-        GeneratorSpec {
-            client_config: ClientConfig {
-                url: Some(url.to_owned()),
-                ca_bundle: Some(ca.cert_pem.clone()),
-                ..Default::default()
-            },
-            timeout_seconds: Some(2),
-            allowed_namespaces: allowed.iter().map(|n| n.to_string()).collect(),
-            ..Default::default()
-        },
-    )
-}
-
-/// The Event with `reason` about config `name`.
-async fn event(
-    env: &capi_env::Env,
-    name: &str,
-    reason: &str,
-) -> k8s_openapi::api::events::v1::Event {
-    eventually(&format!("a {reason} Event for {name}"), WAIT, || async {
-        Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), NS)
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some(reason)
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            })
-    })
-    .await
-}
-
 fn not_allowed(controller: &ControllerProcess) -> f64 {
     let series = r#"bootplate_generator_requests_total{generator="served",result="not_allowed"}"#;
     controller.metric(series).unwrap_or_default()
@@ -167,7 +135,7 @@ async fn a_generator_serves_only_its_namespaces_and_only_callers_with_bootplates
     generators
         .create(
             &PostParams::default(),
-            &generator(&served.url(), &ca, &["team-z"]),
+            &fixtures::bootstrap_generator("served", &served.url(), &ca.cert_pem, 2, &["team-z"]),
         )
         .await
         .unwrap();
@@ -187,7 +155,7 @@ async fn a_generator_serves_only_its_namespaces_and_only_callers_with_bootplates
             && message.contains("spec.parts[1].generator"),
         "{message}"
     );
-    let note = event(&env, "w-0", "GeneratorNotAllowed")
+    let note = testenv::events::wait_reason(&env.client, NS, "w-0", "GeneratorNotAllowed")
         .await
         .note
         .unwrap();
