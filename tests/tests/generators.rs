@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use crd_types::{
-    BootplateConfig, BootplateConfigSpec, BootstrapGenerator, ClusterBootstrapTemplate,
+    BootplateConfigSpec, BootstrapGenerator, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, GeneratorSecrets, OsInfo, OutputFormat, Part, PartGenerator,
     TemplateFile, TemplateKind, TemplateRef, TemplateSpec,
 };
@@ -198,29 +198,19 @@ async fn control_plane_secrets(env: &CapiEnv, cluster: &str) {
 }
 
 /// A Machine `name` of [`CLUSTER`] (a control-plane one with `control_plane`) and its config
-/// using the ClusterBootstrapTemplate `template`, as an app team writes them; Cluster API's
-/// Machine controller makes the Machine the config's owner.
+/// using the ClusterBootstrapTemplate `template`.
 async fn machine(env: &CapiEnv, name: &str, control_plane: bool, template: &str) {
-    let mut config = BootplateConfig::new(
-        name,
-        BootplateConfigSpec {
-            template_ref: TemplateRef {
-                kind: TemplateKind::ClusterBootstrapTemplate,
-                name: template.into(),
-                namespace: None,
-            },
-            ..Default::default()
+    let spec = BootplateConfigSpec {
+        template_ref: TemplateRef {
+            kind: TemplateKind::ClusterBootstrapTemplate,
+            name: template.into(),
+            namespace: None,
         },
-    );
-    config.metadata.namespace = Some(NS.to_owned());
-    create(&Api::namespaced(env.client.clone(), NS), &config).await;
-    if control_plane {
-        env.control_plane_machine(name, CLUSTER).await.unwrap();
-    } else {
-        env.worker_machine(name, CLUSTER, KUBERNETES_VERSION)
-            .await
-            .unwrap();
-    }
+        ..Default::default()
+    };
+    env.bootplate_machine((CLUSTER, name), control_plane, spec)
+        .await
+        .unwrap();
 }
 
 /// The test's generator servers: those that answer and those that fail each their own way.

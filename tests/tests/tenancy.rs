@@ -61,16 +61,8 @@ async fn machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) {
 }
 
 /// [`machine`], or the apiserver's refusal of the config (then nothing else is created).
-async fn try_machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) -> kube::Result<()> {
-    let mut config = BootplateConfig::new(name, spec);
-    config.metadata.namespace = Some(NS.to_owned());
-    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
-        .create(&PostParams::default(), &config)
-        .await?;
-    env.worker_machine(name, CLUSTER, KUBERNETES_VERSION)
-        .await
-        .unwrap();
-    Ok(())
+async fn try_machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) -> anyhow::Result<()> {
+    env.bootplate_machine((CLUSTER, name), false, spec).await
 }
 
 /// The two configs that reach into team-b: a Secret of team-b by namespace, a template of

@@ -458,6 +458,29 @@ impl CapiEnv {
         Ok(())
     }
 
+    /// A BootplateConfig `name` with `spec`, and a Machine of `cluster` (a control-plane one
+    /// with `control_plane`) on a DevMachine of the same name, as an app team writes them;
+    /// Cluster API's Machine controller makes the Machine the config's owner. When the
+    /// apiserver refuses the config, that is the error and nothing else is created.
+    pub async fn bootplate_machine(
+        &self,
+        (cluster, name): (&str, &str),
+        control_plane: bool,
+        spec: crd_types::BootplateConfigSpec,
+    ) -> anyhow::Result<()> {
+        let mut config = crd_types::BootplateConfig::new(name, spec);
+        config.metadata.namespace = Some(NS.to_owned());
+        Api::<crd_types::BootplateConfig>::namespaced(self.client.clone(), NS)
+            .create(&Default::default(), &config)
+            .await?;
+        if control_plane {
+            self.control_plane_machine(name, cluster).await
+        } else {
+            let version = objects::KUBERNETES_VERSION;
+            self.worker_machine(name, cluster, version).await
+        }
+    }
+
     /// A control-plane Machine `name` of `cluster` on a DevMachine of the same name,
     /// bootstrapped by the BootplateConfig of the same name (created apart).
     pub async fn control_plane_machine(&self, name: &str, cluster: &str) -> anyhow::Result<()> {
