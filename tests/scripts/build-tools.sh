@@ -4,7 +4,9 @@
 # what ownerReferences say is orphaned, as in any real cluster), kubeadm and kubelet (the same
 # module: the real joins run them on the machines bootplate's user-data sets up), etcd
 # (go.etcd.io/etcd/server/v3), the Cluster API manager, clusterctl and the kubeadm bootstrap
-# provider's manager (sigs.k8s.io/cluster-api).
+# provider's manager (sigs.k8s.io/cluster-api), and the manager of the oldest Cluster API release
+# bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
+# against it too, with its own CRDs and manifests).
 #
 # Idempotent and cached by version under ${BOOTPLATE_CACHE:-~/.cache/bootplate}: binaries in
 # bin/NAME-VERSION, the module and build caches in go/. Once cached it needs no network.
@@ -26,6 +28,7 @@ required() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 kube_version=$(required kube k8s.io/kubernetes)
 etcd_version=$(required etcd go.etcd.io/etcd/server/v3)
 capi_version=$(required capi sigs.k8s.io/cluster-api)
+capi_oldest_version=$(required capi-oldest sigs.k8s.io/cluster-api)
 
 kube_minor=${kube_version#v1.}
 kube_minor=${kube_minor%%.*}
@@ -33,13 +36,16 @@ kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version
   -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor
   -X k8s.io/component-base/version.gitTreeState=clean
   -X k8s.io/client-go/pkg/version.gitVersion=$kube_version"
-capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$capi_version
+capi_ldflags() {
+  echo "-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$1
   -X sigs.k8s.io/cluster-api/version.gitMajor=1
   -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
+}
 
-# build NAME VERSION MODULE_DIR PACKAGE LDFLAGS: builds bin/NAME-VERSION unless it exists.
+# build NAME VERSION MODULE_DIR PACKAGE LDFLAGS [PRINTED]: builds bin/NAME-VERSION unless it
+# exists; prints PRINTED=PATH (PRINTED defaults to NAME).
 build() {
-  local name=$1 version=$2 dir=$3 package=$4 ldflags=$5
+  local name=$1 version=$2 dir=$3 package=$4 ldflags=$5 printed=${6:-$1}
   local out="$cache/bin/$name-$version"
   if [[ ! -x "$out" ]]; then
     log "building $name $version from $package (minutes when cold)"
@@ -48,7 +54,7 @@ build() {
     mv "$out.tmp" "$out"
     log "built $name in $((SECONDS - started)) s"
   fi
-  echo "$name=$out"
+  echo "$printed=$out"
 }
 
 build kube-apiserver "$kube_version" kube k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
@@ -56,6 +62,9 @@ build kube-controller-manager "$kube_version" kube k8s.io/kubernetes/cmd/kube-co
 build kubeadm "$kube_version" kube k8s.io/kubernetes/cmd/kubeadm "$kube_ldflags"
 build kubelet "$kube_version" kube k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
 build etcd "$etcd_version" etcd . "-s -w"
-build capi-manager "$capi_version" capi sigs.k8s.io/cluster-api/core "$capi_ldflags"
-build clusterctl "$capi_version" capi sigs.k8s.io/cluster-api/cmd/clusterctl "$capi_ldflags"
-build cabpk-manager "$capi_version" capi sigs.k8s.io/cluster-api/bootstrap/kubeadm "$capi_ldflags"
+build capi-manager "$capi_version" capi sigs.k8s.io/cluster-api/core "$(capi_ldflags "$capi_version")"
+build clusterctl "$capi_version" capi sigs.k8s.io/cluster-api/cmd/clusterctl "$(capi_ldflags "$capi_version")"
+build cabpk-manager "$capi_version" capi sigs.k8s.io/cluster-api/bootstrap/kubeadm "$(capi_ldflags "$capi_version")"
+# Releases before v1.14 keep the core manager's main package at the module's root.
+build capi-manager "$capi_oldest_version" capi-oldest sigs.k8s.io/cluster-api \
+  "$(capi_ldflags "$capi_oldest_version")" capi-manager-oldest

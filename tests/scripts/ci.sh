@@ -18,6 +18,7 @@ export BOOTPLATE_KUBE_APISERVER="$(tool kube-apiserver)" BOOTPLATE_ETCD="$(tool 
   BOOTPLATE_KUBE_CONTROLLER_MANAGER="$(tool kube-controller-manager)" \
   BOOTPLATE_CAPI_MANAGER="$(tool capi-manager)" BOOTPLATE_CLUSTERCTL="$(tool clusterctl)" \
   BOOTPLATE_CABPK_MANAGER="$(tool cabpk-manager)" \
+  BOOTPLATE_CAPI_MANAGER_OLDEST="$(tool capi-manager-oldest)" \
   BOOTPLATE_KUBEADM="$(tool kubeadm)" BOOTPLATE_KUBELET="$(tool kubelet)"
 
 cargo fmt --all --check

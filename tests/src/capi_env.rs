@@ -25,7 +25,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::controller::ControllerProcess;
-use crate::{ApiServer, eventually, fixtures};
+use crate::{ApiServer, configs, fixtures};
 
 /// The namespace the tests' clusters live in.
 pub const NS: &str = "team-a";
@@ -188,22 +188,15 @@ impl Env {
     }
 
     pub async fn config(&self, name: &str) -> BootplateConfig {
-        Api::<BootplateConfig>::namespaced(self.client.clone(), NS)
-            .get(name)
-            .await
-            .unwrap()
+        configs::config(&self.client, NS, name).await
     }
 
     pub async fn secret(&self, name: &str) -> Option<Secret> {
-        Api::<Secret>::namespaced(self.client.clone(), NS)
-            .get_opt(name)
-            .await
-            .unwrap()
+        configs::secret(&self.client, NS, name).await
     }
 
     pub async fn user_data(&self, name: &str) -> String {
-        let secret = self.secret(name).await.expect("data secret");
-        String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap()
+        configs::user_data(&self.client, NS, name).await
     }
 
     pub async fn tokens(&self) -> Vec<Secret> {
@@ -218,51 +211,17 @@ impl Env {
     }
 
     pub async fn wait_ready(&self, name: &str) -> BootplateConfig {
-        eventually(&format!("config {name} ready"), WAIT, || async {
-            let config = self.config(name).await;
-            config
-                .status
-                .as_ref()
-                .is_some_and(|s| s.ready)
-                .then_some(config)
-        })
-        .await
+        configs::wait_ready(&self.client, NS, name, WAIT).await
     }
 
-    /// Returns once `controller` has reconciled config `name` as it is now (a no-op annotation
-    /// update triggers that reconcile): what it would do about the state so far, it has done.
-    /// Checks that something did not happen come after this, never after a fixed sleep.
+    /// Returns once `controller` has reconciled config `name` as it is now
+    /// ([`configs::settled`]).
     pub async fn settled(&self, controller: &ControllerProcess, name: &str) {
-        let patch = serde_json::json!({"metadata": {"annotations": {
-            "test.bootplate.dev/nudge": format!("{:?}", std::time::Instant::now()),
-        }}});
-        let nudged = Api::<BootplateConfig>::namespaced(self.client.clone(), NS)
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
-        let version: u64 = nudged.metadata.resource_version.unwrap().parse().unwrap();
-        eventually(
-            &format!("config {name} reconciled at {version}"),
-            WAIT,
-            || async { controller.reconciled(NS, name, version).then_some(()) },
-        )
-        .await;
+        configs::settled(&self.client, controller, NS, name, WAIT).await
     }
 
     pub async fn wait_reason(&self, name: &str, reason: &str) -> String {
-        eventually(
-            &format!("config {name} with Ready reason {reason}"),
-            WAIT,
-            || async {
-                let config = self.config(name).await;
-                let conditions = config.status.map(|s| s.conditions).unwrap_or_default();
-                conditions
-                    .into_iter()
-                    .find(|c| c.type_ == "Ready" && c.reason == reason)
-                    .map(|c| c.message)
-            },
-        )
-        .await
+        configs::wait_reason(&self.client, NS, (name, reason), WAIT).await
     }
 }
 

@@ -180,6 +180,31 @@ pub fn full_bootstrap_generator(name: &str) -> crd_types::BootstrapGenerator {
     )
 }
 
+/// A BootstrapGenerator served at `url` (HTTPS, its certificate from `ca_pem`) that configs of
+/// the `allowed` namespaces may call, waiting `timeout_seconds` for an answer; it is granted no
+/// secret (set `spec.secrets` to grant some).
+pub fn bootstrap_generator(
+    name: &str,
+    url: &str,
+    ca_pem: &str,
+    timeout_seconds: u32,
+    allowed: &[&str],
+) -> crd_types::BootstrapGenerator {
+    crd_types::BootstrapGenerator::new(
+        name,
+        crd_types::GeneratorSpec {
+            client_config: crd_types::ClientConfig {
+                url: Some(url.to_owned()),
+                ca_bundle: Some(ca_pem.to_owned()),
+                ..Default::default()
+            },
+            timeout_seconds: Some(timeout_seconds),
+            allowed_namespaces: allowed.iter().map(|n| (*n).to_owned()).collect(),
+            ..Default::default()
+        },
+    )
+}
+
 /// A config spec with every field set.
 pub fn full_config_spec() -> BootplateConfigSpec {
     BootplateConfigSpec {

@@ -7,7 +7,9 @@
 pub mod agent;
 pub mod capi;
 pub mod capi_env;
+pub mod configs;
 pub mod controller;
+pub mod events;
 pub mod fixtures;
 pub mod generator;
 pub mod joins;
@@ -551,7 +553,7 @@ pub fn crds_from_yaml(text: &str) -> anyhow::Result<Vec<CustomResourceDefinition
 /// one source of Cluster API's schema for every tier, the same release as the manager the
 /// real-Cluster-API tier runs.
 pub fn capi_crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
-    let dir = tools::capi_source()?.join("core/config/crd/bases");
+    let dir = tools::CapiRelease::Current.config_dir()?.join("crd/bases");
     let mut crds = Vec::new();
     for file in [
         "cluster.x-k8s.io_clusters.yaml",

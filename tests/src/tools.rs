@@ -1,6 +1,7 @@
 //! The real peers the tests run against, built from their Go modules by
 //! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, kubeadm, the kubelet,
-//! etcd, the Cluster API manager, clusterctl and the kubeadm bootstrap provider's manager.
+//! etcd, the Cluster API manager, clusterctl and the kubeadm bootstrap provider's manager, and
+//! the manager of the oldest Cluster API release bootplate supports ([`CapiRelease`]).
 //!
 //! A tool's path comes from its `BOOTPLATE_*` variable (the README's test command exports them);
 //! otherwise the script runs once per test process and its `NAME=PATH` lines are used (it exits
@@ -15,7 +16,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 /// The tools `build-tools.sh` builds, with the variable that overrides each.
-const TOOLS: [(&str, &str); 8] = [
+const TOOLS: [(&str, &str); 9] = [
     ("kube-apiserver", "BOOTPLATE_KUBE_APISERVER"),
     (
         "kube-controller-manager",
@@ -27,6 +28,7 @@ const TOOLS: [(&str, &str); 8] = [
     ("capi-manager", "BOOTPLATE_CAPI_MANAGER"),
     ("clusterctl", "BOOTPLATE_CLUSTERCTL"),
     ("cabpk-manager", "BOOTPLATE_CABPK_MANAGER"),
+    ("capi-manager-oldest", "BOOTPLATE_CAPI_MANAGER_OLDEST"),
 ];
 
 fn repo_root() -> PathBuf {
@@ -89,27 +91,90 @@ pub fn path(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The directory of the Cluster API module the tools were built from (its `core/config` holds
-/// the CRDs, RBAC and webhook manifests the manager ships with): `BOOTPLATE_CAPI_SOURCE`, or
-/// asked of `go list` in `tests/tools/capi`.
-pub fn capi_source() -> anyhow::Result<PathBuf> {
-    static SOURCE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    if let Some(dir) = std::env::var_os("BOOTPLATE_CAPI_SOURCE") {
-        return Ok(PathBuf::from(dir));
+/// A Cluster API release the tests run against, each built from its own Go module by
+/// `build-tools.sh`: the current one (`tests/tools/capi`, every real-Cluster-API scenario) and
+/// the oldest one bootplate supports (`tests/tools/capi-oldest`, scenarios a and b again).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CapiRelease {
+    #[default]
+    Current,
+    Oldest,
+}
+
+impl CapiRelease {
+    /// The name of its manager among the tools.
+    pub fn manager(self) -> &'static str {
+        match self {
+            CapiRelease::Current => "capi-manager",
+            CapiRelease::Oldest => "capi-manager-oldest",
+        }
     }
-    module_dir(&SOURCE, "sigs.k8s.io/cluster-api")
+
+    /// The tools module (under `tests/tools`) that pins it.
+    fn tools_module(self) -> &'static str {
+        match self {
+            CapiRelease::Current => "capi",
+            CapiRelease::Oldest => "capi-oldest",
+        }
+    }
+
+    /// The directory of its `sigs.k8s.io/cluster-api` module: `BOOTPLATE_CAPI_SOURCE` for the
+    /// current release, else asked of `go list` in its tools module.
+    pub fn source(self) -> anyhow::Result<PathBuf> {
+        static CURRENT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        static OLDEST: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        match self {
+            CapiRelease::Current => match std::env::var_os("BOOTPLATE_CAPI_SOURCE") {
+                Some(dir) => Ok(PathBuf::from(dir)),
+                None => module_dir(&CURRENT, self.tools_module(), "sigs.k8s.io/cluster-api"),
+            },
+            CapiRelease::Oldest => {
+                module_dir(&OLDEST, self.tools_module(), "sigs.k8s.io/cluster-api")
+            }
+        }
+    }
+
+    /// The directory of the manifests its manager ships with (CRDs, RBAC, webhooks):
+    /// `core/config` since v1.14, `config` at the module's root before.
+    pub fn config_dir(self) -> anyhow::Result<PathBuf> {
+        let source = self.source()?;
+        let core = source.join("core/config");
+        Ok(if core.is_dir() {
+            core
+        } else {
+            source.join("config")
+        })
+    }
+}
+
+/// The version of `release` (`v1.14.2`), read from its module directory's name (`...@v1.14.2`).
+pub fn capi_version(release: CapiRelease) -> anyhow::Result<String> {
+    let source = release.source()?;
+    let name = source.file_name().unwrap_or_default().to_string_lossy();
+    let (_, version) = name
+        .rsplit_once('@')
+        .with_context(|| format!("no version in {}", source.display()))?;
+    Ok(version.to_owned())
+}
+
+/// The directory of the current Cluster API module the tools were built from (its
+/// `core/config` holds the CRDs, RBAC and webhook manifests the manager ships with):
+/// [`CapiRelease::source`] of [`CapiRelease::Current`].
+pub fn capi_source() -> anyhow::Result<PathBuf> {
+    CapiRelease::Current.source()
 }
 
 /// The directory of Cluster API's API module (`sigs.k8s.io/cluster-api/api`, a module of its own),
 /// in the version the tools were built with: the types, labels and annotations.
 pub fn capi_api_source() -> anyhow::Result<PathBuf> {
     static SOURCE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    module_dir(&SOURCE, "sigs.k8s.io/cluster-api/api")
+    module_dir(&SOURCE, "capi", "sigs.k8s.io/cluster-api/api")
 }
 
-/// `go list -m` of `module` in `tests/tools/capi`, with the tools' module cache, once.
+/// `go list -m` of `module` in `tests/tools/<tools_module>`, with the tools' module cache, once.
 fn module_dir(
     cell: &'static OnceLock<Result<PathBuf, String>>,
+    tools_module: &str,
     module: &str,
 ) -> anyhow::Result<PathBuf> {
     cell.get_or_init(|| {
@@ -119,7 +184,7 @@ fn module_dir(
             .ok_or("neither BOOTPLATE_CACHE nor HOME is set")?;
         let out = Command::new("go")
             .args(["list", "-m", "-f", "{{.Dir}}", module])
-            .current_dir(repo_root().join("tests/tools/capi"))
+            .current_dir(repo_root().join("tests/tools").join(tools_module))
             .env("GOMODCACHE", cache.join("go/mod"))
             .env("GOFLAGS", "-mod=readonly")
             .env("GOTOOLCHAIN", "local")

@@ -16,6 +16,7 @@ use testenv::capi::objects::{self, KUBERNETES_VERSION};
 use testenv::capi::pool::{self, Instance};
 use testenv::capi::token_watch::{TokenWatch, handed_out};
 use testenv::capi::{CapiEnv, NS, Options};
+use testenv::tools::CapiRelease;
 use testenv::{eventually, joins};
 
 /// How long a scenario waits for Cluster API and bootplate together.
@@ -43,6 +44,25 @@ async fn publish_shipped_template(env: &CapiEnv, file: &str) {
     )
     .await
     .unwrap();
+}
+
+/// The environment of a scenario against Cluster API `release`, which the manager reports.
+async fn start(release: CapiRelease) -> CapiEnv {
+    let env = CapiEnv::start(Options {
+        release,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    // The manager logs its release as it starts: the scenario runs the release it names.
+    let wanted = testenv::tools::capi_version(release).unwrap();
+    let log = env.capi.log_tail(usize::MAX);
+    let started = log.lines().find(|l| l.contains("\"Starting manager\""));
+    assert!(
+        started.is_some_and(|l| l.contains(&format!(" version=\"{wanted}\""))),
+        "the manager runs Cluster API {wanted}: {started:?}"
+    );
+    env
 }
 
 /// Who holds a cluster's CA and reports its control plane initialized.
@@ -91,15 +111,7 @@ async fn create_control_plane_machine(env: &CapiEnv, cluster: &str, name: &str) 
     )
     .await
     .unwrap();
-    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
-        .await
-        .unwrap();
-    env.apply(
-        &objects::machine_resource(),
-        objects::control_plane_machine(name, cluster),
-    )
-    .await
-    .unwrap();
+    env.control_plane_machine(name, cluster).await.unwrap();
 }
 
 /// A BootplateConfigTemplate named `name` using the shipped template `template`.
@@ -254,7 +266,19 @@ fn assert_contract_secret(secret: &Secret, cluster: &str, config: &DynamicObject
 /// it, data Secrets follow the contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_and_a_machine_deployment_come_up_through_cluster_api() {
-    let env = CapiEnv::start(Options::default()).await.unwrap();
+    a_control_plane_and_a_machine_deployment(CapiRelease::Current).await;
+}
+
+/// (a) against the oldest Cluster API release bootplate supports: its own CRDs, manifests and
+/// manager (`tests/tools/capi-oldest`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_on_the_oldest_supported_cluster_api() {
+    a_control_plane_and_a_machine_deployment(CapiRelease::Oldest).await;
+}
+
+/// Scenario (a) against `release`.
+async fn a_control_plane_and_a_machine_deployment(release: CapiRelease) {
+    let env = start(release).await;
     publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
     create_cluster(&env, "alpha", ControlPlane::Machines, false).await;
     for i in 0..3 {
@@ -465,7 +489,18 @@ fn version(machine: &DynamicObject) -> &str {
 /// ones render from the new template, old configs, Secrets and tokens are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_a_machine_deployment_rollout_renders_the_new_template() {
-    let env = CapiEnv::start(Options::default()).await.unwrap();
+    a_machine_deployment_rollout(CapiRelease::Current).await;
+}
+
+/// (b) against the oldest Cluster API release bootplate supports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_on_the_oldest_supported_cluster_api() {
+    a_machine_deployment_rollout(CapiRelease::Oldest).await;
+}
+
+/// Scenario (b) against `release`.
+async fn a_machine_deployment_rollout(release: CapiRelease) {
+    let env = start(release).await;
     publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
     publish_shipped_template(&env, "templates/kubeadm-debian-12.yaml").await;
     create_cluster(&env, "beta", ControlPlane::Provider("v1.35.0"), false).await;

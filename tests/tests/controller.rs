@@ -488,20 +488,15 @@ async fn pause_missing_and_broken_templates() {
     .await;
     assert_eq!(valid.reason, "Invalid");
     // The cluster-scoped template gets its Warning Event too.
-    let template_event = eventually("an Event regarding the broken template", WAIT, || async {
-        Api::<k8s_openapi::api::events::v1::Event>::all(env.client.clone())
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("ClusterBootstrapTemplate")
-                        && r.name.as_deref() == Some("broken")
-                })
-            })
-    })
+    let template_event = testenv::events::wait_for(
+        &env.client,
+        None,
+        "broken",
+        "the broken template's Event",
+        |e| {
+            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ClusterBootstrapTemplate")
+        },
+    )
     .await;
     assert_eq!(template_event.type_.as_deref(), Some("Warning"));
     assert_eq!(template_event.reason.as_deref(), Some("Invalid"));
@@ -551,24 +546,10 @@ async fn pause_missing_and_broken_templates() {
 
     // Events on the config tell the story: waiting (why), render failed, token created, rendered.
     let events = eventually("events of m-1 and m-0", WAIT, || async {
-        let list = Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), NS)
-            .list(&Default::default())
-            .await
-            .ok()?;
-        let of = |name: &str| -> Vec<(String, String, String)> {
-            list.items
-                .iter()
-                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-                .map(|e| {
-                    (
-                        e.reason.clone().unwrap_or_default(),
-                        e.type_.clone().unwrap_or_default(),
-                        e.note.clone().unwrap_or_default(),
-                    )
-                })
-                .collect()
-        };
-        let (m1, m0) = (of("m-1"), of("m-0"));
+        let (m1, m0) = (
+            summaries(&env.client, "m-1").await,
+            summaries(&env.client, "m-0").await,
+        );
         let has = |events: &[(String, String, String)], reason: &str| {
             events.iter().any(|e| e.0 == reason)
         };
@@ -610,6 +591,21 @@ async fn pause_missing_and_broken_templates() {
     for (reason, _, note) in m1.iter().chain(&m0) {
         assert!(!note.contains("PRIVATE KEY"), "{reason}: {note}");
     }
+}
+
+/// The Events regarding config `name`: (reason, type, note) each.
+async fn summaries(client: &kube::Client, name: &str) -> Vec<(String, String, String)> {
+    let events = testenv::events::regarding(client, Some(NS), name).await;
+    events
+        .into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// The resourceVersions of each named config's data Secret and of the config itself.

@@ -194,25 +194,6 @@ fn expand(table: &[(&str, &[&str], &[&str])]) -> BTreeSet<(String, String, Strin
     triples
 }
 
-/// (group, resource, verb) triples a Role's or ClusterRole's rules grant.
-fn granted(role: &Value) -> BTreeSet<(String, String, String)> {
-    testenv::rbac::granted(role)
-}
-
-/// Whether the controller's ServiceAccount may `verb` `group/resource` in `namespace`, asked
-/// of the real apiserver's RBAC authorizer.
-async fn allowed(
-    client: &kube::Client,
-    group: &str,
-    resource: &str,
-    verb: &str,
-    namespace: &str,
-) -> bool {
-    testenv::rbac::service_account_may(client, group, resource, verb, namespace)
-        .await
-        .expect("SubjectAccessReview")
-}
-
 #[tokio::test]
 async fn kustomization_applies_to_the_real_apiserver_and_grants_exactly_what_the_controller_uses() {
     let built = kustomize("deploy");
@@ -294,7 +275,11 @@ async fn kustomization_applies_to_the_real_apiserver_and_grants_exactly_what_the
                 let key = (group.clone(), resource.clone(), verb.to_owned());
                 let expected = manager.contains(&key)
                     || (leader_election.contains(&key) && *namespace == NAMESPACE);
-                if allowed(&client, group, resource, verb, namespace).await != expected {
+                if testenv::rbac::service_account_may(&client, group, resource, verb, namespace)
+                    .await
+                    .expect("SubjectAccessReview")
+                    != expected
+                {
                     wrong.push(format!(
                         "{verb} {group}/{resource} in {namespace:?}: expected allowed={expected}"
                     ));
@@ -303,7 +288,10 @@ async fn kustomization_applies_to_the_real_apiserver_and_grants_exactly_what_the
         }
     }
     for (group, resource) in [("", "pods"), ("", "events"), ("apps", "deployments")] {
-        if allowed(&client, group, resource, "create", "team-a").await {
+        if testenv::rbac::service_account_may(&client, group, resource, "create", "team-a")
+            .await
+            .expect("SubjectAccessReview")
+        {
             wrong.push(format!("create {group}/{resource} is allowed"));
         }
     }
@@ -319,7 +307,7 @@ fn roles_list_exactly_the_calls_and_capi_gets_its_aggregated_role() {
     let objects = documents(&kustomize("deploy"));
     let manager = find(&objects, "ClusterRole", "bootplate-manager");
     assert_eq!(
-        granted(manager),
+        testenv::rbac::granted(manager),
         expand(MANAGER_PERMISSIONS),
         "ClusterRole bootplate-manager"
     );
@@ -329,7 +317,10 @@ fn roles_list_exactly_the_calls_and_capi_gets_its_aggregated_role() {
     );
     let leases = find(&objects, "Role", "bootplate-leader-election");
     assert_eq!(leases["metadata"]["namespace"], NAMESPACE);
-    assert_eq!(granted(leases), expand(LEADER_ELECTION_PERMISSIONS));
+    assert_eq!(
+        testenv::rbac::granted(leases),
+        expand(LEADER_ELECTION_PERMISSIONS)
+    );
 
     // The contract: Cluster API's controllers get full access to the kinds they create and own.
     let capi = objects
@@ -347,7 +338,7 @@ fn roles_list_exactly_the_calls_and_capi_gets_its_aggregated_role() {
         &["bootplateconfigs", "bootplateconfigtemplates"],
         &full,
     )]);
-    assert_eq!(granted(capi), expected);
+    assert_eq!(testenv::rbac::granted(capi), expected);
 
     for (kind, name, role_kind, role) in [
         (

@@ -1,32 +1,42 @@
-//! External generators against a real apiserver, with real HTTPS generator servers in the test
-//! (certificates from a test CA that the BootstrapGenerators' caBundle names): a CMDB gives each
-//! machine its own static-IP netplan file; generators that are down, slow, failing, oversized
-//! or malformed each block only their own configs, with a condition naming the generator and
-//! the cause and no bootstrap token; a restart over ready configs calls no generator; a
-//! generator not granted secrets never receives a token or a key.
+//! External generators under the real Cluster API, with real HTTPS generator servers in the
+//! test (certificates from a test CA that the BootstrapGenerators' caBundle names): a CMDB gives
+//! each machine its own static-IP netplan file; generators that are down, slow, failing,
+//! oversized or malformed each block only their own configs, with a condition naming the
+//! generator and the cause, an Event, a metric and no bootstrap token; a restart over ready
+//! configs calls no generator; a generator not granted secrets never receives a token or a key,
+//! while one granted them does (so the absence is a measurement).
 //!
-//! Without Cluster API's manager: the test plays it (`testenv::capi_env`: owner references, an
-//! initialized Cluster) only to set the stage; the faults are the generators'. It counts the
-//! calls each generator received per render and across a restart, which needs no Cluster API
-//! timing; moving it under the real manager is left for later (issue 29).
+//! It runs on the real-Cluster-API environment (`testenv::capi`): Cluster API's own manager
+//! owns the Machines, sets the configs' owner references and reports the Cluster's state; the
+//! test plays only the cloud and the control-plane provider stand-in. The faults are the
+//! generators', injected by the test's own servers, so nothing of Cluster API needs to be played.
+//! The cloud boots none of these machines (their user-data writes no kubeadm configuration):
+//! what is checked is the data each config renders, not a boot.
+//!
+//! The offline tests at the end (`bootplate generator serve`, the Python example of
+//! docs/generators.md) need no cluster at all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
 use crd_types::{
-    BootstrapGenerator, ClientConfig, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec,
-    GeneratorSecrets, GeneratorSpec, OsInfo, OutputFormat, Part, PartGenerator, TemplateFile,
-    TemplateSpec,
+    BootplateConfigSpec, BootstrapGenerator, ClusterBootstrapTemplate,
+    ClusterBootstrapTemplateSpec, GeneratorSecrets, OsInfo, OutputFormat, Part, PartGenerator,
+    TemplateFile, TemplateKind, TemplateRef, TemplateSpec,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use testenv::capi_env::{Env, NS, WAIT, cluster_template, env};
-use testenv::eventually;
+use testenv::capi::objects::KUBERNETES_VERSION;
+use testenv::capi::{CapiEnv, NS, Options, WAIT};
 use testenv::generator::{GeneratorServer, Reply};
 use testenv::pki::TestCa;
+use testenv::{events, eventually, fixtures};
+
+/// The Cluster every Machine here belongs to.
+const CLUSTER: &str = "c1";
 
 /// The CMDB's addresses, by machine name.
 const ADDRESSES: [(&str, &str); 4] = [
@@ -34,6 +44,29 @@ const ADDRESSES: [(&str, &str); 4] = [
     ("w-1", "10.1.0.11"),
     ("cp-1", "10.1.0.5"),
     ("f-down", "10.1.0.20"),
+];
+
+/// The machines whose generators fail, the generator each calls and the cause its condition
+/// names.
+const FAILURES: [(&str, &str, &str); 6] = [
+    ("f-down", "down", "cannot reach it"),
+    (
+        "f-slow",
+        "slow",
+        "no answer within 1s (spec.timeoutSeconds)",
+    ),
+    ("f-500", "err500", "it answered HTTP 500"),
+    (
+        "f-huge",
+        "huge",
+        "larger than 262144 bytes (spec.maxResponseBytes)",
+    ),
+    (
+        "f-unit",
+        "bad-unit",
+        "units[0].name: \"../../etc/passwd\" is not a unit name",
+    ),
+    ("f-unknown", "unknown", "unknown field `hostname`"),
 ];
 
 /// The netplan file the CMDB writes for `address` on `interface`.
@@ -63,21 +96,11 @@ fn cmdb(request: &Value) -> Reply {
     }
 }
 
+/// A generator of [`NS`] that waits one second for an answer and is granted `secrets`.
 fn generator(name: &str, url: &str, ca: &TestCa, secrets: GeneratorSecrets) -> BootstrapGenerator {
-    BootstrapGenerator::new(
-        name,
-        GeneratorSpec {
-            client_config: ClientConfig {
-                url: Some(url.to_owned()),
-                ca_bundle: Some(ca.cert_pem.clone()),
-                ..Default::default()
-            },
-            timeout_seconds: Some(1),
-            secrets,
-            allowed_namespaces: vec![NS.to_owned()],
-            ..Default::default()
-        },
-    )
+    let mut generator = fixtures::bootstrap_generator(name, url, &ca.cert_pem, 1, &[NS]);
+    generator.spec.secrets = secrets;
+    generator
 }
 
 /// A cloud-config template: a probe file with the join data, then `parts`.
@@ -122,7 +145,7 @@ where
 }
 
 /// The files a cloud-config writes, by path.
-async fn written_files(env: &Env, name: &str) -> BTreeMap<String, String> {
+async fn written_files(env: &CapiEnv, name: &str) -> BTreeMap<String, String> {
     let user_data = env.user_data(name).await;
     let yaml: serde_yaml::Value =
         serde_yaml::from_str(user_data.strip_prefix("#cloud-config\n").unwrap()).unwrap();
@@ -138,16 +161,18 @@ async fn written_files(env: &Env, name: &str) -> BTreeMap<String, String> {
 }
 
 /// The resourceVersions of the data Secrets of `names`.
-async fn secret_versions(env: &Env, names: &[&str]) -> Vec<String> {
+async fn secret_versions(env: &CapiEnv, names: &[&str]) -> Vec<String> {
     let mut versions = Vec::new();
     for name in names {
-        versions.push(env.secret(name).await.unwrap().resource_version().unwrap());
+        let secret = env.data_secret(name).await.expect("a data Secret");
+        versions.push(secret.resource_version().unwrap());
     }
     versions
 }
 
-/// The remaining CA Secrets a control-plane-join machine reads (`-ca` comes with the Cluster).
-async fn control_plane_secrets(env: &Env, cluster: &str) {
+/// The CA Secrets a control-plane-join machine reads beside `-ca` (which the control-plane
+/// stand-in brings), as the control-plane provider leaves them.
+async fn control_plane_secrets(env: &CapiEnv, cluster: &str) {
     for (purpose, pair) in [
         ("etcd", bootplate::pki::generate_ca("etcd-ca").unwrap()),
         (
@@ -160,7 +185,7 @@ async fn control_plane_secrets(env: &Env, cluster: &str) {
         ),
     ] {
         let secret = Secret {
-            metadata: testenv::fixtures::cluster_secret_meta(NS, cluster, purpose),
+            metadata: fixtures::cluster_secret_meta(NS, cluster, purpose),
             string_data: Some(BTreeMap::from([
                 ("tls.crt".to_owned(), pair.cert),
                 ("tls.key".to_owned(), pair.key),
@@ -172,137 +197,193 @@ async fn control_plane_secrets(env: &Env, cluster: &str) {
     }
 }
 
-#[tokio::test]
-async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their_configs() {
-    let env = env().await;
-    let ca = TestCa::new("generator test CA");
-    let cmdb_server = GeneratorServer::start(&ca, cmdb).await;
-    // A token-granted generator, to show who gets what: it answers with a harmless command.
-    let vault = GeneratorServer::start(&ca, |_| {
-        Reply::success(json!({"commands": ["echo vault-registered"]}))
-    })
-    .await;
-    let slow = GeneratorServer::start(&ca, |request| Reply {
-        delay: Duration::from_secs(5),
-        ..cmdb(request)
-    })
-    .await;
-    let failing = GeneratorServer::start(&ca, |_| Reply {
-        status: 500,
-        body: Bytes::from_static(b"internal error"),
-        delay: Duration::ZERO,
-    })
-    .await;
-    let huge_body = Bytes::from(vec![b' '; 50 << 20]);
-    let huge = GeneratorServer::start(&ca, move |_| Reply {
-        status: 200,
-        body: huge_body.clone(),
-        delay: Duration::ZERO,
-    })
-    .await;
-    let bad_unit = GeneratorServer::start(&ca, |_| {
-        Reply::success(
-            json!({"units": [{"name": "../../etc/passwd", "content": "root::0:0::/:/bin/sh\n"}]}),
-        )
-    })
-    .await;
-    let unknown = GeneratorServer::start(&ca, |_| {
-        Reply::success(json!({"files": [], "hostname": "w-9"}))
-    })
-    .await;
-    let down_url = format!("https://127.0.0.1:{}/", testenv::free_port().unwrap());
-
-    let generators: Api<BootstrapGenerator> = Api::all(env.client.clone());
-    let none = GeneratorSecrets::default();
-    let token = GeneratorSecrets {
-        join_token: true,
-        certificates: false,
+/// A Machine `name` of [`CLUSTER`] (a control-plane one with `control_plane`) and its config
+/// using the ClusterBootstrapTemplate `template`.
+async fn machine(env: &CapiEnv, name: &str, control_plane: bool, template: &str) {
+    let spec = BootplateConfigSpec {
+        template_ref: TemplateRef {
+            kind: TemplateKind::ClusterBootstrapTemplate,
+            name: template.into(),
+            namespace: None,
+        },
+        ..Default::default()
     };
-    for object in [
-        generator("cmdb", &cmdb_server.url, &ca, none),
-        generator("vault", &vault.url, &ca, token),
-        generator("slow", &slow.url, &ca, none),
-        generator("err500", &failing.url, &ca, none),
-        generator("huge", &huge.url, &ca, none),
-        generator("bad-unit", &bad_unit.url, &ca, none),
-        generator("unknown", &unknown.url, &ca, none),
-        generator("down", &down_url, &ca, none),
-    ] {
+    env.bootplate_machine((CLUSTER, name), control_plane, spec)
+        .await
+        .unwrap();
+}
+
+/// The test's generator servers: those that answer and those that fail each their own way.
+struct Servers {
+    cmdb: GeneratorServer,
+    /// Granted the join token: it answers with a harmless command.
+    vault: GeneratorServer,
+    /// Granted the certificates: it answers with a harmless command.
+    pki: GeneratorServer,
+    slow: GeneratorServer,
+    failing: GeneratorServer,
+    huge: GeneratorServer,
+    bad_unit: GeneratorServer,
+    unknown: GeneratorServer,
+    /// A URL nothing listens on.
+    down_url: String,
+}
+
+impl Servers {
+    async fn start(ca: &TestCa) -> Servers {
+        let command =
+            |line: &'static str| move |_: &Value| Reply::success(json!({"commands": [line]}));
+        let huge_body = Bytes::from(vec![b' '; 50 << 20]);
+        Servers {
+            cmdb: GeneratorServer::start(ca, cmdb).await,
+            vault: GeneratorServer::start(ca, command("echo vault-registered")).await,
+            pki: GeneratorServer::start(ca, command("echo pki-checked")).await,
+            slow: GeneratorServer::start(ca, |request| Reply {
+                delay: Duration::from_secs(5),
+                ..cmdb(request)
+            })
+            .await,
+            failing: GeneratorServer::start(ca, |_| Reply {
+                status: 500,
+                body: Bytes::from_static(b"internal error"),
+                delay: Duration::ZERO,
+            })
+            .await,
+            huge: GeneratorServer::start(ca, move |_| Reply {
+                status: 200,
+                body: huge_body.clone(),
+                delay: Duration::ZERO,
+            })
+            .await,
+            bad_unit: GeneratorServer::start(ca, |_| {
+                Reply::success(json!({"units": [
+                    {"name": "../../etc/passwd", "content": "root::0:0::/:/bin/sh\n"},
+                ]}))
+            })
+            .await,
+            unknown: GeneratorServer::start(ca, |_| {
+                Reply::success(json!({"files": [], "hostname": "w-9"}))
+            })
+            .await,
+            down_url: format!("https://127.0.0.1:{}/", testenv::free_port().unwrap()),
+        }
+    }
+
+    /// The BootstrapGenerators that point at these servers.
+    fn generators(&self, ca: &TestCa) -> Vec<BootstrapGenerator> {
+        let none = GeneratorSecrets::default();
+        let token = GeneratorSecrets {
+            join_token: true,
+            certificates: false,
+        };
+        let certificates = GeneratorSecrets {
+            join_token: false,
+            certificates: true,
+        };
+        vec![
+            generator("cmdb", &self.cmdb.url, ca, none),
+            generator("vault", &self.vault.url, ca, token),
+            generator("pki", &self.pki.url, ca, certificates),
+            generator("slow", &self.slow.url, ca, none),
+            generator("err500", &self.failing.url, ca, none),
+            generator("huge", &self.huge.url, ca, none),
+            generator("bad-unit", &self.bad_unit.url, ca, none),
+            generator("unknown", &self.unknown.url, ca, none),
+            generator("down", &self.down_url, ca, none),
+        ]
+    }
+}
+
+/// Publishes the generators and templates: `netplan` (the CMDB's network part, the vault's
+/// and the PKI's commands), `plain` (no generator), and one `via-<generator>` per failure.
+async fn publish(env: &CapiEnv, servers: &Servers, ca: &TestCa) {
+    let generators: Api<BootstrapGenerator> = Api::all(env.client.clone());
+    for object in servers.generators(ca) {
         create(&generators, &object).await;
     }
     let templates: Api<ClusterBootstrapTemplate> = Api::all(env.client.clone());
     let netplan_parts = vec![
         generated_part("network", "cmdb"),
         generated_part("register", "vault"),
+        generated_part("pki", "pki"),
     ];
     create(&templates, &template("netplan", netplan_parts)).await;
     create(&templates, &template("plain", Vec::new())).await;
-    let failures = [
-        ("f-down", "down", "cannot reach it"),
-        (
-            "f-slow",
-            "slow",
-            "no answer within 1s (spec.timeoutSeconds)",
-        ),
-        ("f-500", "err500", "it answered HTTP 500"),
-        (
-            "f-huge",
-            "huge",
-            "larger than 262144 bytes (spec.maxResponseBytes)",
-        ),
-        (
-            "f-unit",
-            "bad-unit",
-            "units[0].name: \"../../etc/passwd\" is not a unit name",
-        ),
-        ("f-unknown", "unknown", "unknown field `hostname`"),
-    ];
-    for (_, generator, _) in failures {
-        let via = format!("via-{generator}");
-        create(
-            &templates,
-            &template(&via, vec![generated_part("network", generator)]),
-        )
-        .await;
+    for (_, generator, _) in FAILURES {
+        let via = template(
+            &format!("via-{generator}"),
+            vec![generated_part("network", generator)],
+        );
+        create(&templates, &via).await;
     }
+}
 
-    env.initialized_cluster("c1").await;
-    control_plane_secrets(&env, "c1").await;
-    let controller = env.controller(&[]).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their_configs() {
+    let mut env = CapiEnv::start(Options::default()).await.unwrap();
+    let ca = TestCa::new("generator test CA");
+    let servers = Servers::start(&ca).await;
+    publish(&env, &servers, &ca).await;
+    env.provider_cluster(CLUSTER, KUBERNETES_VERSION, None)
+        .await
+        .unwrap();
+    control_plane_secrets(&env, CLUSTER).await;
+    // Before that, cp-1 would be the Cluster's first control-plane machine and render `init`.
+    env.wait_control_plane_initialized(CLUSTER).await;
     for name in ["w-0", "w-1"] {
-        env.machine("c1", name, false, cluster_template("netplan"))
-            .await;
+        machine(&env, name, false, "netplan").await;
     }
-    env.machine("c1", "cp-1", true, cluster_template("netplan"))
-        .await;
-    env.machine("c1", "p-0", false, cluster_template("plain"))
-        .await;
-    for (name, generator, _) in failures {
-        let via = format!("via-{generator}");
-        env.machine("c1", name, false, cluster_template(&via)).await;
+    machine(&env, "cp-1", true, "netplan").await;
+    machine(&env, "p-0", false, "plain").await;
+    for (name, generator, _) in FAILURES {
+        machine(&env, name, false, &format!("via-{generator}")).await;
     }
 
-    // The happy path: each machine gets its own static address, written in the template's
-    // format beside the template's own files; the token-granted generator's command follows.
+    each_machine_gets_its_own_part(&env).await;
+    failing_generators_block_only_their_configs(&env, &servers).await;
+    generators_receive_only_what_they_are_granted(&env, &servers).await;
+    generator_metrics_count_each_result(&env);
+    a_fixed_generator_and_a_restart(&mut env, &servers).await;
+}
+
+/// The happy path: each machine gets its own static address, written in the template's format
+/// beside the template's own files; the granted generators' commands follow. cp-1 renders as
+/// the control-plane machine it is.
+async fn each_machine_gets_its_own_part(env: &CapiEnv) {
     for (name, address) in [
         ("w-0", "10.1.0.10"),
         ("w-1", "10.1.0.11"),
         ("cp-1", "10.1.0.5"),
     ] {
-        env.wait_ready(name).await;
-        let files = written_files(&env, name).await;
+        let user_data = env.wait_user_data(name).await;
+        let files = written_files(env, name).await;
         assert_eq!(
             files.get("/etc/netplan/60-static.yaml").map(String::as_str),
             Some(netplan("ens3", address).as_str()),
             "{name}: its own netplan file, byte for byte"
         );
-        assert!(files["/etc/bootplate/probe"].starts_with("token="));
-        assert!(env.user_data(name).await.contains("echo vault-registered"));
+        let token = files["/etc/bootplate/probe"].trim_end();
+        assert_eq!(
+            token.len(),
+            "token=".len() + 23,
+            "{name}: a join token: {token}"
+        );
+        assert!(user_data.contains("echo vault-registered"), "{user_data}");
+        assert!(user_data.contains("echo pki-checked"), "{user_data}");
     }
-    env.wait_ready("p-0").await;
+    let ready = env.ready_condition("cp-1").await;
+    assert!(
+        ready.message.contains("(role control-plane-join)"),
+        "{}",
+        ready.message
+    );
+    env.wait_user_data("p-0").await;
+}
 
-    // Each failing generator: a condition naming it and the cause, an Event, no token.
-    for (name, generator, cause) in failures {
+/// Each failing generator: a condition naming it and the cause, an Event, no data Secret, and
+/// no token (a generator is called before any token is made); the failing one is asked again.
+async fn failing_generators_block_only_their_configs(env: &CapiEnv, servers: &Servers) {
+    for (name, generator, cause) in FAILURES {
         let message = env.wait_reason(name, "GeneratorFailed").await;
         assert!(
             message.contains(&format!("BootstrapGenerator {generator} "))
@@ -310,21 +391,12 @@ async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their
                 && message.contains(cause),
             "{name}: {message}"
         );
-        assert!(env.secret(name).await.is_none(), "{name}: no data Secret");
+        assert!(
+            env.data_secret(name).await.is_none(),
+            "{name}: no data Secret"
+        );
     }
-    let event = eventually("a GeneratorFailed Event for f-500", WAIT, || async {
-        Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), NS)
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("GeneratorFailed")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("f-500")
-            })
-    })
-    .await;
+    let event = events::wait_reason(&env.client, NS, "f-500", "GeneratorFailed").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(event.note.unwrap().contains("BootstrapGenerator err500"));
     let mut ready_uids = BTreeSet::new();
@@ -344,23 +416,46 @@ async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their
 
     // Retried with backoff: the failing generator is asked again without any change.
     eventually("err500 asked again", WAIT, || async {
-        (failing.count() >= 2).then_some(())
+        (servers.failing.count() >= 2).then_some(())
     })
     .await;
-    assert!(huge.count() >= 1 && bad_unit.count() >= 1 && unknown.count() >= 1);
+    for (server, name) in [
+        (&servers.huge, "huge"),
+        (&servers.bad_unit, "bad-unit"),
+        (&servers.unknown, "unknown"),
+        (&servers.slow, "slow"),
+    ] {
+        assert!(server.count() >= 1, "{name} was asked");
+    }
+}
 
-    // What the generators received: the CMDB (no secrets granted) never a token or a key, even
-    // for the control-plane machine whose own render has the keys; the vault the token only.
-    let user_data = env.user_data("w-0").await;
-    let w0_token = user_data
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token="))
+/// What the generators received: the CMDB (no secrets granted) never a token or a key, even
+/// for the control-plane machine whose own render has the keys; the vault the token only; the
+/// PKI generator the keys for cp-1 only (so the CMDB's lack of them is not for lack of keys).
+async fn generators_receive_only_what_they_are_granted(env: &CapiEnv, servers: &Servers) {
+    let w0_token = written_files(env, "w-0").await["/etc/bootplate/probe"]
+        .trim_end()
+        .strip_prefix("token=")
         .unwrap()
         .to_owned();
-    assert_eq!(w0_token.len(), 23, "a real token in w-0's user-data");
-    assert!(env.user_data("cp-1").await.contains("token="));
-    let cmdb_requests = cmdb_server.received();
-    assert!(cmdb_requests.len() >= 3, "{}", cmdb_requests.len());
+    let (id, secret) = w0_token.split_once('.').unwrap();
+    let token_secret = Api::<Secret>::namespaced(env.workload_client.clone(), "kube-system")
+        .get(&format!("bootstrap-token-{id}"))
+        .await
+        .expect("w-0's token is a bootstrap token of the workload cluster");
+    assert_eq!(
+        token_secret.data.unwrap()["token-secret"].0,
+        secret.as_bytes()
+    );
+    let cmdb_requests = servers.cmdb.received();
+    let machines: BTreeSet<String> = cmdb_requests
+        .iter()
+        .map(|body| request_machine(body))
+        .collect();
+    assert!(
+        machines.contains("cp-1") && machines.contains("w-0"),
+        "{machines:?}"
+    );
     for body in &cmdb_requests {
         let request: Value = serde_json::from_str(body).unwrap();
         assert_eq!(request["apiVersion"], "generator.bootplate.dev/v1alpha1");
@@ -370,19 +465,45 @@ async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their
         assert!(request["context"]["join"]["token"].is_null(), "{body}");
         assert!(request["context"]["certs"].is_null(), "{body}");
         assert!(!body.contains(&w0_token) && !body.contains("PRIVATE KEY"));
-        assert!(
-            !body.contains(&w0_token[7..]),
-            "not even the token's secret half"
-        );
+        assert!(!body.contains(secret), "not even the token's secret half");
     }
-    let vault_requests = vault.received();
+    let vault_requests = servers.vault.received();
     assert!(
         vault_requests.iter().any(|b| b.contains(&w0_token)),
         "the granted generator receives the real token"
     );
     assert!(vault_requests.iter().all(|b| !b.contains("PRIVATE KEY")));
+    for body in servers.pki.received() {
+        let keys = body.contains("PRIVATE KEY");
+        assert_eq!(
+            keys,
+            request_machine(&body) == "cp-1",
+            "keys for cp-1 only: {body:.200}"
+        );
+        let request: Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            request["context"]["join"]["token"].is_null(),
+            "the PKI generator gets no token"
+        );
+    }
+}
 
-    let metric = |series: &str| controller.metric(series).unwrap_or(0.0);
+/// The machine a generator request renders for.
+fn request_machine(body: &str) -> String {
+    let request: Value = serde_json::from_str(body).unwrap();
+    request["context"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// bootplate's metrics count each generator's results and times its requests.
+fn generator_metrics_count_each_result(env: &CapiEnv) {
+    let metric = |series: &str| {
+        env.bootplate
+            .metric(series)
+            .unwrap_or_else(|| panic!("no series {series} in bootplate's metrics"))
+    };
     assert!(
         metric("bootplate_generator_requests_total{generator=\"cmdb\",result=\"success\"}") >= 3.0
     );
@@ -402,40 +523,41 @@ async fn generators_give_each_machine_its_part_and_failing_ones_block_only_their
     assert!(
         metric("bootplate_generator_request_duration_seconds_count{generator=\"cmdb\"}") >= 3.0
     );
+}
 
-    // A fixed generator: the config using it becomes ready without a restart.
-    let fixed = json!({"spec": {"clientConfig": {"url": cmdb_server.url}}});
-    generators
+/// A fixed generator: the config using it becomes ready without a restart. Then resyncs and a
+/// restart over ready configs call no generator again and rewrite no data Secret.
+async fn a_fixed_generator_and_a_restart(env: &mut CapiEnv, servers: &Servers) {
+    let fixed = json!({"spec": {"clientConfig": {"url": servers.cmdb.url}}});
+    Api::<BootstrapGenerator>::all(env.client.clone())
         .patch("down", &PatchParams::default(), &Patch::Merge(&fixed))
         .await
         .unwrap();
-    env.wait_ready("f-down").await;
+    env.wait_user_data("f-down").await;
     assert_eq!(
-        written_files(&env, "f-down").await["/etc/netplan/60-static.yaml"],
+        written_files(env, "f-down").await["/etc/netplan/60-static.yaml"],
         netplan("ens3", "10.1.0.20")
     );
 
-    // Resyncs and a restart over ready configs call no generator again.
     let ready = ["w-0", "w-1", "cp-1", "f-down"];
     for name in ready {
-        env.settled(&controller, name).await;
+        env.settled(name).await;
     }
-    let (cmdb_before, vault_before) = (cmdb_server.count(), vault.count());
-    let mut controller = controller;
-    controller.terminate().unwrap();
-    let secrets_before = secret_versions(&env, &ready).await;
-    let restarted = env.controller(&[]).await;
+    let calls = |s: &Servers| (s.cmdb.count(), s.vault.count(), s.pki.count());
+    let before = calls(servers);
+    let secrets_before = secret_versions(env, &ready).await;
+    env.restart_bootplate(&[], "restarted.log").await.unwrap();
     for name in ready {
-        env.settled(&restarted, name).await;
+        env.settled(name).await;
     }
     assert_eq!(
-        (cmdb_server.count(), vault.count()),
-        (cmdb_before, vault_before),
+        calls(servers),
+        before,
         "no generator call after the restart for unchanged inputs"
     );
     assert_eq!(
         secrets_before,
-        secret_versions(&env, &ready).await,
+        secret_versions(env, &ready).await,
         "no data Secret rewritten"
     );
     assert!(env.config("p-0").await.status.unwrap().ready);

@@ -12,7 +12,6 @@
 //! so nothing of Cluster API needs to be played.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use crd_types::conditions::reason;
 use crd_types::{
@@ -22,14 +21,12 @@ use crd_types::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::json;
 use testenv::capi::objects::KUBERNETES_VERSION;
-use testenv::capi::{CapiEnv, NS, Options};
+use testenv::capi::{CapiEnv, NS, Options, WAIT};
 use testenv::{eventually, fixtures};
 
-/// How long a step waits for Cluster API and bootplate together.
-const WAIT: Duration = Duration::from_secs(180);
 /// The Cluster every Machine here belongs to.
 const CLUSTER: &str = "tenancy";
 const OTHER_NS: &str = "team-b";
@@ -64,16 +61,8 @@ async fn machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) {
 }
 
 /// [`machine`], or the apiserver's refusal of the config (then nothing else is created).
-async fn try_machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) -> kube::Result<()> {
-    let mut config = BootplateConfig::new(name, spec);
-    config.metadata.namespace = Some(NS.to_owned());
-    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
-        .create(&PostParams::default(), &config)
-        .await?;
-    env.worker_machine(name, CLUSTER, KUBERNETES_VERSION)
-        .await
-        .unwrap();
-    Ok(())
+async fn try_machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) -> anyhow::Result<()> {
+    env.bootplate_machine((CLUSTER, name), false, spec).await
 }
 
 /// The two configs that reach into team-b: a Secret of team-b by namespace, a template of
@@ -123,54 +112,6 @@ async fn webhook_refuses_then_is_removed(env: &CapiEnv) {
         )
         .await
         .unwrap();
-}
-
-async fn config(env: &CapiEnv, name: &str) -> BootplateConfig {
-    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
-        .get(name)
-        .await
-        .unwrap()
-}
-
-async fn data_secret(env: &CapiEnv, name: &str) -> Option<Secret> {
-    Api::<Secret>::namespaced(env.client.clone(), NS)
-        .get_opt(name)
-        .await
-        .unwrap()
-}
-
-/// Waits until config `name`'s Ready condition has `why` as its reason; its message. The
-/// config's owner is then its Machine, set by Cluster API (bootplate renders for no config
-/// without one).
-async fn wait_reason(env: &CapiEnv, name: &str, why: &str) -> String {
-    let message = eventually(
-        &format!("config {name} with Ready reason {why}"),
-        WAIT,
-        || async {
-            let conditions = config(env, name).await.status?.conditions;
-            conditions
-                .into_iter()
-                .find(|c| c.type_ == "Ready" && c.reason == why)
-                .map(|c| c.message)
-        },
-    )
-    .await;
-    let owners = config(env, name).await.owner_references().to_vec();
-    assert!(
-        owners.iter().any(|o| o.kind == "Machine" && o.name == name),
-        "{name}: owned by its Machine: {owners:?}"
-    );
-    message
-}
-
-/// Waits until config `name` is ready; its user-data.
-async fn wait_user_data(env: &CapiEnv, name: &str) -> String {
-    eventually(&format!("config {name} ready"), WAIT, || async {
-        config(env, name).await.status?.ready.then_some(())
-    })
-    .await;
-    let secret = data_secret(env, name).await.expect("a data Secret");
-    String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap()
 }
 
 fn cluster_template(name: &str) -> TemplateRef {
@@ -260,7 +201,7 @@ async fn a_config_never_reaches_into_another_namespace() {
         try_machine(&env, name, spec.clone()).await.ok()
     })
     .await;
-    let message = wait_reason(&env, "reads-b", reason::INVALID_REFERENCE).await;
+    let message = env.wait_reason("reads-b", reason::INVALID_REFERENCE).await;
     for fragment in [
         "spec.files[0].contentFrom.secret.namespace",
         "a config in namespace fleet may not read Secret team-b/creds",
@@ -268,10 +209,7 @@ async fn a_config_never_reaches_into_another_namespace() {
     ] {
         assert!(message.contains(fragment), "{message}");
     }
-    assert!(
-        data_secret(&env, "reads-b").await.is_none(),
-        "no data Secret"
-    );
+    assert!(env.data_secret("reads-b").await.is_none(), "no data Secret");
 
     // 2. The same Secret name without a namespace is looked up in fleet only ...
     machine(
@@ -284,7 +222,9 @@ async fn a_config_never_reaches_into_another_namespace() {
         },
     )
     .await;
-    let message = wait_reason(&env, "same-name", reason::FILE_SOURCE_ERROR).await;
+    let message = env
+        .wait_reason("same-name", reason::FILE_SOURCE_ERROR)
+        .await;
     assert!(
         message.contains("spec.files[0].contentFrom.secret: Secret fleet/creds not found"),
         "{message}"
@@ -301,7 +241,7 @@ async fn a_config_never_reaches_into_another_namespace() {
         )
         .await
         .unwrap();
-    let user_data = wait_user_data(&env, "same-name").await;
+    let user_data = env.wait_user_data("same-name").await;
     assert!(user_data.contains("password-of-fleet"), "{user_data}");
 
     // 3. A BootstrapTemplate of team-b by name: fleet has none of that name.
@@ -318,7 +258,9 @@ async fn a_config_never_reaches_into_another_namespace() {
         },
     )
     .await;
-    let message = wait_reason(&env, "uses-b-template", reason::TEMPLATE_NOT_FOUND).await;
+    let message = env
+        .wait_reason("uses-b-template", reason::TEMPLATE_NOT_FOUND)
+        .await;
     assert!(
         message.contains("BootstrapTemplate fleet/private not found"),
         "{message}"
@@ -326,7 +268,9 @@ async fn a_config_never_reaches_into_another_namespace() {
     // ... and by `templateRef.namespace`: refused, never followed.
     let (name, spec, _) = names_b_template;
     machine(&env, name, spec).await;
-    let message = wait_reason(&env, "names-b-template", reason::INVALID_REFERENCE).await;
+    let message = env
+        .wait_reason("names-b-template", reason::INVALID_REFERENCE)
+        .await;
     assert!(
         message.contains("spec.templateRef.namespace")
             && message.contains("BootstrapTemplate team-b/private"),
@@ -347,27 +291,20 @@ async fn a_config_never_reaches_into_another_namespace() {
     assert_eq!(valid.status, "True", "{}", valid.message);
     // Once fleet publishes its own `private`, the config by name renders that one.
     namespaced_template(&env.client, NS, "private", "rendered-from-fleet").await;
-    let user_data = wait_user_data(&env, "uses-b-template").await;
+    let user_data = env.wait_user_data("uses-b-template").await;
     assert!(user_data.contains("# rendered-from-fleet"), "{user_data}");
     // The refused ones stay refused.
     for (name, why) in [
         ("reads-b", reason::INVALID_REFERENCE),
         ("names-b-template", reason::INVALID_REFERENCE),
     ] {
-        let config = config(&env, name).await;
-        let ready = config
-            .status
-            .unwrap()
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
+        let ready = env.ready_condition(name).await;
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
             ("False", why)
         );
         assert!(
-            data_secret(&env, name).await.is_none(),
+            env.data_secret(name).await.is_none(),
             "{name}: no data Secret"
         );
     }

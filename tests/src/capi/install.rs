@@ -1,5 +1,5 @@
 //! Cluster API as its own release installs it, on a test management apiserver: the manifests of
-//! `core/config/default` in the module the manager was built from (`kubectl kustomize`), with
+//! `core/config/default` (`config/default` before v1.14) in the module the manager was built from (`kubectl kustomize`), with
 //! what needs a cluster network rewritten for loopback. The CRDs' conversion webhook and the
 //! admission webhooks point at the manager's webhook port on 127.0.0.1 with the test CA as
 //! their `caBundle`; the Deployment, Service and cert-manager objects are left out (the manager
@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use base64::Engine as _;
 use serde_yaml::Value;
 
-use crate::tools;
+use crate::tools::{self, CapiRelease};
 
 /// The namespace and ServiceAccount the manifests give the manager.
 pub const NAMESPACE: &str = "capi-system";
@@ -24,20 +24,22 @@ pub const KUBEADM_BOOTSTRAP_SERVICE_ACCOUNT: &str = "capi-kubeadm-bootstrap-mana
 /// Kinds the release ships that a manager running as a process does not need.
 const LEFT_OUT: [&str; 4] = ["Deployment", "Service", "Certificate", "Issuer"];
 
-/// The manifests of the release, rewritten so the apiserver reaches the manager's webhooks on
-/// `https://127.0.0.1:<webhook_port>` trusting `ca_pem`. Multi-document YAML.
-pub fn manifests(webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
-    manifests_of("core/config/default", webhook_port, ca_pem)
+/// The manifests of `release` (`default` in its [`CapiRelease::config_dir`]), rewritten so the
+/// apiserver reaches the manager's webhooks on `https://127.0.0.1:<webhook_port>` trusting
+/// `ca_pem`. Multi-document YAML.
+pub fn manifests(release: CapiRelease, webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
+    manifests_of(&release.config_dir()?.join("default"), webhook_port, ca_pem)
 }
 
 /// [`manifests`] of the kubeadm bootstrap provider (`bootstrap/kubeadm/config/default` of the
 /// same module): its CRDs, RBAC (the role aggregated into Cluster API's among it) and webhooks.
 pub fn kubeadm_bootstrap_manifests(webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
-    manifests_of("bootstrap/kubeadm/config/default", webhook_port, ca_pem)
+    let config = tools::capi_source()?.join("bootstrap/kubeadm/config/default");
+    manifests_of(&config, webhook_port, ca_pem)
 }
 
-fn manifests_of(config: &str, webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
-    let built = kustomize(&tools::capi_source()?.join(config))?;
+fn manifests_of(config: &Path, webhook_port: u16, ca_pem: &str) -> anyhow::Result<String> {
+    let built = kustomize(config)?;
     let mut out = String::new();
     for document in serde_yaml::Deserializer::from_str(&built) {
         let mut object = serde::Deserialize::deserialize(document)?;

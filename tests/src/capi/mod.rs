@@ -35,6 +35,8 @@ use crate::{ApiServer, fixtures, tools};
 
 /// The namespace the scenarios' clusters live in.
 pub const NS: &str = "fleet";
+/// How long a scenario's step waits for Cluster API and bootplate together.
+pub const WAIT: Duration = Duration::from_secs(180);
 
 /// A child process killed on drop; its log is printed when the test panics.
 pub struct Process {
@@ -156,6 +158,9 @@ pub struct Options {
     /// (`deploy/extension`) pointing at bootplate's `--extension-addr`; the workload cluster
     /// authorizes with Node and RBAC, so a node's own identity can be used (bootplate-agent).
     pub in_place_updates: bool,
+    /// The Cluster API release whose manager, CRDs and manifests run (the current one unless
+    /// a scenario runs against the oldest supported release too).
+    pub release: crate::tools::CapiRelease,
 }
 
 impl CapiEnv {
@@ -207,7 +212,13 @@ impl CapiEnv {
         } else {
             None
         };
-        let capi = install_and_start_capi(&management, &client, extension_client.as_ref()).await?;
+        let capi = install_and_start_capi(
+            &management,
+            &client,
+            extension_client.as_ref(),
+            options.release,
+        )
+        .await?;
         crate::install_crds(&client, &bootplate_crds()).await?;
         crate::install_crds(&client, &cloud::crds()).await?;
         kubectl_apply(
@@ -306,6 +317,63 @@ impl CapiEnv {
             .items
     }
 
+    /// The BootplateConfig `name` in [`NS`].
+    pub async fn config(&self, name: &str) -> crd_types::BootplateConfig {
+        crate::configs::config(&self.client, NS, name).await
+    }
+
+    /// The data Secret `name` in [`NS`], if bootplate wrote it.
+    pub async fn data_secret(&self, name: &str) -> Option<Secret> {
+        crate::configs::secret(&self.client, NS, name).await
+    }
+
+    /// The Ready condition of config `name` (which must have one).
+    pub async fn ready_condition(
+        &self,
+        name: &str,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        let status = self.config(name).await.status.expect("a config status");
+        let ready = status.conditions.into_iter().find(|c| c.type_ == "Ready");
+        ready.unwrap_or_else(|| panic!("config {name} has no Ready condition"))
+    }
+
+    /// The user-data in the data Secret of config `name` (which must exist).
+    pub async fn user_data(&self, name: &str) -> String {
+        crate::configs::user_data(&self.client, NS, name).await
+    }
+
+    /// Waits until config `name`'s Ready condition has `why` as its reason; its message. The
+    /// config's owner is then its Machine, set by Cluster API's Machine controller (bootplate
+    /// renders for no config without one).
+    pub async fn wait_reason(&self, name: &str, why: &str) -> String {
+        let message = crate::configs::wait_reason(&self.client, NS, (name, why), WAIT).await;
+        self.assert_owned_by_its_machine(name).await;
+        message
+    }
+
+    /// Waits until config `name` is ready; its user-data. Its owner is its Machine, set by
+    /// Cluster API.
+    pub async fn wait_user_data(&self, name: &str) -> String {
+        crate::configs::wait_ready(&self.client, NS, name, WAIT).await;
+        self.assert_owned_by_its_machine(name).await;
+        self.user_data(name).await
+    }
+
+    async fn assert_owned_by_its_machine(&self, name: &str) {
+        use kube::ResourceExt;
+        let owners = self.config(name).await.owner_references().to_vec();
+        assert!(
+            owners.iter().any(|o| o.kind == "Machine" && o.name == name),
+            "{name}: owned by its Machine: {owners:?}"
+        );
+    }
+
+    /// Returns once bootplate has reconciled config `name` as it is now
+    /// ([`crate::configs::settled`]).
+    pub async fn settled(&self, name: &str) {
+        crate::configs::settled(&self.client, &self.bootplate, NS, name, WAIT).await
+    }
+
     /// The bootstrap-token Secrets in the workload cluster.
     pub async fn tokens(&self) -> Vec<Secret> {
         let api: Api<Secret> = Api::namespaced(self.workload_client.clone(), "kube-system");
@@ -358,6 +426,20 @@ impl CapiEnv {
         Ok(())
     }
 
+    /// Waits until Cluster API reports `cluster`'s control plane initialized
+    /// (`status.initialization.controlPlaneInitialized`): from then on a control-plane Machine
+    /// joins (`control-plane-join`) rather than starting the cluster (`init`).
+    pub async fn wait_control_plane_initialized(&self, cluster: &str) {
+        let clusters = self.capi("Cluster", "clusters");
+        let what = format!("Cluster {cluster}'s control plane initialized");
+        crate::eventually(&what, WAIT, || async {
+            let object = clusters.get(cluster).await.ok()?;
+            let initialized = &object.data["status"]["initialization"]["controlPlaneInitialized"];
+            (initialized == &json!(true)).then_some(())
+        })
+        .await;
+    }
+
     /// A worker Machine `name` of `cluster` at `version` on a DevMachine of the same name,
     /// bootstrapped by the BootplateConfig of the same name (created apart).
     pub async fn worker_machine(
@@ -371,6 +453,42 @@ impl CapiEnv {
         self.apply(
             &objects::machine_resource(),
             objects::worker_machine(name, cluster, version),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A BootplateConfig `name` with `spec`, and a Machine of `cluster` (a control-plane one
+    /// with `control_plane`) on a DevMachine of the same name, as an app team writes them;
+    /// Cluster API's Machine controller makes the Machine the config's owner. When the
+    /// apiserver refuses the config, that is the error and nothing else is created.
+    pub async fn bootplate_machine(
+        &self,
+        (cluster, name): (&str, &str),
+        control_plane: bool,
+        spec: crd_types::BootplateConfigSpec,
+    ) -> anyhow::Result<()> {
+        let mut config = crd_types::BootplateConfig::new(name, spec);
+        config.metadata.namespace = Some(NS.to_owned());
+        Api::<crd_types::BootplateConfig>::namespaced(self.client.clone(), NS)
+            .create(&Default::default(), &config)
+            .await?;
+        if control_plane {
+            self.control_plane_machine(name, cluster).await
+        } else {
+            let version = objects::KUBERNETES_VERSION;
+            self.worker_machine(name, cluster, version).await
+        }
+    }
+
+    /// A control-plane Machine `name` of `cluster` on a DevMachine of the same name,
+    /// bootstrapped by the BootplateConfig of the same name (created apart).
+    pub async fn control_plane_machine(&self, name: &str, cluster: &str) -> anyhow::Result<()> {
+        self.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+            .await?;
+        self.apply(
+            &objects::machine_resource(),
+            objects::control_plane_machine(name, cluster),
         )
         .await?;
         Ok(())
@@ -523,6 +641,7 @@ async fn install_and_start_capi(
     server: &ApiServer,
     client: &Client,
     extension_client: Option<&ExtensionClient>,
+    release: crate::tools::CapiRelease,
 ) -> anyhow::Result<Process> {
     let gates = if extension_client.is_some() {
         "--feature-gates=MachinePool=true,ClusterTopology=true,RuntimeSDK=true,InPlaceUpdates=true"
@@ -535,7 +654,7 @@ async fn install_and_start_capi(
     webhook_ca.write_serving(&cert_dir)?;
     kubectl_apply(
         server,
-        &install::manifests(webhook_port, &webhook_ca.cert_pem)?,
+        &install::manifests(release, webhook_port, &webhook_ca.cert_pem)?,
     )?;
     wait_crds_established(client).await?;
     let kubeconfig = crate::rbac::impersonating_kubeconfig(
@@ -547,7 +666,7 @@ async fn install_and_start_capi(
     let (health, diagnostics) = (crate::free_port()?, crate::free_port()?);
     let process = Process::spawn(
         "capi-manager",
-        Command::new(tools::path("capi-manager")?)
+        Command::new(tools::path(release.manager())?)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--webhook-port={webhook_port}"))
             .arg(format!("--webhook-cert-dir={}", cert_dir.display()))

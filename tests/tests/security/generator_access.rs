@@ -3,19 +3,22 @@
 //! token), and a generator can require bootplate's client certificate
 //! (`bootplate run --generator-client-cert-dir`, `bootplate generator serve --client-ca`).
 //!
-//! Real parts: `bootplate run` under deploy/rbac against a real management and workload
-//! apiserver, and the real `bootplate generator serve` process as the generator.
+//! Real parts: the real-Cluster-API environment (`testenv::capi`: Cluster API's own manager
+//! owns the Machines and sets the configs' owners; `bootplate run` under deploy/rbac; a real
+//! workload apiserver), and the real `bootplate generator serve` process as the generator. No
+//! Cluster API state needs to be held at a chosen moment, so nothing of it is played.
 
 use std::path::Path;
 use std::time::Duration;
 
-use crd_types::{BootstrapGenerator, ClientConfig, ClusterBootstrapTemplate, GeneratorSpec};
+use crd_types::{BootstrapGenerator, ClusterBootstrapTemplate};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
-use testenv::capi_env::{self, NS, WAIT, cluster_template, publish_cluster_template};
-use testenv::controller::ControllerProcess;
-use testenv::eventually;
+use testenv::capi::objects::KUBERNETES_VERSION;
+use testenv::capi::{CapiEnv, NS, Options};
+use testenv::capi_env::{cluster_template, publish_cluster_template};
+use testenv::fixtures;
 use testenv::pki::TestCa;
 
 /// The template `bootplate generator serve` serves: one file naming the machine.
@@ -104,46 +107,21 @@ impl Served {
     }
 }
 
-fn generator(url: &str, ca: &TestCa, allowed: &[&str]) -> BootstrapGenerator {
-    BootstrapGenerator::new(
-        "served",
-        GeneratorSpec {
-            client_config: ClientConfig {
-                url: Some(url.to_owned()),
-                ca_bundle: Some(ca.cert_pem.clone()),
-                ..Default::default()
-            },
-            timeout_seconds: Some(2),
-            allowed_namespaces: allowed.iter().map(|n| n.to_string()).collect(),
-            ..Default::default()
-        },
-    )
-}
-
-/// The Event with `reason` about config `name`.
-async fn event(
-    env: &capi_env::Env,
-    name: &str,
-    reason: &str,
-) -> k8s_openapi::api::events::v1::Event {
-    eventually(&format!("a {reason} Event for {name}"), WAIT, || async {
-        Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), NS)
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some(reason)
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            })
-    })
-    .await
-}
-
-fn not_allowed(controller: &ControllerProcess) -> f64 {
+fn not_allowed(env: &CapiEnv) -> f64 {
     let series = r#"bootplate_generator_requests_total{generator="served",result="not_allowed"}"#;
-    controller.metric(series).unwrap_or_default()
+    env.bootplate.metric(series).unwrap_or_default()
+}
+
+/// A worker Machine `name` of Cluster c1 whose config uses the ClusterBootstrapTemplate
+/// `template`.
+async fn machine(env: &CapiEnv, name: &str, template: &str) {
+    let spec = crd_types::BootplateConfigSpec {
+        template_ref: cluster_template(template),
+        ..Default::default()
+    };
+    env.bootplate_machine(("c1", name), false, spec)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,44 +137,51 @@ async fn a_generator_serves_only_its_namespaces_and_only_callers_with_bootplates
     std::fs::write(client_dir.join("tls.key"), &client.key_pem).unwrap();
     let served = Served::start(dir.path(), &certs, &certs.join("ca.crt"));
 
-    let env = capi_env::env().await;
+    let client_flag = format!("--generator-client-cert-dir={}", client_dir.display());
+    let env = CapiEnv::start(Options {
+        bootplate_args: vec![client_flag],
+        ..Options::default()
+    })
+    .await
+    .unwrap();
     publish_calling_template(&env.client).await;
     publish_cluster_template(&env.client, "probe", "v1").await;
-    env.initialized_cluster("c1").await;
+    env.provider_cluster("c1", KUBERNETES_VERSION, None)
+        .await
+        .unwrap();
     let generators: Api<BootstrapGenerator> = Api::all(env.client.clone());
     generators
         .create(
             &PostParams::default(),
-            &generator(&served.url(), &ca, &["team-z"]),
+            &fixtures::bootstrap_generator("served", &served.url(), &ca.cert_pem, 2, &["team-z"]),
         )
         .await
         .unwrap();
-    let client_flag = format!("--generator-client-cert-dir={}", client_dir.display());
-    let controller = env.controller(&[&client_flag]).await;
 
-    // team-a is not allowed: a condition and an Event naming the generator and the namespace,
+    // fleet is not allowed: a condition and an Event naming the generator and the namespace,
     // a count, no request, no token; the namespace's other configs are served.
-    env.machine("c1", "w-0", false, cluster_template("calling"))
-        .await;
-    env.machine("c1", "w-1", false, cluster_template("probe"))
-        .await;
+    machine(&env, "w-0", "calling").await;
+    machine(&env, "w-1", "probe").await;
     let message = env.wait_reason("w-0", "GeneratorNotAllowed").await;
     assert!(
         message.contains("BootstrapGenerator served")
-            && message.contains("namespace team-a")
+            && message.contains(&format!("namespace {NS}"))
             && message.contains("spec.parts[1].generator"),
         "{message}"
     );
-    let note = event(&env, "w-0", "GeneratorNotAllowed")
+    let note = testenv::events::wait_reason(&env.client, NS, "w-0", "GeneratorNotAllowed")
         .await
         .note
         .unwrap();
-    assert!(note.contains("namespace team-a"), "{note}");
-    env.wait_ready("w-1").await;
-    env.settled(&controller, "w-0").await;
-    assert!(not_allowed(&controller) >= 1.0);
+    assert!(note.contains(&format!("namespace {NS}")), "{note}");
+    env.wait_user_data("w-1").await;
+    env.settled("w-0").await;
+    assert!(not_allowed(&env) >= 1.0);
     assert_eq!(served.requests(), 0, "the generator was called");
-    assert!(env.secret("w-0").await.is_none(), "w-0 has a data Secret");
+    assert!(
+        env.data_secret("w-0").await.is_none(),
+        "w-0 has a data Secret"
+    );
     let w1 = env.config("w-1").await;
     let token_owners: Vec<String> = env
         .tokens()
@@ -218,8 +203,7 @@ async fn a_generator_serves_only_its_namespaces_and_only_callers_with_bootplates
         .patch("served", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    env.wait_ready("w-0").await;
-    let user_data = env.user_data("w-0").await;
+    let user_data = env.wait_user_data("w-0").await;
     assert!(user_data.contains("served for w-0"), "{user_data}");
     assert!(served.requests() >= 1);
 

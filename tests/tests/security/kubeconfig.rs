@@ -206,23 +206,19 @@ async fn a_tenant_kubeconfig_cannot_run_commands_read_files_or_leak_credentials(
     );
     let errors = controller.metric(r#"bootplate_bootstrap_tokens_total{action="error"}"#);
     assert!(errors.unwrap_or(0.0) >= refused.len() as f64, "{errors:?}");
-    let noted = eventually("a warning Event names the refused field", WAIT, || async {
-        let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), NS)
-            .list(&Default::default())
-            .await
-            .ok()?;
-        events
-            .items
-            .iter()
-            .find(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("k-exec-w")
-                    && e.note
-                        .as_deref()
-                        .is_some_and(|n| n.contains("`exec` is refused"))
-            })
-            .map(|e| e.type_.clone())
-    })
-    .await;
+    let noted = testenv::events::wait_for(
+        &env.client,
+        Some(NS),
+        "k-exec-w",
+        "a warning Event naming the refused field",
+        |e| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.contains("`exec` is refused"))
+        },
+    )
+    .await
+    .type_;
     assert_eq!(noted.as_deref(), Some("Warning"));
 
     // The control: the accepted shape, pointed at the same listener, does reach it (and fails

@@ -9,6 +9,12 @@
 //! config's. (b) bootplate-agent, with the identity of a Node re-created under the same name
 //! (a new UID), refuses the old payload before the workload cluster's garbage collector removes
 //! it, and can no longer read it after (the objects name the old Node as their owner).
+//!
+//! This module plays Cluster API's Machine controller and the kubelet (`testenv::capi_env`:
+//! owner references, an initialized Cluster, a nodeRef set when the test's Node exists): (b)
+//! needs a Node deleted and re-created under the same name with a new UID at a moment the test
+//! chooses, between the payload's publication and the agent's read, which neither Cluster API
+//! nor the test cloud produces on demand.
 
 use std::time::Duration;
 

@@ -11,6 +11,12 @@
 //!
 //! Real kube-apiserver + etcd, the real `bootplate run` serving the webhook over TLS, as the
 //! ServiceAccount of deploy/rbac.
+//!
+//! This module plays Cluster API's Cluster and Machine controllers (`testenv::capi_env`: owner
+//! references, an initialized Cluster, a Machine written with its failure domain) only to set
+//! the stage: what is measured is bootplate's render and its process's memory, and no Cluster API
+//! state is held at a chosen moment. It needs no such fault and could run under the real manager
+//! (issue 29).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
