@@ -80,6 +80,9 @@ pub mod reason {
     /// The machine's infrastructure is provisioned but it has not reported its boot in time
     /// (`--boot-not-started-after`).
     pub const BOOT_NOT_STARTED: &str = "BootNotStarted";
+    /// The machine wrote a boot report that cannot be read (too large, malformed); the
+    /// message says why.
+    pub const BOOT_REPORT_UNREADABLE: &str = "BootReportUnreadable";
     /// Template valid.
     pub const VALID: &str = "Valid";
     /// Template invalid.

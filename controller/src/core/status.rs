@@ -147,7 +147,7 @@ pub(crate) fn with_in_place(
 }
 
 /// `status` (a ready config's) with what its machine's boot `view` shows: the phase and part
-/// and, for a failed or silent boot, `Ready=False` (the data Secret stays available: Cluster
+/// and, for a failed, silent or unreadable boot, `Ready=False` (the data Secret stays available: Cluster
 /// API mirrors `Ready` into the Machine's `BootstrapConfigReady`, which a MachineHealthCheck
 /// can act on). `Unknown` leaves the status as it is. Transition times are kept from
 /// `previous` (the status as stored).
@@ -169,9 +169,12 @@ pub(crate) fn with_boot(
         BootView::NotStarted { message } => {
             ("NotStarted", "", Some((reason::BOOT_NOT_STARTED, message)))
         }
-        // An unreadable report says nothing of the machine: the phase tells (the Event and
-        // the log say why), `Ready` stays as it was.
-        BootView::Unreadable { .. } => ("Unreadable", "", None),
+        // What the machine wrote is not a report: its boot cannot be vouched for.
+        BootView::Unreadable { message } => (
+            "Unreadable",
+            "",
+            Some((reason::BOOT_REPORT_UNREADABLE, message)),
+        ),
     };
     status.boot = Some(BootStatus {
         phase: Some(phase.to_owned()),
@@ -432,6 +435,9 @@ mod tests {
         let not_started = BootView::NotStarted {
             message: "silent".into(),
         };
+        let unreadable = BootView::Unreadable {
+            message: "garbage".into(),
+        };
         let booting = BootView::Booting {
             part: "install".into(),
         };
@@ -441,6 +447,7 @@ mod tests {
             (&BootView::Booted, Some("Booted"), None, "True"),
             (&failed, Some("Failed"), Some("join"), "False"),
             (&not_started, Some("NotStarted"), None, "False"),
+            (&unreadable, Some("Unreadable"), None, "False"),
         ];
         for (view, phase, part, ready_status) in cases {
             let status = with_boot(base.clone(), &base, view, at(10));

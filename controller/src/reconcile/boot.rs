@@ -132,7 +132,7 @@ pub(crate) fn tell(
         View::Unreadable { message } => {
             ctx.metrics.boot_report_unreadable(&subject.template);
             warn!(machine = %subject.machine, %message, "boot report unreadable");
-            Some(warning("BootReportUnreadable", message.clone()))
+            Some(warning(reason::BOOT_REPORT_UNREADABLE, message.clone()))
         }
         _ => None,
     };

@@ -127,7 +127,7 @@ BEGIN { while ((getline s < secrets) > 0) if (length(s) >= 4) list[++n] = s }
   while (match(line, /[^] \t=:,;"`()<>{}[]+/)) {
     word = substr(line, RSTART, RLENGTH)
     out = out substr(line, 1, RSTART - 1)
-    if (named || (length(word) >= 16 && word ~ /[A-Za-z]/ && word ~ /[0-9]/)) word = "[redacted]"
+    if (word != "redacted" && (named || (length(word) >= 16 && word ~ /[A-Za-z]/ && word ~ /[0-9]/))) word = "[redacted]"
     lower = tolower(word)
     named = (lower ~ /(^|[-_.])(token|password|passwd|secret|key|credentials?|bearer|authorization|apikey|auth)$/)
     out = out word
