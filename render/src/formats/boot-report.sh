@@ -10,21 +10,36 @@ BOOTPLATE_REPORT_STEP=
 BOOTPLATE_REPORT_FROM=0
 BOOTPLATE_REPORT_SENT=0
 
-# bootplate_report_start: state directory, output copied into a log, the exit trap.
+# bootplate_report_start: state directory, output copied into a log, the exit trap. When any
+# of that cannot be set up (no curl, no writable /run), the boot goes on without reports.
 bootplate_report_start() {
   BOOTPLATE_REPORT_STARTED=$(date +%s)
-  (umask 077 && mkdir -p "$BOOTPLATE_REPORT_STATE")
-  : > "$BOOTPLATE_REPORT_STATE/parts"
-  : > "$BOOTPLATE_REPORT_STATE/log"
-  bootplate_report_secrets > "$BOOTPLATE_REPORT_STATE/redact"
-  printf 'Authorization: Bearer %s\n' "$BOOTPLATE_REPORT_TOKEN" > "$BOOTPLATE_REPORT_STATE/auth"
-  rm -f "$BOOTPLATE_REPORT_STATE/out"
-  mkfifo "$BOOTPLATE_REPORT_STATE/out"
+  if ! bootplate_report_setup; then
+    echo "bootplate: boot reports are off on this machine (no curl, or no state directory)" >&2
+    # shellcheck disable=SC2317 # called by the commands that follow
+    bootplate_step() { :; }
+    # shellcheck disable=SC2317
+    bootplate_report_done() { :; }
+    return 0
+  fi
   exec 8>&1 9>&2
   tee -a "$BOOTPLATE_REPORT_STATE/log" < "$BOOTPLATE_REPORT_STATE/out" >&8 &
   BOOTPLATE_REPORT_TEE=$!
   exec > "$BOOTPLATE_REPORT_STATE/out" 2>&1
   trap 'bootplate_report_exit $?' EXIT
+}
+
+# Called in a condition: a failing command returns instead of ending the boot.
+bootplate_report_setup() {
+  command -v curl > /dev/null 2>&1 || return 1
+  (umask 077 && mkdir -p "$BOOTPLATE_REPORT_STATE") || return 1
+  : > "$BOOTPLATE_REPORT_STATE/parts" || return 1
+  : > "$BOOTPLATE_REPORT_STATE/log" || return 1
+  bootplate_report_secrets > "$BOOTPLATE_REPORT_STATE/redact" || return 1
+  printf 'Authorization: Bearer %s\n' "$BOOTPLATE_REPORT_TOKEN" > "$BOOTPLATE_REPORT_STATE/auth" \
+    || return 1
+  rm -f "$BOOTPLATE_REPORT_STATE/out"
+  mkfifo "$BOOTPLATE_REPORT_STATE/out"
 }
 
 # bootplate_step PART KIND INDEX: the next step; a new part ends the one before.
@@ -83,7 +98,6 @@ bootplate_report_send() {
     return 0
   fi
   BOOTPLATE_REPORT_SENT=$now
-  command -v curl > /dev/null 2>&1 || return 0
   report=$(bootplate_report_text "$1" "$now" | head -c 12288 | base64 | tr -d '\n')
   printf '{"data":{"report":"%s"}}' "$report" > "$BOOTPLATE_REPORT_STATE/body"
   curl -sS -o /dev/null --max-time 10 --retry 2 --cacert "$BOOTPLATE_REPORT_CA" \
