@@ -12,7 +12,7 @@ use base64::Engine as _;
 use crd_types::{BootplateConfigSpec, Role};
 use render::{BootReport, CompiledTemplate, SAMPLE_TOKEN, sample_context};
 
-const SECRET_VALUE: &str = "hunter2-from-a-secret";
+const SECRET_VALUE: &str = "correct horse battery staple";
 
 fn spec(format: &str, extra: &str) -> crd_types::TemplateSpec {
     common::spec_yaml(&format!(
