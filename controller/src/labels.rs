@@ -32,5 +32,9 @@ pub const TOKEN_CONFIG: &str = "bootstrap.bootplate.dev/config";
 /// config whose payload it is. The config's deletion deletes them by this label. Not
 /// [`TOKEN_CONFIG_UID`]: token clean-ups delete every Secret carrying that one.
 pub const PAYLOAD_CONFIG_UID: &str = "bootstrap.bootplate.dev/payload-config-uid";
+/// On a machine's boot report ConfigMap, Role and RoleBinding in the workload cluster: the UID
+/// of its config (docs/boot-channel.md). The reports of a cluster are listed by it; whose
+/// report it is comes from the name, which the machine cannot change.
+pub const BOOT_REPORT_CONFIG_UID: &str = "bootstrap.bootplate.dev/boot-report-config-uid";
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "bootplate";

@@ -224,7 +224,25 @@ pub struct MachineStatus {
     /// The Node of this Machine, once it joined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_ref: Option<NodeReference>,
+    /// Initialization progress (v1beta2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<MachineInitialization>,
+    /// Conditions (v1beta2); bootplate reads `InfrastructureReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
+
+/// Initialization progress of a Machine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineInitialization {
+    /// The infrastructure machine is provisioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_provisioned: Option<bool>,
+}
+
+/// The Machine condition that tells since when its infrastructure is ready.
+pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
 
 /// A reference to a Node.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -249,6 +267,17 @@ impl Machine {
             .as_ref()
             .and_then(|s| s.node_ref.as_ref())
             .is_some_and(|n| !n.name.is_empty())
+    }
+
+    /// Since when the Machine's infrastructure is provisioned: the transition time of its
+    /// `InfrastructureReady` condition once `status.initialization.infrastructureProvisioned`
+    /// is true; `None` before, or when the condition does not say.
+    pub fn infrastructure_provisioned_since(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        let status = self.status.as_ref()?;
+        let provisioned = status.initialization.as_ref()?.infrastructure_provisioned?;
+        let ready = (status.conditions.iter())
+            .find(|c| c.type_ == INFRASTRUCTURE_READY && c.status == "True")?;
+        provisioned.then_some(ready.last_transition_time.0)
     }
 
     /// The Machine's labels (empty when none).

@@ -74,6 +74,15 @@ pub mod reason {
     pub const IN_PLACE_UPDATE_FAILED: &str = "InPlaceUpdateFailed";
     /// The node applied the payload published for it.
     pub const IN_PLACE_UPDATED: &str = "InPlaceUpdated";
+    /// The machine reported a failed step of its boot; the message names the part, the step
+    /// and its exit status, a Warning Event carries the redacted end of its output.
+    pub const BOOT_FAILED: &str = "BootFailed";
+    /// The machine's infrastructure is provisioned but it has not reported its boot in time
+    /// (`--boot-not-started-after`).
+    pub const BOOT_NOT_STARTED: &str = "BootNotStarted";
+    /// The machine wrote a boot report that cannot be read (too large, malformed); the
+    /// message says why.
+    pub const BOOT_REPORT_UNREADABLE: &str = "BootReportUnreadable";
     /// Template valid.
     pub const VALID: &str = "Valid";
     /// Template invalid.

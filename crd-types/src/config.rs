@@ -25,6 +25,8 @@ use crate::template::FileEncoding;
     printcolumn = r#"{"name":"Template","type":"string","jsonPath":".spec.templateRef.name"}"#,
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready"}"#,
     printcolumn = r#"{"name":"Data-Secret","type":"string","jsonPath":".status.dataSecretName"}"#,
+    printcolumn = r#"{"name":"Boot","type":"string","jsonPath":".status.boot.phase"}"#,
+    printcolumn = r#"{"name":"Part","type":"string","jsonPath":".status.boot.part"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -173,10 +175,26 @@ pub struct BootplateConfigStatus {
     /// payload published for its node and what the node applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place: Option<InPlaceStatus>,
+    /// What the machine reported about its boot, until it joined (see docs/boot-channel.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootStatus>,
     /// `Ready`, `DataSecretAvailable`, `Paused` and, once the machine's node has a payload,
     /// `InPlaceUpdating`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A machine's boot as it reported it (see docs/boot-channel.md).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootStatus {
+    /// `Booting`, `Booted`, `Failed`, `NotStarted`, or `Unreadable` (the machine wrote a
+    /// report that cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The part that runs (`Booting`) or failed (`Failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
 }
 
 /// The node payload of a config's machine (see docs/in-place.md).

@@ -16,15 +16,16 @@ pub mod strict;
 pub mod template;
 
 pub use config::{
-    BootplateConfig, BootplateConfigSpec, BootplateConfigStatus, BootplateConfigTemplate,
-    BootplateConfigTemplateResource, BootplateConfigTemplateSpec, ConfigFile, ConfigInitialization,
-    FileSource, InPlaceStatus, ObjectMetaTemplate, SecretKeyRef, TemplateKind, TemplateRef,
+    BootStatus, BootplateConfig, BootplateConfigSpec, BootplateConfigStatus,
+    BootplateConfigTemplate, BootplateConfigTemplateResource, BootplateConfigTemplateSpec,
+    ConfigFile, ConfigInitialization, FileSource, InPlaceStatus, ObjectMetaTemplate, SecretKeyRef,
+    TemplateKind, TemplateRef,
 };
 pub use generator::{
     BootstrapGenerator, ClientConfig, GeneratorSecrets, GeneratorSpec, ServiceReference,
 };
 pub use template::{
-    BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
+    BootReports, BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, Compression, DropIn, FileEncoding, ItemSchema, OsInfo,
     OutputFormat, Part, PartGenerator, Role, TemplateFile, TemplateSpec, Unit, UpdateStrategy,
     ValueType, VariableDecl, VariableSchema,

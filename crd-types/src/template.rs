@@ -59,6 +59,14 @@ pub struct TemplateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1048576))]
     pub max_output_bytes: Option<u64>,
+    /// Boot reports (docs/boot-channel.md). `Enabled` (the default) runs the steps of a
+    /// structured body under a small reporter that sends each part's start and end and the
+    /// first failure (part, step, exit status, the redacted end of its output) to the workload
+    /// cluster with the machine's bootstrap token; the config shows them as its `Booting`
+    /// phase and `BootFailed`. `Disabled` leaves the reporter out. A raw `template` has no
+    /// steps and never reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_reports: Option<BootReports>,
 }
 
 impl TemplateSpec {
@@ -375,6 +383,16 @@ pub struct Part {
     /// lies in `InPlace` parts (see docs/in-place.md).
     #[serde(default, skip_serializing_if = "UpdateStrategy::is_rollout")]
     pub update: UpdateStrategy,
+}
+
+/// Whether the machines of a structured template report their boot.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum BootReports {
+    /// Run the steps under the boot reporter.
+    #[default]
+    Enabled,
+    /// No reporter: the config shows no `Booting` phase and no `BootFailed`.
+    Disabled,
 }
 
 /// How a change to a part reaches machines that already booted.

@@ -39,6 +39,26 @@ pub(crate) struct Body {
     pub(crate) units: Vec<Unit>,
     /// The config's pre-commands, the parts' commands, the config's post-commands.
     pub(crate) commands: Vec<String>,
+    /// Who `commands` come from, in order: a part's name (or [`PRE_COMMANDS`] and
+    /// [`POST_COMMANDS`] for the config's) and how many commands; the boot reporter names
+    /// steps by them.
+    pub(crate) command_parts: Vec<(String, usize)>,
+}
+
+/// The name boot reports give the config's `preCommands` and `postCommands`.
+pub(crate) const PRE_COMMANDS: &str = "preCommands";
+pub(crate) const POST_COMMANDS: &str = "postCommands";
+
+impl Body {
+    /// Appends `commands` of `part`, remembering where they came from.
+    fn add_commands(&mut self, part: &str, commands: impl IntoIterator<Item = String>) {
+        let before = self.commands.len();
+        self.commands.extend(commands);
+        let count = self.commands.len() - before;
+        if count > 0 {
+            self.command_parts.push((part.to_owned(), count));
+        }
+    }
 }
 
 struct CompiledFile {
@@ -422,7 +442,7 @@ pub(crate) fn collect(
 ) -> Result<Body, FieldError> {
     let split = collect_split(parts, config, role, engine, ctx, budget, generated)?;
     let mut body = Body::default();
-    body.commands.extend(config.pre_commands.iter().cloned());
+    body.add_commands(PRE_COMMANDS, config.pre_commands.iter().cloned());
     for part in split.parts {
         for f in part.files {
             add_file(&mut body.files, f);
@@ -430,12 +450,12 @@ pub(crate) fn collect(
         for u in &part.units {
             add_unit(&mut body.units, u);
         }
-        body.commands.extend(part.commands);
+        body.add_commands(&part.name, part.commands);
     }
     for f in split.config_files {
         add_file(&mut body.files, f);
     }
-    body.commands.extend(config.post_commands.iter().cloned());
+    body.add_commands(POST_COMMANDS, config.post_commands.iter().cloned());
     Ok(body)
 }
 

@@ -25,6 +25,46 @@ pub struct RenderContext {
     /// private key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certs: Option<Certificates>,
+    /// Where the machine reports its boot; `None`: no reporter in the user-data. Not seen by
+    /// templates (the reporter is the format writers' business).
+    #[serde(skip)]
+    pub boot_report: Option<BootReport>,
+}
+
+/// Where and how a machine reports its boot (docs/boot-channel.md): the workload apiserver,
+/// the ConfigMap only this machine's token may write, and that token.
+#[derive(Clone, PartialEq)]
+pub struct BootReport {
+    /// `https://host:port` of the workload cluster's apiserver.
+    pub server: String,
+    /// PEM of the CA that signs the apiserver's serving certificate.
+    pub ca_pem: String,
+    /// The ConfigMap's namespace.
+    pub namespace: String,
+    /// The ConfigMap's name.
+    pub name: String,
+    /// The machine's bootstrap token, `<id>.<secret>`.
+    pub token: String,
+    /// Other values the machine was given from Secrets: redacted from the reported output
+    /// (each line of 4 or more characters).
+    pub secrets: Vec<String>,
+    /// The least time between two progress reports, in seconds (a failure and the end are
+    /// always sent).
+    pub min_interval_seconds: u32,
+}
+
+impl std::fmt::Debug for BootReport {
+    // The token and the Secret values never reach debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootReport")
+            .field("server", &self.server)
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("token", &"<redacted>")
+            .field("secrets", &self.secrets.len())
+            .field("min_interval_seconds", &self.min_interval_seconds)
+            .finish()
+    }
 }
 
 /// The Cluster, as templates see it.
@@ -216,6 +256,7 @@ impl RenderContext {
             machine,
             join: if role == Role::Init { None } else { join },
             certs: if role.is_control_plane() { certs } else { None },
+            boot_report: None,
         }
     }
 }

@@ -55,6 +55,8 @@ pub struct CompiledTemplate {
     format: OutputFormat,
     compression: Compression,
     max_output_bytes: Option<u64>,
+    /// The template does not turn boot reports off.
+    boot_reports: bool,
     engine: Engine,
     declarations: Declarations,
     body: Body,
@@ -155,6 +157,7 @@ impl CompiledTemplate {
             format: spec.format,
             compression: spec.compression.unwrap_or_default(),
             max_output_bytes: spec.max_output_bytes,
+            boot_reports: spec.boot_reports.unwrap_or_default() == crd_types::BootReports::Enabled,
             engine,
             declarations,
             body,
@@ -288,6 +291,7 @@ impl CompiledTemplate {
                     object: &self.object,
                     revision: &self.revision,
                     role: ctx.machine.role,
+                    report: ctx.boot_report.as_ref().filter(|_| self.boot_reports),
                 };
                 formats::write(self.format, &meta, &body)
             }
@@ -350,6 +354,27 @@ impl CompiledTemplate {
                 let problem = Problem::template("spec.parts", e.to_string()).with_reason(reason);
                 RenderError::failed(&self.object, problem)
             })
+    }
+
+    /// Whether the machines of this template report their boot when the render context has a
+    /// [`BootReport`]: a structured body whose template does not turn reports off.
+    pub fn reports_boot(&self) -> bool {
+        self.boot_reports && matches!(self.body, Body::Parts(_))
+    }
+
+    /// The names boot reports give steps: the parts', the config's `preCommands` and
+    /// `postCommands`, and the reporter's `units` and `files`.
+    pub fn step_part_names(&self) -> Vec<&str> {
+        let mut names = vec![
+            body::PRE_COMMANDS,
+            body::POST_COMMANDS,
+            formats::UNITS_PART,
+            formats::FILES_PART,
+        ];
+        if let Body::Parts(parts) = &self.body {
+            names.extend(parts.iter().map(|p| p.name.as_str()));
+        }
+        names
     }
 
     /// Whether any part may change on booted machines (`update: InPlace`): only then does a

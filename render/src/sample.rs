@@ -65,6 +65,7 @@ pub fn sample_context(role: Role) -> RenderContext {
             ca_cert_hashes: vec![SAMPLE_CA_HASH.to_owned()],
         }),
         certs: role.is_control_plane().then(sample_certificates),
+        boot_report: None,
         cluster: ClusterInfo {
             name: SAMPLE_CLUSTER.to_owned(),
             namespace: "default".to_owned(),

@@ -52,6 +52,12 @@ pub async fn env() -> Env {
         management.expect("management apiserver"),
         workload.expect("workload apiserver"),
     );
+    with_clusters(management, workload).await
+}
+
+/// [`env`] over apiservers the caller started (for example a workload cluster machines
+/// authenticate to with bootstrap tokens, [`ApiServer::start_for_joins`]).
+pub async fn with_clusters(management: ApiServer, workload: ApiServer) -> Env {
     let client = management.client().await.unwrap();
     let workload_client = workload.client().await.unwrap();
     crate::install_bootplate_crds(&client).await.unwrap();

@@ -130,6 +130,7 @@ pub fn full_template_spec() -> TemplateSpec {
         ],
         compression: Some(Compression::Gzip),
         max_output_bytes: Some(65536),
+        boot_reports: Some(crd_types::BootReports::Enabled),
     }
 }
 

@@ -322,6 +322,7 @@ fn template_spec() -> impl Strategy<Value = TemplateSpec> {
                     parts,
                     compression,
                     max_output_bytes: max,
+                    boot_reports: None,
                 }
             },
         )
@@ -441,6 +442,7 @@ fn config_status() -> impl Strategy<Value = Option<BootplateConfigStatus>> {
                         template_revision: revision,
                         role,
                         in_place: None,
+                        boot: None,
                         conditions,
                     }
                 },

@@ -262,6 +262,7 @@ pub(crate) mod tests {
                 node_ref: Some(NodeReference {
                     name: "node-0".into(),
                 }),
+                ..Default::default()
             });
         }
         machine

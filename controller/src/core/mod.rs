@@ -2,6 +2,7 @@
 //! plain values, the decision comes out. Every rule here is unit-tested without an apiserver.
 
 pub(crate) mod blocked;
+pub(crate) mod boot;
 pub mod cached_secret;
 pub(crate) mod gate;
 pub(crate) mod inplace;

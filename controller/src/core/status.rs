@@ -1,11 +1,12 @@
 //! The status a config or template should have: conditions from what a reconcile found.
 
 use crd_types::conditions::{self, reason};
-use crd_types::{BootplateConfigStatus, ConfigInitialization, InPlaceStatus, Role};
+use crd_types::{BootStatus, BootplateConfigStatus, ConfigInitialization, InPlaceStatus, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{Timestamp, Unit};
 
 use super::blocked::Blocked;
+use super::boot::View as BootView;
 
 /// A condition to set: type, status, reason, message.
 pub(crate) struct Desired<'a> {
@@ -108,6 +109,7 @@ pub(crate) fn ready(
         template_revision: Some(done.revision.to_owned()),
         role: Some(done.role.as_str().to_owned()),
         in_place: previous.in_place.clone(),
+        boot: previous.boot.clone(),
         conditions: keep_others(
             &previous.conditions,
             conditions(&previous.conditions, desired, config.generation, now),
@@ -141,6 +143,54 @@ pub(crate) fn with_in_place(
         status.conditions = keep_others(&status.conditions, set);
     }
     status.in_place = Some(in_place);
+    status
+}
+
+/// `status` (a ready config's) with what its machine's boot `view` shows: the phase and part
+/// and, for a failed, silent or unreadable boot, `Ready=False` (the data Secret stays available: Cluster
+/// API mirrors `Ready` into the Machine's `BootstrapConfigReady`, which a MachineHealthCheck
+/// can act on). `Unknown` leaves the status as it is. Transition times are kept from
+/// `previous` (the status as stored).
+pub(crate) fn with_boot(
+    mut status: BootplateConfigStatus,
+    previous: &BootplateConfigStatus,
+    view: &BootView,
+    now: Timestamp,
+) -> BootplateConfigStatus {
+    let (phase, part, not_ready) = match view {
+        BootView::Unknown => return status,
+        BootView::Booting { part } => ("Booting", part.as_str(), None),
+        BootView::Booted => ("Booted", "", None),
+        BootView::Failed { part, message, .. } => (
+            "Failed",
+            part.as_str(),
+            Some((reason::BOOT_FAILED, message)),
+        ),
+        BootView::NotStarted { message } => {
+            ("NotStarted", "", Some((reason::BOOT_NOT_STARTED, message)))
+        }
+        // What the machine wrote is not a report: its boot cannot be vouched for.
+        BootView::Unreadable { message } => (
+            "Unreadable",
+            "",
+            Some((reason::BOOT_REPORT_UNREADABLE, message)),
+        ),
+    };
+    status.boot = Some(BootStatus {
+        phase: Some(phase.to_owned()),
+        part: (!part.is_empty()).then(|| part.to_owned()),
+    });
+    if let Some((reason, message)) = not_ready {
+        let desired = Desired {
+            type_: conditions::READY,
+            status: false,
+            reason,
+            message: message.clone(),
+        };
+        let generation = status.observed_generation;
+        let set = conditions(&previous.conditions, vec![desired], generation, now);
+        status.conditions = keep_others(&status.conditions, set);
+    }
     status
 }
 
@@ -367,5 +417,55 @@ mod tests {
                 "{unchanged} {previous_ready}"
             );
         }
+    }
+
+    #[test]
+    fn the_boot_shows_as_a_phase_and_a_failure_as_ready_false() {
+        let facts = ReadyFacts {
+            role: Role::Worker,
+            revision: "r1",
+            secret_version: Some("5"),
+        };
+        let base = ready(&ID, &BootplateConfigStatus::default(), &facts, at(0));
+        let failed = BootView::Failed {
+            part: "join".into(),
+            message: "Machine m failed to boot: part `join`, command 0 exited with status 1".into(),
+            tail: vec![],
+        };
+        let not_started = BootView::NotStarted {
+            message: "silent".into(),
+        };
+        let unreadable = BootView::Unreadable {
+            message: "garbage".into(),
+        };
+        let booting = BootView::Booting {
+            part: "install".into(),
+        };
+        let cases = [
+            (&BootView::Unknown, None, None, "True"),
+            (&booting, Some("Booting"), Some("install"), "True"),
+            (&BootView::Booted, Some("Booted"), None, "True"),
+            (&failed, Some("Failed"), Some("join"), "False"),
+            (&not_started, Some("NotStarted"), None, "False"),
+            (&unreadable, Some("Unreadable"), None, "False"),
+        ];
+        for (view, phase, part, ready_status) in cases {
+            let status = with_boot(base.clone(), &base, view, at(10));
+            let boot = status.boot.clone().unwrap_or_default();
+            assert_eq!(boot.phase.as_deref(), phase, "{view:?}");
+            assert_eq!(boot.part.as_deref(), part, "{view:?}");
+            let condition = condition(&status, conditions::READY);
+            assert_eq!(condition.status, ready_status, "{view:?}");
+            assert!(status.ready, "the data Secret stays available");
+        }
+        // A failure seen again later keeps its transition time (no status write per look).
+        let first = with_boot(base.clone(), &base, &failed, at(10));
+        let again = ready(&ID, &first, &facts, at(50));
+        let again = with_boot(again, &first, &failed, at(50));
+        assert_eq!(again, first);
+        assert_eq!(
+            condition(&again, conditions::READY).reason,
+            reason::BOOT_FAILED
+        );
     }
 }

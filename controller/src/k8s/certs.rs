@@ -128,46 +128,57 @@ fn key_pair_of(
     Ok(pair)
 }
 
-/// CA hashes by `<cluster>-ca` Secret (namespace, name), with the resourceVersion they were
-/// computed from: a worker's reconcile reads the Secret only when it changed.
+/// A cluster CA certificate: its PEM (the boot reporter trusts it) and the hash joining
+/// machines pin.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CaCert {
+    /// `sha256:<hex>`.
+    pub hash: String,
+    /// The certificate, PEM.
+    pub pem: String,
+}
+
+/// CA certificates by `<cluster>-ca` Secret (namespace, name), with the resourceVersion they
+/// were read from: a worker's reconcile reads the Secret only when it changed.
 #[derive(Default)]
 pub struct CaHashes {
-    hashes: Mutex<HashMap<(String, String), (String, String)>>,
+    hashes: Mutex<HashMap<(String, String), (String, CaCert)>>,
 }
 
 impl CaHashes {
-    /// The hash computed for resourceVersion `version` of Cluster `cluster`'s CA Secret.
-    pub(crate) fn cached(&self, namespace: &str, cluster: &str, version: &str) -> Option<String> {
+    /// The CA read from resourceVersion `version` of Cluster `cluster`'s CA Secret.
+    pub(crate) fn cached(&self, namespace: &str, cluster: &str, version: &str) -> Option<CaCert> {
         let key = (namespace.to_owned(), secret_name(cluster, Purpose::Ca));
         let hashes = self.hashes.lock().expect("lock");
-        let (cached_version, hash) = hashes.get(&key)?;
-        (cached_version == version).then(|| hash.clone())
+        let (cached_version, ca) = hashes.get(&key)?;
+        (cached_version == version).then(|| ca.clone())
     }
 
-    /// Remembers the hash of resourceVersion `version` of Cluster `cluster`'s CA Secret.
-    pub(crate) fn remember(&self, namespace: &str, cluster: &str, version: &str, hash: &str) {
+    /// Remembers the CA of resourceVersion `version` of Cluster `cluster`'s CA Secret.
+    pub(crate) fn remember(&self, namespace: &str, cluster: &str, version: &str, ca: CaCert) {
         let key = (namespace.to_owned(), secret_name(cluster, Purpose::Ca));
-        let value = (version.to_owned(), hash.to_owned());
+        let value = (version.to_owned(), ca);
         self.hashes.lock().expect("lock").insert(key, value);
     }
 
-    /// Forgets the hash of a deleted Cluster.
+    /// Forgets the CA of a deleted Cluster.
     pub(crate) fn forget(&self, namespace: &str, cluster: &str) {
         let key = (namespace.to_owned(), secret_name(cluster, Purpose::Ca));
         self.hashes.lock().expect("lock").remove(&key);
     }
 }
 
-/// The CA hash for join data: `sha256:<hex of the CA's SubjectPublicKeyInfo hash>`.
-/// Reads only `tls.crt` of `<cluster>-ca`: a worker never touches a private key. When the
-/// Secret is in the metadata store (`stores`, CAPI labels it with the cluster's name), the hash
-/// computed for its current resourceVersion is reused without reading it.
-pub(crate) async fn ca_hash(
+/// The cluster CA for join data (its hash, `sha256:<hex of the CA's SubjectPublicKeyInfo
+/// hash>`) and the boot reporter (its PEM). Reads only `tls.crt` of `<cluster>-ca`: a worker
+/// never touches a private key. When the Secret is in the metadata store (`stores`, CAPI labels
+/// it with the cluster's name), what was read for its current resourceVersion is reused
+/// without reading it.
+pub(crate) async fn ca_cert(
     client: &Client,
     stores: &Stores,
     cache: &CaHashes,
     cluster: &Cluster,
-) -> Result<String> {
+) -> Result<CaCert> {
     let namespace = cluster.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let name = secret_name(&cluster_name, Purpose::Ca);
@@ -189,10 +200,14 @@ pub(crate) async fn ca_hash(
             format!("Secret {namespace}/{name}: key `tls.crt` is not a certificate: {e}"),
         )
     })?;
+    let ca = CaCert {
+        hash,
+        pem: pair.cert,
+    };
     if let Some(version) = secret.resource_version() {
-        cache.remember(&namespace, &cluster_name, &version, &hash);
+        cache.remember(&namespace, &cluster_name, &version, ca.clone());
     }
-    Ok(hash)
+    Ok(ca)
 }
 
 /// All four key pairs for a control-plane machine. With `generate` (the `init` machine of a

@@ -401,7 +401,11 @@ mod tests {
         assert!(!clients.holds("ns", "c1"));
         assert!(clients.holds("ns", "c2"));
         let hashes = crate::k8s::certs::CaHashes::default();
-        hashes.remember("ns", "c1", "1", "sha256:ab");
+        let ca = crate::k8s::certs::CaCert {
+            hash: "sha256:ab".into(),
+            pem: String::new(),
+        };
+        hashes.remember("ns", "c1", "1", ca);
         hashes.forget("ns", "c1");
         assert_eq!(hashes.cached("ns", "c1", "1"), None);
     }

@@ -14,10 +14,12 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, warn};
 
+use super::boot;
 use super::context::{Context, config_key};
 use super::joined::{self, Joined};
 use super::render::{self, Rendered, Subject};
 use crate::core::blocked::Blocked;
+use crate::core::boot::View;
 use crate::core::gate::{self, Owner, Path};
 use crate::core::outcome::{self, ConfigState};
 use crate::core::status::{self, ConfigId, ReadyFacts};
@@ -174,14 +176,25 @@ async fn report_rendered(
     previous: &BootplateConfigStatus,
     done: Rendered,
 ) -> Result<(Action, ConfigState)> {
-    if status::write_ready_status(done.unchanged, previous.ready) {
+    let looked = match &done.boot {
+        Some(subject) => boot::look(ctx, config, subject).await,
+        None => None,
+    };
+    if status::write_ready_status(done.unchanged, previous.ready) || looked.is_some() {
         let facts = ReadyFacts {
             role: done.role,
             revision: &done.revision,
             secret_version: done.secret_version.as_deref(),
         };
-        let desired = status::ready(&config_id(config), previous, &facts, Timestamp::now());
+        let now = Timestamp::now();
+        let mut desired = status::ready(&config_id(config), previous, &facts, now);
+        if let Some(looked) = &looked {
+            desired = status::with_boot(desired, previous, &looked.view, now);
+        }
         apply_status(ctx, config, &desired).await?;
+    }
+    if let (Some(subject), Some(looked)) = (&done.boot, &looked) {
+        boot::tell(ctx, config, previous, subject, looked);
     }
     if let Some(uid) = config.uid() {
         ctx.generator_failures.succeeded(&uid);
@@ -192,9 +205,24 @@ async fn report_rendered(
     let ttl = token::signed_ttl(ctx.settings.bootstrap_token_ttl);
     let token_look = (done.role != Role::Init)
         .then(|| token::next_look(done.token_expires, Timestamp::now(), ttl));
-    let action = outcome::ready_requeue(token_look, done.cleanup_failed)
-        .map_or_else(Action::await_change, Action::requeue);
-    Ok((action, ConfigState::Ready))
+    let boot_look = match (&done.boot, &looked) {
+        (Some(_), Some(looked)) => boot::next_look(&looked.view, ctx.settings.boot_report_interval),
+        (Some(_), None) => Some(ctx.settings.boot_report_interval),
+        (None, _) => None,
+    };
+    let action = outcome::ready_requeue(token_look, done.cleanup_failed);
+    let action = match (action, boot_look) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let state = match looked.as_ref().map(|l| &l.view) {
+        Some(View::Failed { .. } | View::NotStarted { .. }) => ConfigState::Failed,
+        _ => ConfigState::Ready,
+    };
+    Ok((
+        action.map_or_else(Action::await_change, Action::requeue),
+        state,
+    ))
 }
 
 async fn report_joined(

@@ -11,6 +11,7 @@ use kube::{Client, ResourceExt};
 use crate::core::outcome::Note;
 use crate::core::skip::Record;
 use crate::generator::Generators;
+use crate::k8s::boot_report::Reports as BootReports;
 use crate::k8s::certs::CaHashes;
 use crate::k8s::events::Publisher;
 use crate::k8s::stores::Stores;
@@ -33,6 +34,11 @@ pub struct Settings {
     pub bootstrap_token_ttl: Duration,
     /// Timeout for requests to workload clusters.
     pub workload_timeout: Duration,
+    /// How often a cluster's boot reports are read, and the least time between two progress
+    /// reports of a machine.
+    pub boot_report_interval: Duration,
+    /// How long a provisioned machine may stay silent before `BootNotStarted`.
+    pub boot_not_started_after: Duration,
     /// How many configs are reconciled at once.
     pub concurrency: u16,
     /// This controller's build (a digest of its executable), part of every render's inputs.
@@ -49,6 +55,8 @@ impl Default for Settings {
             shard_selector: None,
             bootstrap_token_ttl: Duration::from_secs(15 * 60),
             workload_timeout: Duration::from_secs(10),
+            boot_report_interval: Duration::from_secs(10),
+            boot_not_started_after: Duration::from_secs(10 * 60),
             concurrency: 16,
             build: String::new(),
             generator_client_cert: None,
@@ -67,6 +75,8 @@ pub(crate) struct Caches {
     pub ca_hashes: Arc<CaHashes>,
     /// Generator clients, one per BootstrapGenerator.
     pub generators: Arc<Generators>,
+    /// Boot reports, one listing per workload cluster.
+    pub boot_reports: Arc<BootReports>,
 }
 
 impl Caches {
@@ -105,6 +115,8 @@ pub struct Context {
     pub ca_hashes: Arc<CaHashes>,
     /// Generator clients and the answers of each config's latest calls.
     pub generators: Arc<Generators>,
+    /// Each workload cluster's boot reports as last listed.
+    pub boot_reports: Arc<BootReports>,
     /// What the last render of each config (by UID) did, to skip the work when nothing
     /// changed since (see `core::skip`).
     pub rendered: Mutex<ByConfig<Record>>,
@@ -150,6 +162,7 @@ impl Context {
             workloads: caches.workloads,
             ca_hashes: caches.ca_hashes,
             generators: caches.generators,
+            boot_reports: caches.boot_reports,
             rendered: Default::default(),
             tokens_deleted: Default::default(),
             locks_released: Default::default(),

@@ -158,7 +158,11 @@ async fn payload(
     };
     let ca_hash = match &certs {
         Some(c) => crate::pki::ca_cert_hash(&c.ca.cert).unwrap_or_default(),
-        None => certs::ca_hash(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster).await?,
+        None => {
+            certs::ca_cert(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster)
+                .await?
+                .hash
+        }
     };
     let endpoint = render::ClusterInfo::from_cluster(cluster).control_plane_endpoint;
     let join = JoinInfo {

@@ -1,6 +1,7 @@
 //! The reconcilers: each gathers the facts of one object from the caches and adapters, asks
 //! the core what to do, and does it.
 
+pub(crate) mod boot;
 pub(crate) mod config;
 pub(crate) mod context;
 pub(crate) mod deleted;

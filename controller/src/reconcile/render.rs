@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use render::generator::Generated;
-use render::{Endpoint, JoinInfo, MachineInfo, RenderContext};
+use render::{BootReport, Endpoint, JoinInfo, MachineInfo, RenderContext};
 use tracing::{debug, info, warn};
 
 use super::context::{Context, config_key};
@@ -22,9 +22,10 @@ use crate::core::skip::{self, Inputs, LastRender, Record};
 use crate::core::token::{self, Token, TokenAction};
 use crate::core::write::{self, Plan, Written};
 use crate::error::{Error, Result};
+use crate::k8s::certs::CaCert;
 use crate::k8s::data_secret::{self, Provenance};
 use crate::k8s::templates::{self, ResolvedTemplate};
-use crate::k8s::{certs, files, init_lock, tokens};
+use crate::k8s::{boot_report, certs, files, init_lock, tokens};
 
 /// What a render did.
 pub(crate) struct Rendered {
@@ -42,6 +43,9 @@ pub(crate) struct Rendered {
     /// When the token in the user-data expires (`None` for `init`): the config is looked at
     /// again when it falls due.
     pub token_expires: Option<Timestamp>,
+    /// The machine whose boot report the config shows (a Machine's joining machine, from a
+    /// template that reports).
+    pub boot: Option<super::boot::Subject>,
 }
 
 /// What a config renders for: the Machine it bootstraps, or the MachinePool whose instances
@@ -110,10 +114,6 @@ pub(crate) async fn render(
     let revision = template.compiled.revision().to_owned();
     let inputs = inputs_digest(ctx, config, subject, cluster, role, &template);
     let inputs_ref = inputs.as_deref();
-    if let Some(done) = unchanged(ctx, config, previous, inputs_ref, subject, role, &revision) {
-        debug!(%role, "unchanged since the last render");
-        return Ok(done);
-    }
     let scene = Scene {
         config,
         subject,
@@ -122,9 +122,31 @@ pub(crate) async fn render(
         template,
         endpoint,
     };
+    let boot = boot_subject(&scene);
+    if let Some(done) = unchanged(ctx, config, previous, inputs_ref, subject, role, &revision) {
+        debug!(%role, "unchanged since the last render");
+        return Ok(Rendered { boot, ..done });
+    }
     let made = make_user_data(ctx, &scene).await?;
     debug!("rendered");
-    write_and_tell(ctx, &scene, made, inputs).await
+    let done = write_and_tell(ctx, &scene, made, inputs).await?;
+    Ok(Rendered { boot, ..done })
+}
+
+/// The machine whose boot the config shows, when it reports.
+fn boot_subject(scene: &Scene<'_>) -> Option<super::boot::Subject> {
+    let Subject::Machine(machine) = scene.subject else {
+        return None;
+    };
+    reports_boot(scene).then(|| super::boot::Subject {
+        machine: machine.name_any(),
+        cluster: scene.cluster.name_any(),
+        provisioned_since: machine.infrastructure_provisioned_since(),
+        template: scene.template.reference.clone(),
+        parts: (scene.template.compiled.step_part_names().into_iter())
+            .map(str::to_owned)
+            .collect(),
+    })
 }
 
 /// The role (taking the init lock for `init`), releasing the lock once it has served.
@@ -250,6 +272,7 @@ fn unchanged(
         secret_version: stored,
         cleanup_failed: false,
         token_expires: last.token_expires.filter(|_| role != Role::Init),
+        boot: None,
     })
 }
 
@@ -304,23 +327,34 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
             replaced: Vec::new(),
         });
     }
-    let ca_hash = ca_hash(ctx, scene.cluster, certs.as_ref()).await?;
+    let ca = cluster_ca(ctx, scene.cluster, certs.as_ref()).await?;
     let join = |token: &Token| JoinInfo {
         token: token.expose(),
         api_server_endpoint: scene.endpoint.address(),
-        ca_cert_hashes: vec![ca_hash.clone()],
+        ca_cert_hashes: vec![ca.hash.clone()],
+    };
+    let reports = reports_boot(scene);
+    let with_report = |mut context: RenderContext, token: &Token| {
+        if reports {
+            context.boot_report = Some(report_target(ctx, scene, &spec, &ca.pem, token));
+        }
+        context
     };
     // A trial render with a stand-in token of the same length first, with the parts of the
     // generators not granted the token: a config whose template, variables, generators or
     // size fail gets an error, and no token in the workload cluster.
-    let trial = context(Some(join(&Token::placeholder())));
+    let placeholder = Token::placeholder();
+    let trial = with_report(context(Some(join(&placeholder))), &placeholder);
     let mut generated = generators.run(&trial, Phase::BeforeToken).await?;
     render(&trial, &generators.with_stand_ins(&generated), true)?;
     let pool = scene.subject.is_pool();
     let ((token, action, expires), replaced) =
         bootstrap_token(ctx, scene.config, scene.cluster, pool).await?;
     let created = matches!(action, TokenAction::Created | TokenAction::Rotated);
-    let context = context(Some(join(&token)));
+    if reports && created {
+        set_up_boot_report(ctx, scene, &token).await?;
+    }
+    let context = with_report(context(Some(join(&token))), &token);
     generated.extend(generators.run(&context, Phase::AfterToken).await?);
     Ok(Made {
         user_data: render(&context, &generated, false)?,
@@ -328,6 +362,49 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
         created_token: created.then(|| token.id.clone()),
         replaced,
     })
+}
+
+/// Whether the machine reports its boot: a Machine's (a pool's instances share one token and
+/// would share one report) joining machine, from a template that reports.
+fn reports_boot(scene: &Scene<'_>) -> bool {
+    matches!(scene.subject, Subject::Machine(_))
+        && scene.role != Role::Init
+        && scene.template.compiled.reports_boot()
+}
+
+/// Where and how the machine reports its boot, with token `token`.
+fn report_target(
+    ctx: &Context,
+    scene: &Scene<'_>,
+    spec: &crd_types::BootplateConfigSpec,
+    ca_pem: &str,
+    token: &Token,
+) -> BootReport {
+    // The content of the files that came from Secrets is redacted from the reported output.
+    let from_secrets = (scene.config.spec.files.iter().zip(&spec.files))
+        .filter(|(original, _)| original.content_from.is_some())
+        .filter_map(|(_, resolved)| resolved.content.clone())
+        .collect();
+    BootReport {
+        server: format!("https://{}", scene.endpoint.address()),
+        ca_pem: ca_pem.to_owned(),
+        namespace: token::NAMESPACE.to_owned(),
+        name: boot_report::name(&scene.config.uid().unwrap_or_default()),
+        token: token.expose(),
+        secrets: from_secrets,
+        min_interval_seconds: ctx.settings.boot_report_interval.as_secs() as u32,
+    }
+}
+
+/// Sets up the report objects for the config's new token.
+async fn set_up_boot_report(ctx: &Context, scene: &Scene<'_>, token: &Token) -> Result<()> {
+    let namespace = scene.config.namespace().unwrap_or_default();
+    let cluster = scene.cluster.name_any();
+    let workload = ctx.workload_client(&namespace, &cluster).await?;
+    let uid = scene.config.uid().unwrap_or_default();
+    boot_report::set_up(&workload, &uid, &token.id)
+        .await
+        .map_err(|e| naming_workload(e, &namespace, &cluster))
 }
 
 /// Writes the data Secret as needed and publishes the render's Event.
@@ -383,6 +460,7 @@ async fn write_and_tell(
         secret_version,
         cleanup_failed,
         token_expires: made.token_expires,
+        boot: None,
     })
 }
 
@@ -462,20 +540,25 @@ async fn control_plane_certs(
     ))
 }
 
-/// The `sha256:` hash of the cluster CA a joining machine pins.
-async fn ca_hash(
+/// The cluster CA: the `sha256:` hash a joining machine pins, and the certificate its boot
+/// reporter trusts.
+async fn cluster_ca(
     ctx: &Context,
     cluster: &Cluster,
     certs: Option<&render::Certificates>,
-) -> Result<String> {
+) -> Result<CaCert> {
     match certs {
-        Some(certs) => crate::pki::ca_cert_hash(&certs.ca.cert).map_err(|e| {
-            Error::failed(
-                reason::CERTIFICATES_ERROR,
-                format!("the cluster CA is not a certificate: {e}"),
-            )
-        }),
-        None => certs::ca_hash(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster).await,
+        Some(certs) => {
+            let hash = crate::pki::ca_cert_hash(&certs.ca.cert).map_err(|e| {
+                Error::failed(
+                    reason::CERTIFICATES_ERROR,
+                    format!("the cluster CA is not a certificate: {e}"),
+                )
+            })?;
+            let pem = certs.ca.cert.clone();
+            Ok(CaCert { hash, pem })
+        }
+        None => certs::ca_cert(&ctx.client, &ctx.stores, &ctx.ca_hashes, cluster).await,
     }
 }
 

@@ -41,6 +41,16 @@ pub struct RunArgs {
     /// Timeout of each request to a workload cluster.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub workload_timeout: Duration,
+    /// How often the boot reports of a cluster's machines that have not joined are read (one
+    /// listing per cluster, shared by its configs), and the least time between two progress
+    /// reports a machine sends (its failure and its end are sent at once). See
+    /// docs/boot-channel.md.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub boot_report_interval: Duration,
+    /// A Machine whose infrastructure is provisioned and that has not reported its boot for
+    /// this long gets `Ready=False`, reason `BootNotStarted` (templates with boot reports).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub boot_not_started_after: Duration,
     /// Address serving Prometheus metrics on /metrics.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub metrics_addr: std::net::SocketAddr,
@@ -202,6 +212,8 @@ impl RunArgs {
             shard_selector: self.shard_selector.clone(),
             bootstrap_token_ttl: self.bootstrap_token_ttl,
             workload_timeout: self.workload_timeout,
+            boot_report_interval: self.boot_report_interval,
+            boot_not_started_after: self.boot_not_started_after,
             concurrency: self.concurrency,
             build: String::new(),
             generator_client_cert: None,

@@ -35,6 +35,9 @@ pub struct Metrics {
     inplace_updates: IntCounterVec,
     oldest_inplace_update: IntGauge,
     hook_requests: IntCounterVec,
+    boot_duration: HistogramVec,
+    boot_failures: IntCounterVec,
+    boot_reports_unreadable: IntCounterVec,
     /// Per-config state and creation time, to derive the gauges. Keyed by namespace/name;
     /// this map is memory, not label values.
     config_states: Mutex<HashMap<String, (ConfigState, Option<Timestamp>)>>,
@@ -72,6 +75,9 @@ impl Metrics {
         let inplace_updates = counter_vec(&r, "bootplate_inplace_updates_total", "In-place updates of booted machines by result: started, succeeded, failed (the node reported a failed step).", &["result"]);
         let oldest_inplace_update = IntGauge::new("bootplate_oldest_inplace_update_age_seconds", "Age of the oldest in-place update still in progress (Cluster API marked the machine, its node has not reported the payload applied); 0 when none.").expect("valid metric");
         let hook_requests = counter_vec(&r, "bootplate_extension_requests_total", "Cluster API Runtime SDK calls served by hook (discovery, can_update_machine_set, can_update_machine, update_machine) and answer (in_place, rollout, unchanged, in_progress, done, failure, error).", &["hook", "answer"]);
+        let boot_duration = histogram_vec(&r, "bootplate_boot_duration_seconds", "Time each part of a machine's boot took, as the machine reported it, by template and part (a part the template does not have counts as `other`).", vec![1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0], &["template", "part"]);
+        let boot_failures = counter_vec(&r, "bootplate_boot_failures_total", "Machines that reported a failed boot, by template and the part that failed.", &["template", "part"]);
+        let boot_reports_unreadable = counter_vec(&r, "bootplate_boot_reports_unreadable_total", "Boot reports that could not be read (too large, malformed), by template.", &["template"]);
         let leader = IntGauge::new("bootplate_leader", "1 while this instance holds the leader Lease (or runs without leader election).").expect("valid metric");
         for collector in [
             Box::new(secrets_written.clone()) as Box<dyn prometheus::core::Collector>,
@@ -96,7 +102,8 @@ impl Metrics {
             registry: r, reconciles, reconcile_duration, render_duration, render_failures,
             secrets_written, events, events_queued, tokens, configs, templates, time_to_ready,
             oldest_waiting, leader, generator_requests, generator_duration, inplace_updates,
-            oldest_inplace_update, hook_requests,
+            oldest_inplace_update, hook_requests, boot_duration, boot_failures,
+            boot_reports_unreadable,
             config_states: Mutex::default(),
             template_validity: Mutex::default(),
             inplace_since: Mutex::default(),
@@ -115,6 +122,27 @@ impl Metrics {
             Some(since) => updating.insert(key.to_owned(), since),
             None => updating.remove(key),
         };
+    }
+
+    /// Records how long part `part` of a machine's boot took.
+    pub fn boot_part(&self, template: &str, part: &str, seconds: f64) {
+        self.boot_duration
+            .with_label_values(&[template, part])
+            .observe(seconds);
+    }
+
+    /// Counts a machine whose boot failed in part `part`.
+    pub fn boot_failed(&self, template: &str, part: &str) {
+        self.boot_failures
+            .with_label_values(&[template, part])
+            .inc();
+    }
+
+    /// Counts a boot report that could not be read.
+    pub fn boot_report_unreadable(&self, template: &str) {
+        self.boot_reports_unreadable
+            .with_label_values(&[template])
+            .inc();
     }
 
     /// Counts a Runtime SDK call by hook and answer.

@@ -727,13 +727,14 @@ fn configs_of_cluster(
         .collect()
 }
 
-/// Drops the workload client and CA hash of a deleted Cluster.
+/// Drops the workload client, CA and boot reports of a deleted Cluster.
 fn forget_cluster(caches: &Caches) -> impl Fn(&Cluster) + Send + 'static {
     let caches = caches.clone();
     move |cluster| {
         let (namespace, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
         caches.workloads.forget(&namespace, &name);
         caches.ca_hashes.forget(&namespace, &name);
+        caches.boot_reports.forget(&namespace, &name);
     }
 }
 

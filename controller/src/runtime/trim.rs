@@ -87,6 +87,10 @@ pub(crate) fn machine(machine: &mut Machine) {
     meta.namespace = old.namespace;
     meta.resource_version = old.resource_version;
     meta.labels = old.labels.filter(|l| !l.is_empty());
+    // Of the conditions, only the one the boot report's `BootNotStarted` reads.
+    if let Some(status) = machine.status.as_mut() {
+        (status.conditions).retain(|c| c.type_ == crd_types::capi::INFRASTRUCTURE_READY);
+    }
 }
 
 #[cfg(test)]
@@ -220,6 +224,7 @@ mod tests {
         machine.spec.version = Some("v1.31.2".into());
         machine.status = Some(crd_types::capi::MachineStatus {
             node_ref: Some(crd_types::capi::NodeReference { name: "n0".into() }),
+            ..Default::default()
         });
         machine.metadata = ObjectMeta {
             labels: map(&[("cluster.x-k8s.io/control-plane", ""), ("team", "a")]),

@@ -8,7 +8,7 @@
 
 use crd_types::FileEncoding;
 
-use super::{Meta, all_commands, unit_files};
+use super::{Meta, all_commands, files_to_write};
 use crate::body::{Body, File};
 use crate::helpers::push_yaml_double_quoted;
 
@@ -16,8 +16,8 @@ use crate::helpers::push_yaml_double_quoted;
 pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
     let mut out = String::with_capacity(super::size_estimate(body));
     out.push_str(&header(meta));
-    write_files(&mut out, body);
-    runcmd(&mut out, &all_commands(body));
+    write_files(&mut out, &files_to_write(body, meta.report));
+    runcmd(&mut out, &all_commands(body, meta.report));
     out
 }
 
@@ -26,11 +26,9 @@ pub(super) fn header(meta: &Meta<'_>) -> String {
     format!("#cloud-config\n{}", meta.comment())
 }
 
-/// The `write_files` section with the body's files and unit files (nothing when there are none:
-/// the cloud-init schema wants at least one entry).
-pub(super) fn write_files(out: &mut String, body: &Body) {
-    let units = unit_files(body);
-    let files: Vec<&File> = body.files.iter().chain(units.iter()).collect();
+/// The `write_files` section with `files` (nothing when there are none: the cloud-init schema
+/// wants at least one entry).
+pub(super) fn write_files(out: &mut String, files: &[File]) {
     if files.is_empty() {
         return;
     }
@@ -210,11 +208,13 @@ mod tests {
                 .collect(),
             units: Vec::new(),
             commands: vec!["kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml".into(); 8],
+            command_parts: vec![("join".into(), 8)],
         };
         let meta = Meta {
             object: "ClusterBootstrapTemplate t",
             revision: "abc",
             role: crd_types::Role::Worker,
+            report: None,
         };
         let out = write(&meta, &body);
         assert!(

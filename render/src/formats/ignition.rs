@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use crd_types::FileEncoding;
 use serde::Serialize;
 
-use super::{Meta, SENTINEL, script};
+use super::{Meta, report, script};
 use crate::body::{Body, File};
 
 /// Where the commands script is written, and the marker it leaves so it runs only once.
@@ -78,11 +78,11 @@ struct DropIn {
 
 /// The Ignition JSON of `body`.
 pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
-    let mut files: Vec<IgnFile> = body
-        .files
-        .iter()
+    let reporter = meta.report.map(report::files).into_iter().flatten();
+    let mut files: Vec<IgnFile> = reporter
+        .chain(body.files.iter().cloned())
         .filter(|f| f.path != SCRIPT_PATH)
-        .map(file)
+        .map(|f| file(&f))
         .collect();
     files.push(file(&File {
         path: SCRIPT_PATH.to_owned(),
@@ -127,13 +127,12 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
 }
 
 /// The commands script: the bootplate header, the commands, the sentinel, the done marker.
+/// Ignition declares the units natively; the `enable` of units with only drop-ins stays among
+/// the steps: `enabled` presets a unit at first boot only if its file exists then, and such a
+/// unit may come from a package the commands install.
 fn commands_script(meta: &Meta<'_>, body: &Body) -> String {
     let mut out = script::header(meta);
-    let mut commands = body.commands.clone();
-    // Ignition's `enabled` presets a unit at first boot only if its file exists then; a unit
-    // with only drop-ins may come from a package the commands install.
-    commands.extend(super::enable_commands(body, false));
-    commands.extend(SENTINEL.iter().map(|s| (*s).to_owned()));
+    let mut commands = report::lay_out(report::steps(body, true), meta.report, false);
     commands.push(format!("touch {DONE_MARKER}"));
     script::commands(&mut out, &commands);
     out

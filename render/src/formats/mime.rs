@@ -6,15 +6,15 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sha2::{Digest, Sha256};
 
-use super::{Meta, all_commands, cloud_config, script};
+use super::{Meta, all_commands, cloud_config, files_to_write, script};
 use crate::body::Body;
 
 /// The MIME archive of `body`.
 pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
     let mut config = cloud_config::header(meta);
-    cloud_config::write_files(&mut config, body);
+    cloud_config::write_files(&mut config, &files_to_write(body, meta.report));
     let mut shell = script::header(meta);
-    script::commands(&mut shell, &all_commands(body));
+    script::commands(&mut shell, &all_commands(body, meta.report));
     archive(&[
         ("text/cloud-config", "cloud-config.yaml", &config),
         ("text/x-shellscript", "bootstrap.sh", &shell),

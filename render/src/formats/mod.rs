@@ -11,18 +11,24 @@
 mod cloud_config;
 mod ignition;
 mod mime;
+mod report;
 mod script;
 mod shape;
 
 use crd_types::{FileEncoding, OutputFormat, Role};
 
 use crate::body::{Body, File};
+use crate::context::BootReport;
 
-/// Who rendered what, for the comment at the top of the output.
+pub(crate) use report::{FILES_PART, UNITS_PART};
+
+/// Who rendered what, for the comment at the top of the output, and where the machine reports
+/// its boot (no reporter when `None`).
 pub(crate) struct Meta<'a> {
     pub(crate) object: &'a str,
     pub(crate) revision: &'a str,
     pub(crate) role: Role,
+    pub(crate) report: Option<&'a BootReport>,
 }
 
 impl Meta<'_> {
@@ -120,13 +126,18 @@ fn enable_commands(body: &Body, written: bool) -> impl Iterator<Item = String> +
 }
 
 /// Everything run after the files are in place: units, commands, the units the commands
-/// install, the sentinel.
-fn all_commands(body: &Body) -> Vec<String> {
-    let mut commands = unit_commands(body);
-    commands.extend(body.commands.iter().cloned());
-    commands.extend(enable_commands(body, false));
-    commands.extend(SENTINEL.iter().map(|s| (*s).to_owned()));
-    commands
+/// install, the sentinel; with a reporter, each step announced to it.
+fn all_commands(body: &Body, report: Option<&BootReport>) -> Vec<String> {
+    report::lay_out(report::steps(body, false), report, false)
+}
+
+/// The body's files, unit files and, with a reporter, the reporter's files (first: the
+/// commands source the library).
+fn files_to_write(body: &Body, report: Option<&BootReport>) -> Vec<File> {
+    let mut files: Vec<File> = report.map(report::files).into_iter().flatten().collect();
+    files.extend(body.files.iter().cloned());
+    files.extend(unit_files(body));
+    files
 }
 
 /// Checks the unit files and drop-ins of a structured body as systemd reads them; Err names the
@@ -309,9 +320,10 @@ mod tests {
                 unit("quiet.service", false, None),
             ],
             commands: vec!["apt-get install -y packaged".to_owned()],
+            command_parts: vec![("p".to_owned(), 1)],
         };
         assert_eq!(
-            all_commands(&body),
+            all_commands(&body, None),
             [
                 "systemctl daemon-reload",
                 "systemctl enable 'written.service'",
@@ -328,6 +340,7 @@ mod tests {
                 object: "t",
                 revision: "r",
                 role: Role::Worker,
+                report: None,
             },
             &body,
         );

@@ -5,7 +5,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use crd_types::FileEncoding;
 
-use super::{Meta, all_commands, unit_files};
+use super::{Meta, files_to_write, report};
 use crate::body::{Body, File};
 use crate::helpers::quote;
 
@@ -25,18 +25,31 @@ bootplate_write_file() {
 }
 "#;
 
-/// The whole script of `body`.
+/// The whole script of `body`. With a reporter, its files are written first and it starts
+/// before the other files, so that each of them is a step it reports.
 pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
     let mut out = header(meta);
-    let units = unit_files(body);
-    if !body.files.is_empty() || !units.is_empty() {
+    let files = files_to_write(body, meta.report);
+    let own = if meta.report.is_some() { 2 } else { 0 };
+    if !files.is_empty() {
         out.push('\n');
         out.push_str(WRITE_FILE);
-        for f in body.files.iter().chain(units.iter()) {
-            write_file(&mut out, f);
-        }
     }
-    commands(&mut out, &all_commands(body));
+    for f in &files[..own] {
+        write_file(&mut out, f);
+    }
+    if meta.report.is_some() {
+        commands(&mut out, &report::start());
+    }
+    for (i, f) in files[own..].iter().enumerate() {
+        if meta.report.is_some() {
+            out.push_str(&report::announce(report::FILES_PART, "file", i));
+            out.push('\n');
+        }
+        write_file(&mut out, f);
+    }
+    let steps = report::steps(body, false);
+    commands(&mut out, &report::lay_out(steps, meta.report, true));
     out
 }
 
@@ -98,7 +111,7 @@ fn wrapped_base64(data: &[u8]) -> String {
 }
 
 /// A heredoc delimiter that is not a line of `data`.
-fn delimiter(data: &str) -> String {
+pub(super) fn delimiter(data: &str) -> String {
     let mut candidate = "BOOTPLATE_EOF".to_owned();
     let mut n = 0;
     while data.lines().any(|l| l == candidate) {

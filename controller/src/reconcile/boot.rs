@@ -1,0 +1,163 @@
+//! The boot report of a config's machine (docs/boot-channel.md): read from the workload
+//! cluster's coalesced listing while the machine has not joined, turned into a view by
+//! `core::boot`, and reported here as the Event and the metrics that go with the status.
+
+use std::time::Duration;
+
+use crd_types::conditions::reason;
+use crd_types::{BootplateConfig, BootplateConfigStatus};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use tracing::{debug, warn};
+
+use super::context::Context;
+use crate::core::boot::{self, Facts, Report, ReportError, View};
+use crate::core::outcome::Note;
+
+/// The most of a failure's output an Event carries (the Event API takes 1 KiB).
+const EVENT_TEXT: usize = 1000;
+
+/// What a config's render knows of the machine whose boot it may report.
+#[derive(Clone, Debug)]
+pub(crate) struct Subject {
+    /// The Machine's name.
+    pub machine: String,
+    /// Its Cluster's name.
+    pub cluster: String,
+    /// Since when its infrastructure is provisioned.
+    pub provisioned_since: Option<Timestamp>,
+    /// The template's `<Kind>/<name>`, the metrics' label.
+    pub template: String,
+    /// The part names the template's reports may name (others count as `other`).
+    pub parts: Vec<String>,
+}
+
+/// The machine's boot as the config shows it, and the report it came from.
+pub(crate) struct Looked {
+    pub view: View,
+    report: Option<Report>,
+}
+
+/// Reads the machine's report (from the cluster's listing, at most one per interval) and
+/// decides what the config shows. `None` when the reports cannot be read now: the status keeps
+/// what it showed, and the next look tries again.
+pub(crate) async fn look(
+    ctx: &Context,
+    config: &BootplateConfig,
+    subject: &Subject,
+) -> Option<Looked> {
+    let namespace = config.namespace().unwrap_or_default();
+    let interval = ctx.settings.boot_report_interval;
+    let listed = match ctx.workload_client(&namespace, &subject.cluster).await {
+        Ok(workload) => {
+            let reports = &ctx.boot_reports;
+            reports
+                .of_cluster(&workload, &namespace, &subject.cluster, interval)
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    let reports = match listed {
+        Ok(reports) => reports,
+        Err(e) => {
+            debug!(error = %e, "boot reports not read; trying again later");
+            return None;
+        }
+    };
+    let uid = config.uid().unwrap_or_default();
+    let report = reports.get(&uid).map(|r| match r {
+        Some(encoded) => boot::parse(encoded),
+        None => Err(ReportError::TooLarge(boot::MAX_ENCODED + 1)),
+    });
+    let kept = report.as_ref().and_then(|r| r.as_ref().ok()).cloned();
+    let not_started_after = SignedDuration::try_from(ctx.settings.boot_not_started_after)
+        .unwrap_or(SignedDuration::MAX);
+    let view = boot::view(Facts {
+        machine: &subject.machine,
+        report,
+        provisioned_since: subject.provisioned_since,
+        not_started_after,
+        now: Timestamp::now(),
+    });
+    Some(Looked { view, report: kept })
+}
+
+/// The Event and metrics of a boot that reached a new phase (compared with the status as
+/// stored): a failure or a silence is a Warning Event, a finished boot's parts are observed.
+pub(crate) fn tell(
+    ctx: &Context,
+    config: &BootplateConfig,
+    previous: &BootplateConfigStatus,
+    subject: &Subject,
+    looked: &Looked,
+) {
+    let was = (previous.boot.as_ref()).and_then(|b| b.phase.as_deref());
+    let phase = match &looked.view {
+        View::Failed { .. } => "Failed",
+        View::Booted => "Booted",
+        View::NotStarted { .. } => "NotStarted",
+        View::Unreadable { .. } => "Unreadable",
+        View::Booting { .. } | View::Unknown => return,
+    };
+    if was == Some(phase) {
+        return;
+    }
+    let label = |part: &str| {
+        if subject.parts.iter().any(|p| p == part) {
+            part.to_owned()
+        } else {
+            "other".to_owned()
+        }
+    };
+    if let (Some(report), View::Failed { .. } | View::Booted) = (&looked.report, &looked.view) {
+        for (part, seconds) in boot::durations(report) {
+            ctx.metrics
+                .boot_part(&subject.template, &label(part), seconds);
+        }
+    }
+    let note = match &looked.view {
+        View::Failed {
+            part,
+            message,
+            tail,
+        } => {
+            ctx.metrics.boot_failed(&subject.template, &label(part));
+            warn!(machine = %subject.machine, %part, "boot failed");
+            Some(warning(
+                reason::BOOT_FAILED,
+                boot::event_text(message, tail, EVENT_TEXT),
+            ))
+        }
+        View::NotStarted { message } => Some(warning(reason::BOOT_NOT_STARTED, message.clone())),
+        View::Unreadable { message } => {
+            ctx.metrics.boot_report_unreadable(&subject.template);
+            warn!(machine = %subject.machine, %message, "boot report unreadable");
+            Some(warning(reason::BOOT_REPORT_UNREADABLE, message.clone()))
+        }
+        _ => None,
+    };
+    if let Some(note) = note {
+        ctx.publish(config, note);
+    }
+}
+
+fn warning(reason: &'static str, text: String) -> Note {
+    Note {
+        warning: true,
+        reason,
+        action: "Boot",
+        text,
+    }
+}
+
+/// When to look again: soon while the machine boots or has not reported, not at all once it
+/// reported its end (its joining reconciles the config).
+pub(crate) fn next_look(view: &View, interval: Duration) -> Option<Duration> {
+    match view {
+        View::Booted | View::Failed { .. } => None,
+        View::Unknown
+        | View::Booting { .. }
+        | View::NotStarted { .. }
+        | View::Unreadable { .. } => Some(interval),
+    }
+}
