@@ -2,7 +2,8 @@
 # Installs (idempotently) the Debian packages the test suite uses: the real consumers of the
 # rendered output (cloud-init, ignition, shellcheck), promtool for the alert rules, debootstrap
 # for the boot proof, containerd and runc (the container runtime the real kubelet of the joins
-# talks to), and for the VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs).
+# talks to), for the VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs), and
+# xmllint (libxml2-utils), which validates `bootplate lint --format junit` against the JUnit XSD.
 # kube-apiserver, etcd, kubeadm, the kubelet and Cluster API come from Go modules instead
 # (tests/scripts/build-tools.sh).
 set -euo pipefail
@@ -10,7 +11,7 @@ log() { echo "install-tools: $*" >&2; }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl
-  containerd runc qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs)
+  containerd runc qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs libxml2-utils)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -24,6 +25,6 @@ if ((${#need[@]})); then
 fi
 for tool in cloud-init ignition-validate shellcheck promtool kubectl debootstrap go openssl \
   containerd containerd-shim-runc-v2 runc qemu-system-x86_64 qemu-img cloud-localds mkfs.ext4 \
-  debugfs; do
+  debugfs xmllint; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done

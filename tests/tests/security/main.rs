@@ -15,3 +15,5 @@ mod node_payload;
 mod node_agent;
 
 mod render_budget;
+
+mod lint_decoding;
