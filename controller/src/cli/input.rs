@@ -171,7 +171,12 @@ impl YamlFile {
             self.positions.locate(index, field, None)
         };
         let mut d = Diagnostic::new(&self.shown, location, Severity::Error, code, field, message);
-        if let Some((text, value)) = self.positions.reread(index, field) {
+        // Only where text was wanted (or a key read as `true` is unknown): quoting a number
+        // outside its range would not help.
+        let wanted_text = d.message.contains("string") || code == "unknown-field";
+        if let Some((text, value)) = self.positions.reread(index, field)
+            && wanted_text
+        {
             let why = yaml11::hint(text, value);
             d.hint = Some(match d.hint.take() {
                 Some(hint) => format!("{hint}; {why}"),
@@ -456,7 +461,8 @@ pub struct Positions {
     starts: Vec<Marker>,
     /// The unquoted scalars of each document YAML 1.1 reads as another value than YAML 1.2.
     rereads: Vec<Vec<Reread>>,
-    /// Of those, the fields whose value `reread_as_yaml_1_1` changed: the text and new value.
+    /// Of those, the fields `reread_as_yaml_1_1` found (and set where YAML 1.2 read them
+    /// otherwise): the unquoted text and the value.
     changed: Vec<BTreeMap<String, (String, serde_yaml::Value)>>,
 }
 
@@ -612,13 +618,14 @@ fn node_mut<'a>(
 }
 
 /// Sets the node of `r` to its YAML 1.1 value when serde_yaml read it as something else; the
-/// field's path when it did.
+/// field's path.
 fn set_value(document: &mut serde_yaml::Value, r: &Reread) -> Option<String> {
     let node = node_mut(document, &r.steps)?;
-    (*node != r.value).then(|| {
+    if *node != r.value {
         *node = r.value.clone();
-        r.path.clone()
-    })
+    }
+    // Kept even when YAML 1.2 agreed (`0o600`): a problem there still needs the quotes.
+    Some(r.path.clone())
 }
 
 /// Renames the key of `r` to the text sigs.k8s.io/yaml gives a non-string key (a boolean's
@@ -712,7 +719,7 @@ impl Positions {
     }
 
     /// The unquoted text of `field` of document `document` and the value YAML 1.1 reads it as,
-    /// when that changed the field.
+    /// when that is not the text.
     pub fn reread(&self, document: usize, field: &str) -> Option<(&str, &serde_yaml::Value)> {
         let (text, value) = self.changed.get(document)?.get(field)?;
         Some((text, value))
