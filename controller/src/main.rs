@@ -36,7 +36,8 @@ enum Command {
     Run(Box<bootplate::runtime::flags::RunArgs>),
     /// Render a template offline: template + Machine + Cluster (+ config) files to user-data.
     Render(cli::render::RenderArgs),
-    /// Check template files offline; prints FILE:LINE:COL: problem lines.
+    /// Check bootplate objects offline (files or directories of a GitOps tree): templates,
+    /// configs against their templates, bootstrap references; text, short, JSON, JUnit or SARIF.
     Lint(cli::lint::LintArgs),
     /// Serve a template's parts as a BootstrapGenerator (the reference generator).
     Generator(cli::generator::GeneratorArgs),

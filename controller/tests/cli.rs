@@ -317,13 +317,9 @@ fn lint_points_at_the_file_line_and_column() {
     );
     assert!(stdout.lines().any(|l| l == expected), "{stdout}");
     assert!(BROKEN.lines().nth(18).unwrap().find("{{values.typo}}") == Some(15));
-    // The sample render finds the same name undefined, at the same place.
-    assert!(
-        stdout.contains(&format!(
-            "{shown}:19:16: error: spec.parts[0].commands[1]: undefined variable `values.typo`"
-        )),
-        "{stdout}"
-    );
+    // Said once: the sample render fails on the same name at the same place, which adds
+    // nothing (it was a second error, "undefined variable `values.typo`").
+    assert_eq!(stdout.matches(":19:16:").count(), 1, "{stdout}");
 }
 
 #[test]

@@ -464,6 +464,8 @@ impl Walk<'_> {
             "eq" | "ne" | "gt" | "gte" | "lt" | "lte" | "and" | "or" | "not" => Ty::Bool,
             "version_at_least" | "starts_with" => Ty::Bool,
             "len" => Ty::Number,
+            // Digits and a dot, or the render fails.
+            "kubernetes_minor" => FIXED,
             "lookup" => Ty::Any,
             "shell_quote" if self.output == Output::Unit => free_if_any(&types),
             n if QUOTING.contains(&n) => FIXED,

@@ -182,7 +182,7 @@ impl HelperDef for Step {
 }
 
 /// bootplate's helpers: name, usage, number of parameters, function.
-pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 18] = [
+pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 19] = [
     ("shell_quote", "shell_quote VALUE", 1, shell_quote),
     ("systemd_quote", "systemd_quote VALUE", 1, systemd_quote),
     (
@@ -208,6 +208,12 @@ pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 18] = [
         "version_at_least VERSION MINIMUM",
         2,
         version_at_least,
+    ),
+    (
+        "kubernetes_minor",
+        "kubernetes_minor VERSION",
+        1,
+        kubernetes_minor,
     ),
     ("starts_with", "starts_with TEXT PREFIX", 2, starts_with),
     ("fail", "fail MESSAGE", 1, fail),
@@ -790,6 +796,21 @@ fn version_at_least(args: &[&Value]) -> Result<Value, HelperError> {
     Ok(Value::Bool(parse(args[0])? >= parse(args[1])?))
 }
 
+/// The `MAJOR.MINOR` of a Kubernetes version (`v1.31.2` → `1.31`), the series package
+/// repositories are named by (`pkgs.k8s.io/core:/stable:/v1.31/deb/`), so templates need not
+/// cut versions apart in shell. The same versions as `version_at_least` are accepted; anything
+/// else, an empty version included (a Machine without `spec.version`), is an error.
+fn kubernetes_minor(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    let [major, minor, _] = version_numbers(&t).ok_or_else(|| {
+        HelperError::Invalid(format!(
+            "{:?} is not a version like v1.31.2 (guard a version that may be absent with {{{{#if machine.version}}}})",
+            crate::engine::truncate(&t, 64)
+        ))
+    })?;
+    Ok(Value::String(format!("{major}.{minor}")))
+}
+
 /// `v1.31.2` → `[1, 31, 2]`. The `v` is optional, a missing minor or patch is 0, and a
 /// pre-release or build suffix (`-rc.1`, `+build.5`) is ignored: a release candidate counts as
 /// the release it leads to, which is what choosing a configuration format by version needs.
@@ -918,6 +939,27 @@ mod tests {
                 err.contains("helper `version_at_least`") && err.contains("is not a version"),
                 "{bad}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn kubernetes_minor_is_the_release_series() {
+        let minor = |v: &str| render("{{kubernetes_minor v}}", json!({"v": v}));
+        let cases: &[(&str, Result<&str, &str>)] = &[
+            ("v1.31.2", Ok("1.31")),
+            ("1.30.0", Ok("1.30")),
+            ("v1.32.0-rc.1", Ok("1.32")),
+            ("v1.100.3+build.5", Ok("1.100")),
+            ("v2", Ok("2.0")),
+            ("", Err("guard a version that may be absent")),
+            ("latest", Err("is not a version")),
+        ];
+        for (version, expected) in cases {
+            match (minor(version), expected) {
+                (Ok(got), Ok(want)) => assert_eq!(&got, want, "{version}"),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{version}: {got}"),
+                (got, want) => panic!("{version}: {got:?}, expected {want:?}"),
+            }
         }
     }
 

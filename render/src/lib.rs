@@ -38,7 +38,8 @@ pub use inplace::{PartsRender, RenderedPart, UpdatePlan};
 pub use limit::{GZIP_EXPANSION, Limit, SECRET_LIMIT_BYTES};
 pub use lint::lint;
 pub use sample::{
-    SAMPLE_CA_HASH, SAMPLE_CLUSTER, SAMPLE_TOKEN, sample_certificates, sample_context,
+    SAMPLE_CA_HASH, SAMPLE_CLUSTER, SAMPLE_TOKEN, machine_shapes, sample_certificates,
+    sample_context,
 };
 
 use body::CompiledPart;

@@ -7,7 +7,7 @@ use crd_types::{BootplateConfigSpec, OutputFormat, Role, TemplateSpec};
 
 use crate::analysis::{self, Entry, Output};
 use crate::error::Problem;
-use crate::{CompiledTemplate, sample_context};
+use crate::{CompiledTemplate, machine_shapes, sample_context};
 
 /// Lints `spec` (named `object` in messages): compile problems first; when it compiles, the
 /// static checks and a sample render for each role with [`sample_context`]. `config` supplies
@@ -73,16 +73,32 @@ pub(crate) fn lint_compiled(
     };
     let mut found: Vec<(Problem, Vec<Role>)> = Vec::new();
     for role in Role::ALL {
-        let Err(e) = t.render(&config, &sample_context(role)) else {
-            continue;
-        };
-        for p in e.problems() {
-            match found.iter_mut().find(|(q, _)| *q == p) {
-                Some((_, roles)) => roles.push(role),
-                None => found.push((p, vec![role])),
+        if let Err(e) = t.render(&config, &sample_context(role)) {
+            note(&mut found, e.problems(), role);
+        }
+    }
+    // The other machine shapes once the template is otherwise clean: their failures would
+    // mostly repeat what is reported already.
+    let clean = found.is_empty()
+        && !problems
+            .iter()
+            .any(|p| p.severity == crate::Severity::Error);
+    if clean {
+        for role in Role::ALL {
+            for (shape, ctx) in machine_shapes(role) {
+                if let Err(e) = t.render(&config, &ctx) {
+                    let shaped = e.problems().into_iter().map(|p| for_shape(p, shape));
+                    note(&mut found, shaped.collect(), role);
+                }
             }
         }
     }
+    // A name the analysis refused fails the sample render at the same spot: say it once.
+    found.retain(|(p, _)| {
+        !problems.iter().any(|q| {
+            q.severity == crate::Severity::Error && q.field == p.field && q.position == p.position
+        })
+    });
     for (mut p, roles) in found {
         if roles.len() == Role::ALL.len() {
             problems.push(p);
@@ -94,6 +110,27 @@ pub(crate) fn lint_compiled(
         }
     }
     problems
+}
+
+/// Adds `problems`, found rendering for `role`, to `found` (one entry per problem, with the
+/// roles it was found for).
+fn note(found: &mut Vec<(Problem, Vec<Role>)>, problems: Vec<Problem>, role: Role) {
+    for p in problems {
+        match found.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, roles)) => roles.push(role),
+            None => found.push((p, vec![role])),
+        }
+    }
+}
+
+/// A problem of a render for one of the [`machine_shapes`]: a warning that says which (the
+/// sample render passed; `--strict` makes it an error, so that a template clean with
+/// `--strict` renders on every Machine the contract allows).
+fn for_shape(mut p: Problem, shape: &str) -> Problem {
+    p.message = format!("{} (rendering for {shape})", p.message);
+    p.severity = crate::Severity::Warning;
+    p.code = "machine-shape";
+    p
 }
 
 /// The whole-template analysis (see `analysis.rs`) of every text, and a warning for each

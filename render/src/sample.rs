@@ -90,9 +90,56 @@ pub fn sample_context(role: Role) -> RenderContext {
     }
 }
 
+/// The Machines the Cluster API contract allows beyond [`sample_context`]'s, for `role`: one
+/// without `spec.version`, one without a failure domain, a cluster whose endpoint is an IPv6
+/// address, and (for workers) an instance of a MachinePool. A template that renders for the
+/// sample but not for one of these fails on real machines; lint renders each.
+pub fn machine_shapes(role: Role) -> Vec<(&'static str, RenderContext)> {
+    let base = sample_context(role);
+    let mut no_version = base.clone();
+    no_version.machine.version.clear();
+    let mut no_failure_domain = base.clone();
+    no_failure_domain.machine.failure_domain.clear();
+    no_failure_domain.machine.failure_domains.clear();
+    let mut ipv6 = base.clone();
+    ipv6.cluster.control_plane_endpoint.host = "fd00::100".to_owned();
+    let address = ipv6.cluster.control_plane_endpoint.address();
+    if let Some(join) = &mut ipv6.join {
+        join.api_server_endpoint = address;
+    }
+    let mut shapes = vec![
+        ("a Machine without spec.version", no_version),
+        ("a Machine without a failure domain", no_failure_domain),
+        ("an IPv6 control-plane endpoint", ipv6),
+    ];
+    if role == Role::Worker {
+        let mut pool = base;
+        pool.machine.name = format!("{SAMPLE_CLUSTER}-pool-0");
+        pool.machine.failure_domain.clear();
+        pool.machine.failure_domains = vec!["fd-1".to_owned(), "fd-2".to_owned()];
+        pool.machine.pool = true;
+        shapes.push(("a MachinePool instance", pool));
+    }
+    shapes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machine_shapes_cover_what_the_contract_allows() {
+        let worker = machine_shapes(Role::Worker);
+        assert_eq!(worker.len(), 4);
+        assert!(worker[0].1.machine.version.is_empty());
+        assert!(worker[1].1.machine.failure_domains.is_empty());
+        assert_eq!(
+            worker[2].1.join.as_ref().unwrap().api_server_endpoint,
+            "[fd00::100]:6443"
+        );
+        assert!(worker[3].1.machine.pool);
+        assert_eq!(machine_shapes(Role::Init).len(), 3);
+    }
 
     #[test]
     fn shaped_like_render_context_new() {

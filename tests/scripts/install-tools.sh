@@ -4,8 +4,9 @@
 # for the boot proof, containerd and runc (the container runtime the real kubelet of the joins
 # talks to), umoci and skopeo (tests/scripts/build-images.sh builds the images of the cluster
 # that runs Pods with them; ca-certificates is the CA bundle bootplate's image carries), for the
-# VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs), and curl, whose documented
-# command line tests/tests/docs checks.
+# VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs), curl, whose documented
+# command line tests/tests/docs checks, and xmllint (libxml2-utils), which validates
+# `bootplate lint --format junit` against the JUnit XSD.
 # kube-apiserver, etcd, kubeadm, the kubelet and Cluster API come from Go modules instead
 # (tests/scripts/build-tools.sh).
 set -euo pipefail
@@ -13,7 +14,8 @@ log() { echo "install-tools: $*" >&2; }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl
-  containerd runc umoci skopeo ca-certificates qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs curl)
+  containerd runc umoci skopeo ca-certificates qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs curl
+  libxml2-utils)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -27,6 +29,6 @@ if ((${#need[@]})); then
 fi
 for tool in cloud-init ignition-validate shellcheck promtool kubectl debootstrap go openssl \
   containerd containerd-shim-runc-v2 runc umoci skopeo qemu-system-x86_64 qemu-img cloud-localds mkfs.ext4 \
-  debugfs curl; do
+  debugfs curl xmllint; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done

@@ -69,13 +69,18 @@ pub enum Format {
     Short,
     /// One JSON object per line (file, line, column, severity, code, field, message, hint).
     Json,
+    /// One JUnit XML document: a testsuite per file, a testcase per object, a failure per error.
+    Junit,
+    /// One SARIF 2.1.0 log, for code-scanning annotations: a result per problem.
+    Sarif,
 }
 
 impl Diagnostic {
     /// The diagnostic as `format` prints it; `source` is the text of its file, when read.
     pub fn render(&self, format: Format, source: Option<&str>) -> String {
         match format {
-            Format::Short => self.to_string(),
+            // The whole-run formats print through `report`; a lone line reads as `short`.
+            Format::Short | Format::Junit | Format::Sarif => self.to_string(),
             Format::Json => serde_json::to_string(self).expect("a diagnostic serializes"),
             Format::Text => match source {
                 Some(source) => self.snippet(source),

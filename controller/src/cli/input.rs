@@ -5,7 +5,12 @@
 //! column of the file, so problems print as `FILE:LINE:COL`.
 //!
 //! serde_yaml reads the objects; it does not expose positions, so yaml-rust2's event parser,
-//! which marks every node, locates the fields.
+//! which marks every node, locates the fields. serde_yaml reads YAML 1.2, `kubectl apply` YAML
+//! 1.1: every unquoted scalar the two read differently (`0600`, `yes`) is then set to what
+//! `kubectl apply` sends (`yaml11.rs`), and a problem at such a field says why.
+//!
+//! Every input is bounded before it is allocated: a file is read up to [`MAX_FILE_BYTES`], and
+//! holds at most [`MAX_DOCUMENTS`] documents.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -19,6 +24,13 @@ use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use super::diagnostic::Diagnostic;
+use super::yaml11;
+
+/// The largest file the offline commands read: far above any object the apiserver stores
+/// (etcd's default request limit is 1.5 MiB), so a file of many objects still fits.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+/// The most documents one file may hold.
+pub const MAX_DOCUMENTS: usize = 10_000;
 
 /// A problem with the command's input: exit code 2.
 #[derive(Debug)]
@@ -47,46 +59,27 @@ impl YamlFile {
     /// Reads and parses `path` (`-`: standard input); unreadable files are input errors, YAML
     /// syntax errors a located diagnostic.
     pub fn read(path: &Path) -> Result<YamlFile, ReadError> {
-        let shown = path.display().to_string();
-        let text = if path == Path::new("-") {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).map_err(|e| {
-                ReadError::Unreadable(InputError(format!(
-                    "{shown}: cannot read standard input: {e}"
-                )))
-            })?;
-            text
-        } else {
-            std::fs::read_to_string(path).map_err(|e| {
-                ReadError::Unreadable(InputError(format!("{shown}: cannot read: {e}")))
-            })?
-        };
+        let (shown, text) = read_text(path)?;
+        YamlFile::parse(shown, text)
+    }
+
+    /// Parses `text`, the content of the file shown as `shown`.
+    pub fn parse(shown: String, text: String) -> Result<YamlFile, ReadError> {
         let mut documents = Vec::new();
         for document in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                <serde_yaml::Value as serde::Deserialize>::deserialize(document).map_err(|e| {
-                    let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
-                    let message = e.to_string();
-                    // serde_yaml appends " at line L column C"; the location is shown already.
-                    let message = message
-                        .split(" at line ")
-                        .next()
-                        .unwrap_or(&message)
-                        .to_owned();
-                    ReadError::Problems(vec![Diagnostic::new(
-                        &shown,
-                        (line, column),
-                        Severity::Error,
-                        "yaml-syntax",
-                        "",
-                        format!("not valid YAML: {message}"),
-                    )])
-                })?;
+            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(document)
+                .map_err(|e| syntax_error(&shown, &e))?;
             if !value.is_null() {
                 documents.push(value);
             }
+            if documents.len() > MAX_DOCUMENTS {
+                return Err(ReadError::Unreadable(InputError(format!(
+                    "{shown}: more than {MAX_DOCUMENTS} documents in one file; split it"
+                ))));
+            }
         }
-        let positions = Positions::new(&text);
+        let mut positions = Positions::new(&text);
+        positions.reread_as_yaml_1_1(&mut documents);
         Ok(YamlFile {
             shown,
             text,
@@ -177,7 +170,20 @@ impl YamlFile {
         } else {
             self.positions.locate(index, field, None)
         };
-        Diagnostic::new(&self.shown, location, Severity::Error, code, field, message)
+        let mut d = Diagnostic::new(&self.shown, location, Severity::Error, code, field, message);
+        // Only where text was wanted (or a key read as `true` is unknown): quoting a number
+        // outside its range would not help.
+        let wanted_text = d.message.contains("string") || code == "unknown-field";
+        if let Some((text, value)) = self.positions.reread(index, field)
+            && wanted_text
+        {
+            let why = yaml11::hint(text, value);
+            d.hint = Some(match d.hint.take() {
+                Some(hint) => format!("{hint}; {why}"),
+                None => why,
+            });
+        }
+        d
     }
 
     /// Checks that every document is one of `allowed` kinds (and, for bootplate's, of the
@@ -195,27 +201,84 @@ impl YamlFile {
                 }
                 continue;
             }
-            let message = if document.get("kind").is_none() {
-                format!(
-                    "the document has no kind (expected {})",
-                    allowed.join(" or ")
-                )
-            } else if strict::KINDS.contains(&kind) {
-                format!(
-                    "a {kind} is not read here (expected {})",
-                    allowed.join(" or ")
-                )
-            } else {
-                format!(
-                    "unknown kind `{}`{}",
-                    kind,
-                    strict::hint(kind, allowed.iter().copied())
-                )
-            };
-            out.push(self.at(index, "kind", false, "unknown-kind", message));
+            out.push(self.unknown_kind(index, allowed));
         }
         out
     }
+
+    /// Document `index` is of none of the `allowed` kinds: the error, with the kind probably
+    /// meant.
+    pub fn unknown_kind(&self, index: usize, allowed: &[&str]) -> Diagnostic {
+        let document = &self.documents[index];
+        let kind = kind(document);
+        let message = if document.get("kind").is_none() {
+            format!(
+                "the document has no kind (expected {})",
+                allowed.join(" or ")
+            )
+        } else if strict::KINDS.contains(&kind) {
+            format!(
+                "a {kind} is not read here (expected {})",
+                allowed.join(" or ")
+            )
+        } else {
+            format!(
+                "unknown kind `{}`{}",
+                kind,
+                strict::hint(kind, allowed.iter().copied())
+            )
+        };
+        self.at(index, "kind", false, "unknown-kind", message)
+    }
+}
+
+/// The name shown for `path` and its text (`-`: standard input), at most [`MAX_FILE_BYTES`] of
+/// it: a larger file is refused before more than that is read.
+pub fn read_text(path: &Path) -> Result<(String, String), InputError> {
+    let shown = path.display().to_string();
+    let text = read_bounded(path, &shown)?;
+    Ok((shown, text))
+}
+
+fn read_bounded(path: &Path, shown: &str) -> Result<String, InputError> {
+    let unreadable = |why: String| InputError(format!("{shown}: {why}"));
+    let reader: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(path).map_err(|e| unreadable(format!("cannot read: {e}")))?)
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(unreadable(format!(
+            "larger than {} MiB, more than any file of Kubernetes objects needs; split it",
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| unreadable("cannot read: not UTF-8 text".to_owned()))
+}
+
+/// A YAML syntax error as a located diagnostic.
+fn syntax_error(shown: &str, e: &serde_yaml::Error) -> ReadError {
+    let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+    let message = e.to_string();
+    // serde_yaml appends " at line L column C"; the location is shown already.
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or(&message)
+        .to_owned();
+    ReadError::Problems(vec![Diagnostic::new(
+        shown,
+        (line, column),
+        Severity::Error,
+        "yaml-syntax",
+        "",
+        format!("not valid YAML: {message}"),
+    )])
 }
 
 /// Why an input could not be used.
@@ -322,8 +385,26 @@ impl ConfigInput {
         })
     }
 
+    /// Where the config's spec sits, to locate its problems.
+    pub fn at(&self) -> ConfigAt<'_> {
+        ConfigAt {
+            file: &self.file,
+            index: self.index,
+            spec_path: self.spec_path,
+        }
+    }
+}
+
+/// Where a config spec sits: document `index` of `file`, at `spec_path`.
+pub struct ConfigAt<'a> {
+    pub file: &'a YamlFile,
+    pub index: usize,
+    pub spec_path: &'static str,
+}
+
+impl ConfigAt<'_> {
     /// A problem of the config's field `field` (relative to a config spec: `spec.variables.x`),
-    /// located in the config file.
+    /// located in its file.
     pub fn locate(
         &self,
         field: &str,
@@ -354,18 +435,42 @@ enum Container {
     Sequence { index: usize },
 }
 
+/// A step of the way into a document: a mapping key or a sequence index.
+#[derive(Clone, Debug)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// An unquoted scalar YAML 1.1 reads as `value` (not the string `text`): at `steps`, or the
+/// key at the end of `steps` when `key`.
+#[derive(Clone, Debug)]
+struct Reread {
+    steps: Vec<Step>,
+    path: String,
+    text: String,
+    value: serde_yaml::Value,
+    key: bool,
+}
+
 /// Positions of every node of every document, by path (`spec.parts[1].commands[0]`), and of
 /// every mapping key (for unknown fields, which are the key's fault).
 pub struct Positions {
     documents: Vec<BTreeMap<String, Node>>,
     keys: Vec<BTreeMap<String, Marker>>,
     starts: Vec<Marker>,
+    /// The unquoted scalars of each document YAML 1.1 reads as another value than YAML 1.2.
+    rereads: Vec<Vec<Reread>>,
+    /// Of those, the fields `reread_as_yaml_1_1` found (and set where YAML 1.2 read them
+    /// otherwise): the unquoted text and the value.
+    changed: Vec<BTreeMap<String, (String, serde_yaml::Value)>>,
 }
 
 struct Collector {
     documents: Vec<BTreeMap<String, Node>>,
     keys: Vec<BTreeMap<String, Marker>>,
     starts: Vec<Marker>,
+    rereads: Vec<Vec<Reread>>,
     /// Documents that are only a null scalar (empty, or comments only): serde_yaml skips them.
     nulls: Vec<bool>,
     stack: Vec<(String, Container)>,
@@ -398,6 +503,35 @@ impl Collector {
         }
     }
 
+    /// The way to the current node.
+    fn steps(&self) -> Vec<Step> {
+        self.stack
+            .iter()
+            .map(|(_, container)| match container {
+                Container::Mapping { key } => Step::Key(key.clone().unwrap_or_default()),
+                Container::Sequence { index } => Step::Index(*index),
+            })
+            .collect()
+    }
+
+    /// Notes a plain scalar (the current node, or the key just read) that YAML 1.1 reads as
+    /// another value than a string.
+    fn note_yaml_1_1(&mut self, text: &str, key: bool) {
+        let Some(value) = yaml11::resolve_plain(text) else {
+            return;
+        };
+        let reread = Reread {
+            steps: self.steps(),
+            path: self.path(),
+            text: text.to_owned(),
+            value,
+            key,
+        };
+        if let Some(rereads) = self.rereads.last_mut() {
+            rereads.push(reread);
+        }
+    }
+
     fn record(&mut self, node: Node) -> String {
         let path = self.path();
         if let Some(doc) = self.documents.last_mut() {
@@ -414,6 +548,7 @@ impl MarkedEventReceiver for Collector {
                 self.documents.push(BTreeMap::new());
                 self.keys.push(BTreeMap::new());
                 self.starts.push(mark);
+                self.rereads.push(Vec::new());
                 self.nulls.push(false);
                 self.stack.clear();
             }
@@ -425,13 +560,20 @@ impl MarkedEventReceiver for Collector {
                 {
                     *null = true;
                 }
+                let plain = style == TScalarStyle::Plain;
                 if let Some((_, Container::Mapping { key: key @ None })) = self.stack.last_mut() {
-                    *key = Some(value);
+                    *key = Some(value.clone());
                     let path = self.path();
                     if let Some(keys) = self.keys.last_mut() {
                         keys.entry(path).or_insert(mark);
                     }
+                    if plain {
+                        self.note_yaml_1_1(&value, true);
+                    }
                 } else {
+                    if plain && !self.stack.is_empty() {
+                        self.note_yaml_1_1(&value, false);
+                    }
                     let leading_newlines = value.len() - value.trim_start_matches('\n').len();
                     self.record(Node {
                         mark,
@@ -464,6 +606,49 @@ impl MarkedEventReceiver for Collector {
     }
 }
 
+/// The node at `steps` of `document`.
+fn node_mut<'a>(
+    document: &'a mut serde_yaml::Value,
+    steps: &[Step],
+) -> Option<&'a mut serde_yaml::Value> {
+    steps.iter().try_fold(document, |node, step| match step {
+        Step::Key(key) => node.get_mut(key.as_str()),
+        Step::Index(index) => node.get_mut(*index),
+    })
+}
+
+/// Sets the node of `r` to its YAML 1.1 value when serde_yaml read it as something else; the
+/// field's path.
+fn set_value(document: &mut serde_yaml::Value, r: &Reread) -> Option<String> {
+    let node = node_mut(document, &r.steps)?;
+    if *node != r.value {
+        *node = r.value.clone();
+    }
+    // Kept even when YAML 1.2 agreed (`0o600`): a problem there still needs the quotes.
+    Some(r.path.clone())
+}
+
+/// Renames the key of `r` to the text sigs.k8s.io/yaml gives a non-string key (a boolean's
+/// `true`/`false`, an integer's decimal digits); the new field's path when it did.
+fn rename_key(document: &mut serde_yaml::Value, r: &Reread) -> Option<String> {
+    let (Step::Key(old), parent) = r.steps.split_last()? else {
+        return None;
+    };
+    let new = match &r.value {
+        serde_yaml::Value::Bool(b) => b.to_string(),
+        serde_yaml::Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+        _ => return None,
+    };
+    let mapping = node_mut(document, parent)?.as_mapping_mut()?;
+    let value = mapping.remove(old.as_str())?;
+    mapping.insert(serde_yaml::Value::String(new.clone()), value);
+    let path = match r.path.rsplit_once('.') {
+        Some((base, _)) => format!("{base}.{new}"),
+        None => new,
+    };
+    Some(path)
+}
+
 impl Positions {
     /// Locates the nodes of `text` (the whole file, all documents). Text yaml-rust2 cannot read
     /// yields no positions (serde_yaml, which read the objects, is the judge of validity).
@@ -472,6 +657,7 @@ impl Positions {
             documents: Vec::new(),
             keys: Vec::new(),
             starts: Vec::new(),
+            rereads: Vec::new(),
             nulls: Vec::new(),
             stack: Vec::new(),
         };
@@ -480,24 +666,63 @@ impl Positions {
         let mut documents = Vec::new();
         let mut keys = Vec::new();
         let mut starts = Vec::new();
-        for (((doc, doc_keys), start), null) in collector
+        let mut rereads = Vec::new();
+        for ((((doc, doc_keys), start), doc_rereads), null) in collector
             .documents
             .into_iter()
             .zip(collector.keys)
             .zip(collector.starts)
+            .zip(collector.rereads)
             .zip(collector.nulls)
         {
             if !null && !doc.is_empty() {
                 documents.push(doc);
                 keys.push(doc_keys);
                 starts.push(start);
+                rereads.push(doc_rereads);
             }
         }
         Positions {
             documents,
             keys,
             starts,
+            rereads,
+            changed: Vec::new(),
         }
+    }
+
+    /// Sets every unquoted scalar of `documents` that YAML 1.1 reads differently to what
+    /// `kubectl apply` sends: the value, or for a mapping key its JSON text (`on:` is `"true"`).
+    pub fn reread_as_yaml_1_1(&mut self, documents: &mut [serde_yaml::Value]) {
+        self.changed = vec![BTreeMap::new(); documents.len()];
+        for ((document, rereads), changed) in documents
+            .iter_mut()
+            .zip(&self.rereads)
+            .zip(&mut self.changed)
+        {
+            for r in rereads {
+                let applied = if r.key {
+                    rename_key(document, r)
+                } else {
+                    set_value(document, r)
+                };
+                if let Some(path) = applied {
+                    changed.insert(path, (r.text.clone(), r.value.clone()));
+                }
+            }
+        }
+    }
+
+    /// The line document `document` starts at (its `---`, or its first line).
+    pub fn start_line(&self, document: usize) -> usize {
+        self.starts.get(document).map_or(1, |m| m.line().max(1))
+    }
+
+    /// The unquoted text of `field` of document `document` and the value YAML 1.1 reads it as,
+    /// when that is not the text.
+    pub fn reread(&self, document: usize, field: &str) -> Option<(&str, &serde_yaml::Value)> {
+        let (text, value) = self.changed.get(document)?.get(field)?;
+        Some((text, value))
     }
 
     /// The file line and column of the key of `field` (a mapping entry) in document

@@ -1,10 +1,11 @@
-//! `bootplate lint`: checks template files before they are published, with the checks the
-//! controller runs for a template's `Valid` condition plus the static ones, and prints each
-//! problem as `FILE:LINE:COL: severity: field: message`.
+//! `bootplate lint`: checks the files of a GitOps tree before they are applied: every bootplate
+//! object (templates with the checks the controller runs for a template's `Valid` condition
+//! plus the static ones), every config against the template it references, and Cluster API
+//! objects whose bootstrap reference names a bootplate config. Other kinds are skipped and
+//! counted. Problems print as text with the source, one line each, JSON, JUnit or SARIF.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crd_types::capi::{Cluster, Machine};
@@ -12,54 +13,86 @@ use render::{Origin, Problem, Severity};
 
 use super::diagnostic::{Diagnostic, Format};
 use super::generator::Offline;
-use super::input::{ConfigInput, InputError, ReadError, YamlFile, kind, template};
+use super::input::{ConfigInput, InputError, ReadError, YamlFile, template};
+use super::objects::{self, Class, KindFilter};
+use super::report::{Object, Report};
 use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 
 /// Arguments of `bootplate lint`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
-Each file may hold several YAML documents (FILE `-` reads standard input). Every document must be
-a BootstrapTemplate, ClusterBootstrapTemplate, BootplateConfig, BootplateConfigTemplate (apiVersion
-bootstrap.bootplate.dev/v1alpha1), Machine or Cluster (cluster.x-k8s.io): an unknown kind is an
-error, never skipped. bootplate's objects are read strictly: an unknown field, a value of the
-wrong type or outside its allowed values is an error naming the field (and the field probably
-meant). Every template is then checked:
-  - every template text and partial parses (an unclosed block is reported at its opening
-    tag); partial references exist and do not recurse; nesting and size stay within limits;
-  - every branch, loop and partial is walked whatever a sample machine would take: helper
-    names and their parameters, paths in the render context (values declared, join not for
-    init, certs only for control-plane roles), with \"did you mean\";
-  - free text written unquoted into shell, YAML or JSON is a warning; declared variables and
-    partials nothing uses are warnings;
-  - a render with sample values (generated from patterns) succeeds for each role and its
-    output reads as its consumer reads it (Ignition 3.x keys and types, cloud-config modules,
-    unit files); its shell passes `bash -n`; with --tools, cloud-init schema,
-    ignition-validate and shellcheck where installed.
+Each PATH is a file or a directory (its .yaml, .yml and .json files; with -R its subdirectories'
+too, hidden ones excepted); `-` reads standard input. A file may hold several YAML documents.
+Lint checks the kinds it owns and skips the others, counting them: bootplate's
+(BootstrapTemplate, ClusterBootstrapTemplate, BootplateConfig, BootplateConfigTemplate,
+BootstrapGenerator; an unknown kind of apiVersion bootstrap.bootplate.dev/* is an error) and
+Cluster API's Machine, Cluster, MachineDeployment, MachinePool and ClusterClass
+(cluster.x-k8s.io/*). --only-kind and --skip-kind narrow that; --strict-kinds makes every
+skipped document an error. YAML is read as kubectl apply reads it (YAML 1.1: unquoted 0600 is
+the number 384, yes/no/on/off are booleans). bootplate's objects are read strictly: an unknown
+field, a value of the wrong type or outside its allowed values is an error naming the field.
+  - every template text and partial parses; every branch, loop and partial is walked: helper
+    names and parameters, paths in the render context, with \"did you mean\"; free text
+    written unquoted into shell, YAML or JSON and unused variables and partials are warnings;
+  - a render with sample values succeeds for each role and its output reads as its consumer
+    reads it; its shell passes `bash -n`; with --tools, cloud-init schema, ignition-validate
+    and shellcheck where installed;
+  - every BootplateConfig and BootplateConfigTemplate is rendered with the template its
+    templateRef names, when that template is among the files: its variables, files and
+    commands are checked, problems reported at the config's lines; a template not found is a
+    warning;
+  - a MachineDeployment's or MachinePool's configRef, and a ClusterClass's worker bootstrap
+    references, to a BootplateConfigTemplate or BootplateConfig not among the files are
+    errors.
 
-Problems are printed to standard output: with the source lines and a caret (--format text),
-one line each (--format short: FILE:LINE:COL: error: FIELD: MESSAGE), or one JSON object each
-(--format json: file, line, column, severity, code, field, message, hint). --strict makes
-warnings errors. docs/templates.md describes every check and code.
+Every problem of every file is reported in one run; a summary line (`N objects, E errors, W
+warnings, S skipped`) goes to standard error. Formats (standard output):
+  text   the problem with the lines around it and a caret under the culprit (the default)
+           error: spec.parts[0].files[0].permission: unknown field `permission`
+             --> keys.yaml:12:11 ...
+  short  one line each: FILE:LINE:COL: SEVERITY: FIELD: MESSAGE; HINT
+           keys.yaml:12:11: error: spec.parts[0].files[0].permission: unknown field ...
+  json   one JSON object per line (file, line, column, severity, code, field, message, hint)
+           {\"file\":\"keys.yaml\",\"line\":12,\"column\":11,\"severity\":\"error\",...}
+  junit  one JUnit XML document: a testsuite per file, a testcase per object, a failure per
+         error (warnings in system-out)
+           <testsuites ...><testsuite name=\"keys.yaml\" ...><testcase name=\"...\">...
+  sarif  one SARIF 2.1.0 log (code-scanning annotations): a result per problem
+           {\"version\":\"2.1.0\",\"runs\":[{\"tool\":{\"driver\":{\"name\":\"bootplate lint\",...
+--strict makes warnings errors. docs/templates.md describes every check and code.
 
-Exit codes: 0 no errors (warnings allowed, unless --strict), 1 problems found, 2 lint could not
-run (bad usage, an unreadable file: the other files are still linted).")]
+Exit codes, the same for every format: 0 no errors (warnings allowed, unless --strict), 1
+problems found, 2 lint could not run fully (bad usage, a file that cannot be read: the others
+are still linted and reported, and the report is still printed).")]
 pub struct LintArgs {
-    /// Template files (YAML) to check.
-    #[arg(required = true, value_name = "FILE")]
+    /// Files and directories to check.
+    #[arg(required = true, value_name = "PATH")]
     pub files: Vec<PathBuf>,
-    /// How to print problems: `text` (with the lines around each), `short` (one line each) or
-    /// `json` (one object per line).
+    /// Also read the subdirectories of each directory given (at most 32 deep).
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// How to print problems: `text`, `short`, `json`, `junit` or `sarif` (below).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Treat warnings (unquoted free text, unused variables and partials) as errors.
+    /// Treat warnings (unquoted free text, unused variables and partials, templates not
+    /// found) as errors.
     #[arg(long)]
     pub strict: bool,
+    /// Check only objects of this kind (repeatable).
+    #[arg(long = "only-kind", value_name = "KIND")]
+    pub only_kinds: Vec<String>,
+    /// Do not check objects of this kind (repeatable).
+    #[arg(long = "skip-kind", value_name = "KIND")]
+    pub skip_kinds: Vec<String>,
+    /// Make every document of a kind lint does not check an error instead of skipping it.
+    #[arg(long)]
+    pub strict_kinds: bool,
     /// Also check the sample renders with the consumers' validators where installed:
     /// `cloud-init schema`, `ignition-validate`, `shellcheck -S error`.
     #[arg(long)]
     pub tools: bool,
     /// A BootplateConfig or BootplateConfigTemplate whose variables (and files, commands) the
-    /// sample renders use; its problems are reported at its own lines.
+    /// sample renders of every template use; its problems are reported at its own lines.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Call the generator a template part names, NAME=URL (https), with each sample render's
@@ -72,40 +105,16 @@ pub struct LintArgs {
     pub generator_ca: Option<PathBuf>,
 }
 
-/// The kinds lint reads: bootplate's five, and the CAPI objects `bootplate render` takes.
-const LINT_KINDS: [&str; 7] = [
-    "BootstrapTemplate",
-    "ClusterBootstrapTemplate",
-    "BootplateConfig",
-    "BootplateConfigTemplate",
-    "BootstrapGenerator",
-    "Machine",
-    "Cluster",
-];
-
 /// Runs `bootplate lint`.
 pub fn run(args: &LintArgs) -> ExitCode {
-    let mut code = EXIT_OK;
-    let mut diagnostics = Vec::new();
-    // The text of every file read, for snippets.
-    let mut sources: BTreeMap<String, String> = BTreeMap::new();
-    let config = match &args.config {
-        Some(path) => match ConfigInput::read(path) {
-            Ok(c) => {
-                sources.insert(c.file.shown.clone(), c.file.text.clone());
-                Some(c)
-            }
-            Err(ReadError::Unreadable(e)) => {
-                eprintln!("bootplate lint: {e}");
-                return exit(EXIT_INPUT);
-            }
-            Err(ReadError::Problems(found)) => {
-                diagnostics.extend(found);
-                None
-            }
-        },
-        None => None,
+    let filter = KindFilter {
+        only: args.only_kinds.clone(),
+        skip: args.skip_kinds.clone(),
     };
+    if let Err(e) = filter.validate() {
+        eprintln!("bootplate lint: {e}");
+        return exit(EXIT_INPUT);
+    }
     let generators = match Offline::new(&args.generators, args.generator_ca.as_deref()) {
         Ok(generators) => generators,
         Err(e) => {
@@ -113,38 +122,100 @@ pub fn run(args: &LintArgs) -> ExitCode {
             return exit(EXIT_INPUT);
         }
     };
+    let mut report = Report::default();
+    let config = match &args.config {
+        Some(path) => match read_config(path, &mut report) {
+            Some(config) => Some(config),
+            // A config that cannot be used would make every template's check misleading.
+            None => return finish(args, report),
+        },
+        None => None,
+    };
     let checks = Checks {
         config: config.as_ref(),
         tools: args.tools,
         generators: &generators,
+        filter,
+        strict_kinds: args.strict_kinds,
     };
-    if args.config.is_none() || config.is_some() {
-        for path in &args.files {
-            match lint_file(path, &checks, &mut sources) {
-                Ok(found) => diagnostics.extend(found),
-                Err(e) => {
-                    eprintln!("bootplate lint: {e}");
-                    code = EXIT_INPUT;
-                }
-            }
-        }
+    let files = read_files(args, &mut report);
+    let mut own = OwnProblems::new();
+    for file in &files {
+        lint_file(file, &checks, &files, &mut own, &mut report);
     }
-    let mut out = std::io::stdout().lock();
-    for d in &mut diagnostics {
-        if args.strict {
+    for file in &files {
+        check_configs(file, &checks, &files, &own, &mut report);
+    }
+    finish(args, report)
+}
+
+/// Prints the report; the exit code.
+fn finish(args: &LintArgs, mut report: Report) -> ExitCode {
+    if args.strict {
+        for d in &mut report.diagnostics {
             d.severity = Severity::Error;
         }
-        let shown = d.render(args.format, sources.get(&d.file).map(String::as_str));
-        // A closed pipe (`| head`) ends the output, not the run.
-        let _ = writeln!(out, "{shown}");
-        if d.severity == Severity::Error {
-            code = code.max(EXIT_FAILED);
-        }
     }
+    report.print(args.format);
+    let code = if !report.input_errors.is_empty() {
+        EXIT_INPUT
+    } else if report.errors() > 0 {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    };
     exit(code)
 }
 
-/// What lint checks templates with, besides themselves.
+/// `--config`: the config, or None with its problems in the report.
+fn read_config(path: &std::path::Path, report: &mut Report) -> Option<ConfigInput> {
+    match ConfigInput::read(path) {
+        Ok(c) => {
+            report.add_source(&c.file);
+            Some(c)
+        }
+        Err(ReadError::Unreadable(e)) => {
+            report.input_errors.push(e);
+            None
+        }
+        Err(ReadError::Problems(found)) => {
+            report.diagnostics.extend(found);
+            None
+        }
+    }
+}
+
+/// Every file of the paths given, parsed; what could not be read goes to the report.
+fn read_files(args: &LintArgs, report: &mut Report) -> Vec<YamlFile> {
+    let (sources, errors) = super::sources::expand(&args.files, args.recursive);
+    report.input_errors.extend(errors);
+    let mut files = Vec::new();
+    for source in sources {
+        let (shown, text) = match super::input::read_text(&source.path) {
+            Ok(read) => read,
+            Err(e) => {
+                report.input_errors.push(e);
+                continue;
+            }
+        };
+        // Kept before parsing, so that a YAML syntax error shows its line and a caret.
+        report.add_text(&shown, &text);
+        match YamlFile::parse(shown, text) {
+            Ok(file) if file.documents.is_empty() && source.named => {
+                report.input_errors.push(InputError(format!(
+                    "{}: no objects in this file",
+                    file.shown
+                )));
+            }
+            Ok(file) => files.push(file),
+            Err(ReadError::Unreadable(e)) => report.input_errors.push(e),
+            Err(ReadError::Problems(found)) => report.diagnostics.extend(found),
+        }
+    }
+    files
+}
+
+/// What lint checks objects with, besides themselves.
 struct Checks<'a> {
     /// `--config`.
     config: Option<&'a ConfigInput>,
@@ -152,75 +223,187 @@ struct Checks<'a> {
     tools: bool,
     /// `--generator`.
     generators: &'a Offline,
+    /// `--only-kind`, `--skip-kind`.
+    filter: KindFilter,
+    /// `--strict-kinds`.
+    strict_kinds: bool,
 }
 
-/// The problems of every object in `path`.
+/// Each template's own problems (by file and document), so that a config's render reports
+/// only what the config adds.
+type OwnProblems = BTreeMap<(String, usize), Vec<Problem>>;
+
+/// The problems of every document of `file`, into `report`.
 fn lint_file(
-    path: &Path,
+    file: &YamlFile,
     checks: &Checks<'_>,
-    sources: &mut BTreeMap<String, String>,
-) -> Result<Vec<Diagnostic>, InputError> {
-    let config = checks.config;
-    let file = match YamlFile::read(path) {
-        Ok(file) => {
-            sources.insert(file.shown.clone(), file.text.clone());
-            file
-        }
-        Err(ReadError::Unreadable(e)) => return Err(e),
-        Err(ReadError::Problems(found)) => return Ok(found),
-    };
-    if file.documents.is_empty() {
-        return Err(InputError(format!(
-            "{}: no objects in this file",
-            file.shown
-        )));
-    }
-    let mut out = file.check_kinds(&LINT_KINDS);
+    tree: &[YamlFile],
+    own: &mut OwnProblems,
+    report: &mut Report,
+) {
     for (index, document) in file.documents.iter().enumerate() {
-        // A document of a wrong kind or apiVersion was reported by check_kinds.
-        let json = serde_json::to_value(document).unwrap_or_default();
-        if crd_types::strict::KINDS.contains(&kind(document))
-            && crd_types::strict::kind_of(&json).is_err()
-        {
+        let kind = match objects::classify(document, &checks.filter) {
+            Class::Lint(kind) => kind,
+            Class::Unknown => {
+                report.objects.push(Object::of(file, index));
+                let d = file.unknown_kind(index, &crd_types::strict::KINDS);
+                report.diagnostics.push(d);
+                continue;
+            }
+            Class::Skip(kind) => {
+                report.skipped += 1;
+                if checks.strict_kinds {
+                    let message =
+                        format!("kind `{kind}` is not one lint checks (--strict-kinds refuses it)");
+                    report
+                        .diagnostics
+                        .push(file.at(index, "kind", false, "unknown-kind", message));
+                }
+                continue;
+            }
+            Class::Filtered => {
+                report.skipped += 1;
+                continue;
+            }
+        };
+        report.objects.push(Object::of(file, index));
+        if let Err(found) = lint_object(file, index, kind, checks, tree, own) {
+            report.diagnostics.extend(found);
+        }
+    }
+}
+
+/// The problems of document `index` of `file`, of kind `kind` (one lint owns).
+fn lint_object(
+    file: &YamlFile,
+    index: usize,
+    kind: &str,
+    checks: &Checks<'_>,
+    tree: &[YamlFile],
+    own: &mut OwnProblems,
+) -> Result<(), Vec<Diagnostic>> {
+    let json = serde_json::to_value(&file.documents[index]).unwrap_or_default();
+    if crd_types::strict::KINDS.contains(&kind)
+        && let Err(p) = crd_types::strict::kind_of(&json)
+    {
+        return Err(vec![file.at(
+            index,
+            &p.path,
+            false,
+            "api-version",
+            p.message,
+        )]);
+    }
+    match kind {
+        "BootstrapTemplate" | "ClusterBootstrapTemplate" => {
+            let (object, spec) = template(file, index)?;
+            let problems = render::lint(&object, &spec, checks.config.map(|c| &c.spec));
+            let mut out: Vec<Diagnostic> = problems
+                .iter()
+                .map(|p| locate(file, index, checks.config, p))
+                .collect();
+            if !problems.iter().any(|p| p.severity == Severity::Error) {
+                out.extend(run_tools(file, index, &object, &spec, checks));
+                out.extend(check_generators(file, index, &object, &spec, checks));
+            }
+            own.insert((file.shown.clone(), index), problems);
+            if out.is_empty() { Ok(()) } else { Err(out) }
+        }
+        "BootplateConfig" => file.decode::<crd_types::BootplateConfig>(index).map(drop),
+        "BootplateConfigTemplate" => file
+            .decode::<crd_types::BootplateConfigTemplate>(index)
+            .map(drop),
+        "BootstrapGenerator" => file
+            .decode::<crd_types::BootstrapGenerator>(index)
+            .and_then(|g| check_generator(file, index, &g.spec)),
+        "Machine" => file.decode::<Machine>(index).map(drop),
+        "Cluster" => file.decode::<Cluster>(index).map(drop),
+        _ => super::references::check_bootstrap_refs(file, index, tree),
+    }
+}
+
+/// Every config of `file` (that `--only-kind`/`--skip-kind` select) rendered with the template
+/// its `templateRef` names, when `tree` holds it: the config's problems at its own lines, and
+/// the template's problems that only its values cause at the template's.
+fn check_configs(
+    file: &YamlFile,
+    checks: &Checks<'_>,
+    tree: &[YamlFile],
+    own: &OwnProblems,
+    report: &mut Report,
+) {
+    for index in 0..file.documents.len() {
+        if !matches!(
+            objects::classify(&file.documents[index], &checks.filter),
+            Class::Lint("BootplateConfig" | "BootplateConfigTemplate")
+        ) {
             continue;
         }
-        let decoded = match kind(document) {
-            "BootstrapTemplate" | "ClusterBootstrapTemplate" => match template(&file, index) {
-                Ok((object, spec)) => {
-                    let problems = render::lint(&object, &spec, config.map(|c| &c.spec));
-                    out.extend(problems.iter().map(|p| locate(&file, index, config, p)));
-                    if !problems.iter().any(|p| p.severity == Severity::Error) {
-                        out.extend(run_tools(
-                            &file,
-                            index,
-                            &object,
-                            &spec,
-                            config,
-                            checks.tools,
-                        ));
-                        out.extend(check_generators(&file, index, &object, &spec, checks));
-                    }
-                    Ok(())
-                }
-                Err(found) => Err(found),
-            },
-            "BootplateConfig" => file.decode::<crd_types::BootplateConfig>(index).map(drop),
-            "BootplateConfigTemplate" => file
-                .decode::<crd_types::BootplateConfigTemplate>(index)
-                .map(drop),
-            "BootstrapGenerator" => file
-                .decode::<crd_types::BootstrapGenerator>(index)
-                .and_then(|g| check_generator(&file, index, &g.spec)),
-            "Machine" => file.decode::<Machine>(index).map(drop),
-            "Cluster" => file.decode::<Cluster>(index).map(drop),
-            _ => Ok(()),
+        let Some(config) = super::references::config(file, index) else {
+            continue;
         };
-        if let Err(found) = decoded {
-            out.extend(found);
-        }
+        report.diagnostics.extend(check_config(&config, tree, own));
     }
-    out.sort_by_key(|d| (d.line, d.column));
-    Ok(out)
+}
+
+/// One config against its template.
+fn check_config(
+    config: &super::references::FoundConfig<'_>,
+    tree: &[YamlFile],
+    own: &OwnProblems,
+) -> Vec<Diagnostic> {
+    let reference = &config.spec.template_ref;
+    let kind = reference.kind.as_str();
+    let (namespace, _) = objects::name_of(&config.at.file.documents[config.at.index]);
+    let Some((template_file, template_index)) =
+        super::references::find(tree, kind, &reference.name, namespace)
+    else {
+        let message = format!(
+            "{kind} `{}` is not among the files linted: the config's variables are not checked against it",
+            reference.name
+        );
+        return vec![config.at.locate(
+            "spec.templateRef.name",
+            Severity::Warning,
+            "template-not-found",
+            message,
+        )];
+    };
+    let Ok((object, spec)) = template(template_file, template_index) else {
+        return Vec::new();
+    };
+    let known = own
+        .get(&(template_file.shown.clone(), template_index))
+        .map_or(&[][..], Vec::as_slice);
+    render::lint(&object, &spec, Some(&config.spec))
+        .into_iter()
+        .filter(|p| p.origin == Origin::Config || !known.contains(p))
+        .map(|p| {
+            let role = p.role.map(|r| format!(" (role {r})")).unwrap_or_default();
+            match p.origin {
+                Origin::Config => {
+                    let message = format!("{}{role}", p.message);
+                    config.at.locate(&p.field, p.severity, p.code, message)
+                }
+                Origin::Template => {
+                    let message =
+                        format!("{}{role} (with the values of {})", p.message, config.shown);
+                    let location =
+                        template_file
+                            .positions
+                            .locate(template_index, &p.field, p.position);
+                    Diagnostic::new(
+                        &template_file.shown,
+                        location,
+                        p.severity,
+                        p.code,
+                        &p.field,
+                        message,
+                    )
+                }
+            }
+        })
+        .collect()
 }
 
 /// `bash -n`, and with `--tools` the consumers' validators, on the sample renders of a template
@@ -230,14 +413,13 @@ fn run_tools(
     index: usize,
     object: &str,
     spec: &crd_types::TemplateSpec,
-    config: Option<&ConfigInput>,
-    external: bool,
+    checks: &Checks<'_>,
 ) -> Vec<Diagnostic> {
     let Ok(compiled) = render::CompiledTemplate::compile(object, spec) else {
         return Vec::new();
     };
     let renders: Vec<_> = compiled
-        .sample_renders(config.map(|c| &c.spec))
+        .sample_renders(checks.config.map(|c| &c.spec))
         .into_iter()
         .map(|(role, r)| (role, r.data))
         .filter(|(_, data)| !data.starts_with(&[0x1f, 0x8b])) // gzip: not readable as text
@@ -247,7 +429,7 @@ fn run_tools(
     } else {
         "spec.parts"
     };
-    super::tools::check(spec.format, &renders, external)
+    super::tools::check(spec.format, &renders, checks.tools)
         .into_iter()
         .map(|p| {
             file.at(
@@ -337,7 +519,7 @@ fn locate(file: &YamlFile, index: usize, config: Option<&ConfigInput>, p: &Probl
     let message = format!("{}{role}", p.message);
     let code = p.code;
     match (p.origin, config) {
-        (Origin::Config, Some(config)) => config.locate(&p.field, p.severity, code, message),
+        (Origin::Config, Some(config)) => config.at().locate(&p.field, p.severity, code, message),
         _ => {
             let location = file.positions.locate(index, &p.field, p.position);
             Diagnostic::new(&file.shown, location, p.severity, code, &p.field, message)

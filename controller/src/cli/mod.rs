@@ -9,8 +9,13 @@ pub mod diagnostic;
 pub mod generator;
 pub mod input;
 pub mod lint;
+pub mod objects;
+pub mod references;
 pub mod render;
+pub mod report;
+pub mod sources;
 pub mod tools;
+pub mod yaml11;
 
 use std::process::ExitCode;
 

@@ -17,3 +17,4 @@ mod node_agent;
 mod render_budget;
 
 mod boot_report;
+mod lint_decoding;
