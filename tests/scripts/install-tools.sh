@@ -3,6 +3,11 @@
 # rendered output (cloud-init, ignition, shellcheck), promtool for the alert rules, debootstrap
 # for the boot proof, containerd and runc (the container runtime the real kubelet of the joins
 # talks to), and for the VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs).
+# The management cluster that runs Pods (tests/src/pod_cluster) adds the bridge and host-local
+# CNI plugins (containernetworking-plugins, in /usr/lib/cni), nftables (kube-proxy runs in its
+# nftables mode, which drives `nft`), iptables (the CNI plugins and kube-proxy's start-up clean-up
+# of older modes call it), iproute2 (the cluster's network namespace, veth and routes) and
+# busybox-static (the shell, HTTP server and client of its probe image).
 # kube-apiserver, etcd, kubeadm, the kubelet and Cluster API come from Go modules instead
 # (tests/scripts/build-tools.sh).
 set -euo pipefail
@@ -10,7 +15,8 @@ log() { echo "install-tools: $*" >&2; }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl
-  containerd runc qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs)
+  containerd runc qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs
+  containernetworking-plugins nftables iptables iproute2 busybox-static)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -24,6 +30,6 @@ if ((${#need[@]})); then
 fi
 for tool in cloud-init ignition-validate shellcheck promtool kubectl debootstrap go openssl \
   containerd containerd-shim-runc-v2 runc qemu-system-x86_64 qemu-img cloud-localds mkfs.ext4 \
-  debugfs; do
+  debugfs nft iptables ip nsenter /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done
