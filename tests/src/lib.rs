@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod generator;
 pub mod joins;
 pub mod pki;
+pub mod pod_cluster;
 pub mod rbac;
 pub mod tls_probe;
 pub mod tools;

@@ -1,0 +1,272 @@
+//! The management cluster that runs Pods (`testenv::pod_cluster`) does what the "as it ships"
+//! scenarios rely on: a Pod gets an address from the CNI in the Node's pod CIDR, a ClusterIP
+//! Service routes to it through kube-proxy (from another Pod and from the host), and an
+//! in-cluster client reaches the apiserver through the `kubernetes` Service with its
+//! service-account token, verifying the apiserver with the CA the cluster published. When the
+//! cluster is dropped, nothing it made is left on the host.
+//!
+//! Nothing here is a stand-in: the Pods are real containers (runc, from OCI archives the image
+//! script builds), the addresses come from the bridge and host-local CNI plugins, the routing
+//! from kube-proxy's nftables rules, the token from kube-controller-manager and the kubelet.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
+use testenv::eventually;
+use testenv::pod_cluster::{PodCluster, host, images};
+
+const NS: &str = "probe";
+
+/// The probe's server and client Pods and the Service in front of the server.
+fn manifests(probe_image: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: prober, namespace: {NS}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: {NS}, labels: {{app: web}}}}
+spec:
+  automountServiceAccountToken: false
+  containers:
+  - name: web
+    image: {probe_image}
+    imagePullPolicy: Never
+    command: [sh, -c, 'mkdir -p /www && echo "served by $(hostname)" > /www/index.html && exec httpd -f -p 8080 -h /www']
+    ports: [{{containerPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {NS}}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080}}]
+"#
+    )
+}
+
+/// A client Pod that fetches the `web` Service and asks the apiserver who it is, through the
+/// `kubernetes` Service (kubectl's in-cluster configuration: the Service's environment, the
+/// mounted token and CA).
+fn client_pod(probe_image: &str, web_ip: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: client, namespace: {NS}}}
+spec:
+  serviceAccountName: prober
+  restartPolicy: Never
+  containers:
+  - name: client
+    image: {probe_image}
+    imagePullPolicy: Never
+    command: [sh, -c, 'wget -qO- http://{web_ip}/ && echo "apiserver via $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT" && /bin/kubectl auth whoami -o jsonpath="user={{.status.userInfo.username}}{{\"\n\"}}"']
+"#
+    )
+}
+
+fn apply(cluster: &PodCluster, yaml: &str) {
+    let dir = cluster.dir().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("m{}.yaml", yaml.len()));
+    std::fs::write(&file, yaml).unwrap();
+    let out = cluster
+        .kubectl(&["apply", "-f", &file.display().to_string()])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// GET http://ip:port/ from the host, with a short timeout; the body on success.
+fn http_get(ip: &str, port: u16) -> Option<String> {
+    let addr = format!("{ip}:{port}").parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
+}
+
+async fn running_pod_ip(pods: &Api<Pod>, name: &str) -> String {
+    eventually(
+        &format!("pod {name} running"),
+        Duration::from_secs(120),
+        || async {
+            let pod = pods.get(name).await.ok()?;
+            let status = pod.status?;
+            (status.phase.as_deref() == Some("Running")).then_some(status.pod_ip?)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
+    let images = images::built(&["pause", "probe"])
+        .expect("the image archives (tests/scripts/build-images.sh)");
+    let probe = images.get("probe").unwrap().reference.clone();
+    let cluster = PodCluster::start(&images.archives(), images.pause().unwrap())
+        .await
+        .expect("the pod cluster starts");
+    let imported = cluster.images().unwrap();
+    assert!(imported.contains(&probe), "{probe} not among {imported:?}");
+    let layout = cluster.layout().clone();
+    let client = cluster.client().await.unwrap();
+    apply(&cluster, &manifests(&probe));
+
+    // The CNI gave the server an address from the Node's pod CIDR.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let web_ip = running_pod_ip(&pods, "web").await;
+    let prefix = layout.pod_cidr.trim_end_matches("0/24");
+    assert!(
+        web_ip.starts_with(prefix) && web_ip != layout.pod_gateway.to_string(),
+        "pod IP {web_ip} not from {}",
+        layout.pod_cidr
+    );
+
+    // The ClusterIP routes to it through kube-proxy, from the host (routed into the node).
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let service = services.get("web").await.unwrap();
+    let cluster_ip = service.spec.unwrap().cluster_ip.unwrap();
+    let body = eventually(
+        "the web Service answers from the host",
+        Duration::from_secs(60),
+        || {
+            let ip = cluster_ip.clone();
+            async move { http_get(&ip, 80) }
+        },
+    )
+    .await;
+    assert_eq!(body.trim(), "served by web");
+
+    // From another Pod: the Service, then the apiserver through the `kubernetes` Service with
+    // the prober account's token.
+    apply(&cluster, &client_pod(&probe, &cluster_ip));
+    eventually(
+        "the client pod to finish",
+        Duration::from_secs(120),
+        || async {
+            let phase = pods.get("client").await.ok()?.status?.phase?;
+            assert_ne!(
+                phase,
+                "Failed",
+                "client pod failed: {}",
+                logs(&cluster, "client")
+            );
+            (phase == "Succeeded").then_some(())
+        },
+    )
+    .await;
+    let log = logs(&cluster, "client");
+    assert!(log.contains("served by web"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "apiserver via {}:443",
+            layout.kubernetes_service_ip
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains("user=system:serviceaccount:probe:prober"),
+        "{log}"
+    );
+
+    let (dir, slot_layout) = (cluster.dir().to_owned(), layout.clone());
+    let shim_sockets = shim_sockets(&dir);
+    assert!(
+        !shim_sockets.is_empty(),
+        "no shim socket found for {}",
+        dir.display()
+    );
+    drop(cluster);
+    assert_nothing_left(&dir, &slot_layout);
+    let left: Vec<_> = shim_sockets.iter().filter(|s| s.exists()).collect();
+    assert!(left.is_empty(), "shim sockets left: {left:?}");
+}
+
+/// The shim sockets of the cluster's running tasks (containerd keeps them in a fixed host
+/// directory), found from the tasks under the cluster's state directory.
+fn shim_sockets(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let tasks = dir.join("containerd/state/io.containerd.runtime.v2.task/k8s.io");
+    std::fs::read_dir(tasks)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            host::shim_socket(
+                &dir.join("containerd/containerd.sock"),
+                "k8s.io",
+                &e.file_name().to_string_lossy(),
+            )
+        })
+        .filter(|s| s.exists())
+        .collect()
+}
+
+/// The container's log, read through the apiserver from the kubelet (`kubectl logs`).
+fn logs(cluster: &PodCluster, pod: &str) -> String {
+    let out = cluster.kubectl(&["logs", "-n", NS, pod]).unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What a dropped cluster must not leave: its namespace, veth, routes, cgroups, mounts,
+/// directory, or any process started from it.
+fn assert_nothing_left(dir: &std::path::Path, layout: &testenv::pod_cluster::config::Layout) {
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains(&layout.netns), "netns left: {netns}");
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .unwrap();
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(!links.contains(&layout.host_veth), "veth left: {links}");
+    let routes = std::process::Command::new("ip")
+        .arg("route")
+        .output()
+        .unwrap();
+    let routes = String::from_utf8_lossy(&routes.stdout);
+    assert!(!routes.contains(&layout.pod_cidr), "route left: {routes}");
+    for h in ["pids", "memory", "cpu", "unified", "systemd"] {
+        let cg = std::path::Path::new("/sys/fs/cgroup")
+            .join(h)
+            .join(&layout.cgroup);
+        assert!(!cg.exists(), "cgroup left: {}", cg.display());
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let prefix = dir.display().to_string();
+    assert!(
+        !mounts.lines().any(|l| l.contains(&prefix)),
+        "mounts left under {prefix}"
+    );
+    if std::env::var_os("BOOTPLATE_KEEP_TEST_DIRS").is_none() {
+        assert!(!dir.exists(), "{} left", dir.display());
+    }
+    let ps = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        !ps.lines().any(|l| l.contains(&prefix)),
+        "a process started from {prefix} is still running"
+    );
+}
