@@ -2,8 +2,8 @@
 //! scenarios rely on: a Pod gets an address from the CNI in the Node's pod CIDR, a ClusterIP
 //! Service routes to it through kube-proxy (from another Pod and from the host), and an
 //! in-cluster client reaches the apiserver through the `kubernetes` Service with its
-//! service-account token, verifying the apiserver with the CA the cluster published. When the
-//! cluster is dropped, nothing it made is left on the host.
+//! service-account token, verifying the apiserver with the CA the cluster published. Two
+//! clusters run side by side, and when a cluster is dropped nothing it made is left on the host.
 //!
 //! Nothing here is a stand-in: the Pods are real containers (runc, from OCI archives the image
 //! script builds), the addresses come from the bridge and host-local CNI plugins, the routing
@@ -112,21 +112,13 @@ async fn running_pod_ip(pods: &Api<Pod>, name: &str) -> String {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
-    let images = images::built(&["pause", "probe"])
-        .expect("the image archives (tests/scripts/build-images.sh)");
-    let probe = images.get("probe").unwrap().reference.clone();
-    let cluster = PodCluster::start(&images.archives(), images.pause().unwrap())
-        .await
-        .expect("the pod cluster starts");
-    let imported = cluster.images().unwrap();
-    assert!(imported.contains(&probe), "{probe} not among {imported:?}");
-    let layout = cluster.layout().clone();
+/// Runs the `web` Pod and Service in `cluster`; checks that the Pod's address is from the
+/// Node's pod CIDR and that the ClusterIP answers from the host (routed into the node, where
+/// kube-proxy's rules send it to the Pod). Returns the ClusterIP.
+async fn serve_web(cluster: &PodCluster, probe: &str) -> String {
+    let layout = cluster.layout();
     let client = cluster.client().await.unwrap();
-    apply(&cluster, &manifests(&probe));
-
-    // The CNI gave the server an address from the Node's pod CIDR.
+    apply(cluster, &manifests(probe));
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let web_ip = running_pod_ip(&pods, "web").await;
     let prefix = layout.pod_cidr.trim_end_matches("0/24");
@@ -135,11 +127,14 @@ async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
         "pod IP {web_ip} not from {}",
         layout.pod_cidr
     );
-
-    // The ClusterIP routes to it through kube-proxy, from the host (routed into the node).
-    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(client, NS);
     let service = services.get("web").await.unwrap();
     let cluster_ip = service.spec.unwrap().cluster_ip.unwrap();
+    assert!(
+        cluster_ip.starts_with(layout.service_cidr.trim_end_matches("0/24")),
+        "ClusterIP {cluster_ip} not from {}",
+        layout.service_cidr
+    );
     let body = eventually(
         "the web Service answers from the host",
         Duration::from_secs(60),
@@ -150,10 +145,14 @@ async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
     )
     .await;
     assert_eq!(body.trim(), "served by web");
+    cluster_ip
+}
 
-    // From another Pod: the Service, then the apiserver through the `kubernetes` Service with
-    // the prober account's token.
-    apply(&cluster, &client_pod(&probe, &cluster_ip));
+/// From a Pod of `cluster`: the `web` Service at `cluster_ip`, then the apiserver through the
+/// `kubernetes` Service with the prober account's token.
+async fn client_reaches_web_and_apiserver(cluster: &PodCluster, probe: &str, cluster_ip: &str) {
+    let pods: Api<Pod> = Api::namespaced(cluster.client().await.unwrap(), NS);
+    apply(cluster, &client_pod(probe, cluster_ip));
     eventually(
         "the client pod to finish",
         Duration::from_secs(120),
@@ -163,37 +162,68 @@ async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
                 phase,
                 "Failed",
                 "client pod failed: {}",
-                logs(&cluster, "client")
+                logs(cluster, "client")
             );
             (phase == "Succeeded").then_some(())
         },
     )
     .await;
-    let log = logs(&cluster, "client");
+    let log = logs(cluster, "client");
     assert!(log.contains("served by web"), "{log}");
+    let kubernetes = cluster.layout().kubernetes_service_ip;
     assert!(
-        log.contains(&format!(
-            "apiserver via {}:443",
-            layout.kubernetes_service_ip
-        )),
+        log.contains(&format!("apiserver via {kubernetes}:443")),
         "{log}"
     );
     assert!(
         log.contains("user=system:serviceaccount:probe:prober"),
         "{log}"
     );
+}
 
-    let (dir, slot_layout) = (cluster.dir().to_owned(), layout.clone());
-    let shim_sockets = shim_sockets(&dir);
-    assert!(
-        !shim_sockets.is_empty(),
-        "no shim socket found for {}",
-        dir.display()
+/// Two clusters side by side (as a `clusterctl move` needs): both serve, each through its own
+/// kube-proxy tables, and each leaves nothing behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
+    let images = images::built(&["pause", "probe"])
+        .expect("the image archives (tests/scripts/build-images.sh)");
+    let probe = images.get("probe").unwrap().reference.clone();
+    let archives = images.archives();
+    let pause = images.pause().unwrap();
+    let (a, b) = tokio::join!(
+        PodCluster::start(&archives, pause),
+        PodCluster::start(&archives, pause)
     );
-    drop(cluster);
-    assert_nothing_left(&dir, &slot_layout);
-    let left: Vec<_> = shim_sockets.iter().filter(|s| s.exists()).collect();
-    assert!(left.is_empty(), "shim sockets left: {left:?}");
+    let (a, b) = (a.expect("cluster a starts"), b.expect("cluster b starts"));
+    assert_ne!(a.layout(), b.layout());
+    let imported = a.images().unwrap();
+    assert!(imported.contains(&probe), "{probe} not among {imported:?}");
+
+    let (web_a, web_b) = tokio::join!(serve_web(&a, &probe), serve_web(&b, &probe));
+    client_reaches_web_and_apiserver(&a, &probe, &web_a).await;
+    // Cluster a's Service stays served while b runs, and b's answers too.
+    assert_eq!(
+        http_get(&web_a, 80).as_deref().map(str::trim),
+        Some("served by web")
+    );
+    assert_eq!(
+        http_get(&web_b, 80).as_deref().map(str::trim),
+        Some("served by web")
+    );
+
+    for cluster in [a, b] {
+        let (dir, layout) = (cluster.dir().to_owned(), cluster.layout().clone());
+        let shim_sockets = shim_sockets(&dir);
+        assert!(
+            !shim_sockets.is_empty(),
+            "no shim socket found for {}",
+            dir.display()
+        );
+        drop(cluster);
+        assert_nothing_left(&dir, &layout);
+        let left: Vec<_> = shim_sockets.iter().filter(|s| s.exists()).collect();
+        assert!(left.is_empty(), "shim sockets left: {left:?}");
+    }
 }
 
 /// The shim sockets of the cluster's running tasks (containerd keeps them in a fixed host
