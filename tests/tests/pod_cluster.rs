@@ -226,6 +226,48 @@ async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
     }
 }
 
+/// A holder killed before its drop (a test binary that timed out) leaves its namespace, veth,
+/// routes, cgroups, mounts and directory; whoever takes that slot next sweeps them first.
+#[test]
+fn a_slot_taken_after_a_holder_died_is_swept() {
+    let slot = host::Slot::take().unwrap();
+    let layout = slot.layout.clone();
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("bootplate-pods-{}-", layout.slot))
+        .tempdir()
+        .unwrap()
+        .keep();
+    let mut slot = slot;
+    slot.record_dir(&dir).unwrap();
+    host::make_network(&layout).unwrap();
+    host::make_cgroups(&layout).unwrap();
+    let mount = dir.join("containerd/state/netns");
+    std::fs::create_dir_all(&mount).unwrap();
+    host::run(
+        "mount",
+        &["-t", "tmpfs", "leftover", &mount.display().to_string()],
+    )
+    .unwrap();
+    // The holder dies: its lock goes, nothing else does.
+    drop(slot);
+
+    // Whoever takes a slot next (this test, or a cluster test beside it) sweeps it.
+    let next = host::Slot::take().unwrap();
+    if next.layout == layout {
+        assert_nothing_left(&dir, &layout);
+    } else {
+        // Another cluster took the freed slot first: its sweep removes the directory and the
+        // mount, and the slot's names are its own now.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while dir.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!dir.exists(), "{} left", dir.display());
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mounts.contains(&dir.display().to_string()), "mount left");
+    }
+}
+
 /// The shim sockets of the cluster's running tasks (containerd keeps them in a fixed host
 /// directory), found from the tasks under the cluster's state directory.
 fn shim_sockets(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -34,10 +34,11 @@ pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// A held slot: its lock file stays locked while this lives.
+/// A held slot: its lock file stays locked while this lives, and holds the path of the
+/// cluster's directory, so that whoever takes the slot after a holder that died can sweep it.
 pub struct Slot {
     pub layout: Layout,
-    _lock: File,
+    lock: File,
 }
 
 impl Slot {
@@ -46,18 +47,53 @@ impl Slot {
         std::fs::create_dir_all("/run/lock")?;
         for n in 0..SLOTS {
             let path = format!("/run/lock/bootplate-pod-cluster-{n}.lock");
-            let file = File::create(&path).with_context(|| format!("creating {path}"))?;
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .with_context(|| format!("opening {path}"))?;
             if file.try_lock().is_ok() {
                 let layout = Layout::new(n);
-                sweep(&layout, None);
-                return Ok(Slot {
-                    layout,
-                    _lock: file,
-                });
+                let previous = read_recorded_dir(&mut file);
+                sweep(&layout, previous.as_deref());
+                if let Some(dir) = previous {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                file.set_len(0)?;
+                return Ok(Slot { layout, lock: file });
             }
         }
         bail!("all {SLOTS} pod-cluster slots are taken on this machine")
     }
+
+    /// Records the cluster's directory in the lock file.
+    pub fn record_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
+        use std::io::{Seek, Write};
+        self.lock.set_len(0)?;
+        self.lock.rewind()?;
+        self.lock
+            .write_all(dir.as_os_str().as_encoded_bytes())
+            .context("recording the cluster's directory")
+    }
+
+    /// Forgets the directory (it was swept).
+    pub fn clear_dir(&mut self) {
+        let _ = self.lock.set_len(0);
+    }
+}
+
+/// The directory a previous holder recorded: only a pod cluster's own (a name this module
+/// gives), never any other path a stale or foreign file may hold.
+fn read_recorded_dir(file: &mut File) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut text = String::new();
+    file.take(4096).read_to_string(&mut text).ok()?;
+    let dir = PathBuf::from(text.trim());
+    let name = dir.file_name()?.to_str()?;
+    (dir.is_absolute() && name.starts_with("bootplate-pods-") && !text.contains(".."))
+        .then_some(dir)
 }
 
 /// The network namespace of a cluster: `lo` up, forwarding on, a veth pair to the host with the

@@ -65,6 +65,8 @@ impl PodCluster {
             root: dir.path().to_owned(),
         };
         let admin_kubeconfig = dirs.path("admin.kubeconfig");
+        let mut slot = slot;
+        slot.record_dir(&dirs.root)?;
         let mut cluster = PodCluster {
             slot,
             dirs,
@@ -374,6 +376,7 @@ impl Drop for PodCluster {
         }
         host::sweep(self.layout(), Some(&self.dirs.root));
         host::restore_tunables();
+        self.slot.clear_dir();
     }
 }
 
