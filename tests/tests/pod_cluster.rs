@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use testenv::eventually;
-use testenv::pod_cluster::{PodCluster, host, images};
+use testenv::pod_cluster::{PodCluster, clusterctl, host, images};
 
 const NS: &str = "probe";
 
@@ -266,6 +266,54 @@ fn a_slot_taken_after_a_holder_died_is_swept() {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         assert!(!mounts.contains(&dir.display().to_string()), "mount left");
     }
+}
+
+/// clusterctl reads Cluster API's components (built from its module as its release builds them)
+/// and bootplate's shipped ones from local repositories, as a platform team's configuration
+/// names them, and names Cluster API's image through the `images:` override: what `clusterctl
+/// init` against a pod cluster will install.
+#[test]
+fn clusterctl_reads_both_providers_from_local_repositories() {
+    let root = tempfile::tempdir().unwrap();
+    let core = clusterctl::capi_core().unwrap();
+    let version = core.version.clone();
+    let repos = clusterctl::write(
+        root.path(),
+        &[core, clusterctl::bootplate().unwrap()],
+        &[clusterctl::ImageOverride {
+            component: "cluster-api".into(),
+            repository: "registry.k8s.io/cluster-api".into(),
+            tag: version.clone(),
+        }],
+    )
+    .unwrap();
+    let generate = |args: &[&str]| {
+        let out = repos.clusterctl(None, args).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "clusterctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let capi = generate(&["generate", "provider", "--core", "cluster-api"]);
+    let image = format!("image: registry.k8s.io/cluster-api/cluster-api-controller:{version}");
+    assert!(
+        capi.contains(&image),
+        "no {image} in Cluster API's components"
+    );
+    assert!(
+        capi.contains("imagePullPolicy: IfNotPresent") && !capi.contains("imagePullPolicy: Always")
+    );
+    let bootplate = generate(&["generate", "provider", "--bootstrap", "bootplate"]);
+    assert!(
+        bootplate.contains("kind: Deployment") && bootplate.contains("namespace: bootplate-system")
+    );
+    assert!(
+        !bootplate.contains("${"),
+        "a variable clusterctl left unset"
+    );
 }
 
 /// The shim sockets of the cluster's running tasks (containerd keeps them in a fixed host

@@ -17,6 +17,7 @@
 //! (`tests/boot/run.sh --real-kube`, whose kubelet settings for these machines it shares:
 //! the cgroupfs driver and cgroup v1 allowed).
 
+pub mod clusterctl;
 pub mod config;
 pub mod host;
 pub mod images;
