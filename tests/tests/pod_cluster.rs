@@ -213,16 +213,16 @@ async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
 
     for cluster in [a, b] {
         let (dir, layout) = (cluster.dir().to_owned(), cluster.layout().clone());
-        let shim_sockets = shim_sockets(&dir);
+        let runtime_files = runtime_files(&dir);
         assert!(
-            !shim_sockets.is_empty(),
-            "no shim socket found for {}",
+            !runtime_files.is_empty(),
+            "no shim socket or CNI result found for {}",
             dir.display()
         );
         drop(cluster);
         assert_nothing_left(&dir, &layout);
-        let left: Vec<_> = shim_sockets.iter().filter(|s| s.exists()).collect();
-        assert!(left.is_empty(), "shim sockets left: {left:?}");
+        let left: Vec<_> = runtime_files.iter().filter(|s| s.exists()).collect();
+        assert!(left.is_empty(), "runtime files left: {left:?}");
     }
 }
 
@@ -316,20 +316,11 @@ fn clusterctl_reads_both_providers_from_local_repositories() {
     );
 }
 
-/// The shim sockets of the cluster's running tasks (containerd keeps them in a fixed host
-/// directory), found from the tasks under the cluster's state directory.
-fn shim_sockets(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let tasks = dir.join("containerd/state/io.containerd.runtime.v2.task/k8s.io");
-    std::fs::read_dir(tasks)
-        .unwrap()
-        .flatten()
-        .map(|e| {
-            host::shim_socket(
-                &dir.join("containerd/containerd.sock"),
-                "k8s.io",
-                &e.file_name().to_string_lossy(),
-            )
-        })
+/// The runtime's files in fixed host directories (shim sockets, cached CNI results) for the
+/// cluster's tasks that exist now.
+fn runtime_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    host::runtime_leftovers(dir)
+        .into_iter()
         .filter(|s| s.exists())
         .collect()
 }

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 /// How many clusters can run at once on one machine (each holds one slot's lock).
 pub const SLOTS: u8 = 8;
 
+/// The CNI network's name (libcni names its cached results after it).
+pub const NETWORK: &str = "bootplate-pods";
+
 /// The kube-apiserver's port inside the cluster's network namespace (the same in every slot:
 /// each namespace has its own ports).
 pub const APISERVER_PORT: u16 = 6443;
@@ -163,7 +166,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 pub fn cni_conflist(layout: &Layout, dirs: &Dirs) -> String {
     serde_json::to_string_pretty(&serde_json::json!({
         "cniVersion": "0.4.0",
-        "name": "bootplate-pods",
+        "name": NETWORK,
         "plugins": [{
             "type": "bridge",
             "bridge": "bp0",

@@ -284,27 +284,39 @@ pub fn shim_socket(address: &Path, namespace: &str, id: &str) -> PathBuf {
     Path::new("/run/containerd/s").join(hex::encode(digest))
 }
 
-/// Removes the shim sockets of every task the cluster's containerd (under `dir`) ran.
-fn remove_shim_sockets(dir: &Path) {
+/// What the runtime leaves in fixed host directories for each task the cluster's containerd
+/// (under `dir`) ran, found or not: the shim's socket, and the CNI plugins' cached results
+/// (libcni keeps them in `/var/lib/cni/results`, named by network, sandbox and interface).
+pub fn runtime_leftovers(dir: &Path) -> Vec<PathBuf> {
     let address = dir.join("containerd/containerd.sock");
     let tasks = dir.join("containerd/state/io.containerd.runtime.v2.task/k8s.io");
     let Ok(entries) = std::fs::read_dir(tasks) else {
-        return;
+        return Vec::new();
     };
-    for e in entries.flatten() {
-        let id = e.file_name().to_string_lossy().into_owned();
-        let _ = std::fs::remove_file(shim_socket(&address, "k8s.io", &id));
-    }
+    let results = Path::new("/var/lib/cni/results");
+    entries
+        .flatten()
+        .flat_map(|e| {
+            let id = e.file_name().to_string_lossy().into_owned();
+            [
+                shim_socket(&address, "k8s.io", &id),
+                results.join(format!("{}-{id}-eth0", super::config::NETWORK)),
+                results.join(format!("cni-loopback-{id}-lo")),
+            ]
+        })
+        .collect()
 }
 
 /// Takes back what a cluster of `layout` made: its processes (through its cgroups), mounts
-/// and shim sockets under `dir` (when known), the network namespace (and with it the veth pair, the pod bridge,
+/// and runtime leftovers of `dir` (when known: shim sockets, cached CNI results), the network namespace (and with it the veth pair, the pod bridge,
 /// kube-proxy's nftables tables and the host routes through the veth) and the cgroups.
 pub fn sweep(layout: &Layout, dir: Option<&Path>) {
     end_cgroups(layout);
     if let Some(dir) = dir {
         unmount_under(dir);
-        remove_shim_sockets(dir);
+        for leftover in runtime_leftovers(dir) {
+            let _ = std::fs::remove_file(leftover);
+        }
         remove_log_links(&dir.join("pod-logs"));
     }
     let _ = Command::new("ip")

@@ -314,6 +314,7 @@ impl PodCluster {
                 self.dirs.path("kubelet.kubeconfig").display()
             ),
             format!("--root-dir={}", self.dirs.path("kubelet").display()),
+            format!("--cert-dir={}", self.dirs.path("kubelet/pki").display()),
             format!("--hostname-override={}", layout.node_name),
             format!("--node-ip={}", layout.node_ip),
         ];
