@@ -145,6 +145,18 @@ async fn serve_web(cluster: &PodCluster, probe: &str) -> String {
     )
     .await;
     assert_eq!(body.trim(), "served by web");
+    // From the node's own network namespace, as the apiserver calls a webhook's Service.
+    // (bash's /dev/tcp: the host's BusyBox wget crashes outside a container.)
+    let request = format!(
+        "exec 3<>/dev/tcp/{cluster_ip}/80 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 5 cat <&3"
+    );
+    let from_node = host::in_netns(layout, "bash", &["-c", &request]).map_err(|e| format!("{e:#}"));
+    assert!(
+        from_node
+            .as_ref()
+            .is_ok_and(|r| r.ends_with("served by web\n")),
+        "the Service from the node: {from_node:?}"
+    );
     cluster_ip
 }
 
@@ -285,6 +297,7 @@ fn clusterctl_reads_both_providers_from_local_repositories() {
             repository: "registry.k8s.io/cluster-api".into(),
             tag: version.clone(),
         }],
+        None,
     )
     .unwrap();
     let generate = |args: &[&str]| {

@@ -99,7 +99,8 @@ fn read_recorded_dir(file: &mut File) -> Option<PathBuf> {
 /// The network namespace of a cluster: `lo` up, forwarding on, a veth pair to the host with the
 /// node's address inside and the host's outside, and host routes to the pod and Service CIDRs
 /// through the node (so the tests reach pods and Services from the host, as a node would). The
-/// namespace has no default route: nothing in the cluster reaches past the host's veth end.
+/// namespace has no default route (nothing in the cluster reaches past the host's veth end),
+/// only one to the Service CIDR.
 pub fn make_network(layout: &Layout) -> anyhow::Result<()> {
     let ns = layout.netns.as_str();
     run("ip", &["netns", "add", ns])?;
@@ -140,6 +141,21 @@ pub fn make_network(layout: &Layout) -> anyhow::Result<()> {
     for cidr in [&layout.pod_cidr, &layout.service_cidr] {
         run("ip", &["route", "add", cidr, "via", &node_ip])?;
     }
+    // The node's own clients of Services (the apiserver calling a webhook) need a route to the
+    // Service CIDR before kube-proxy's rules rewrite the address: through the veth, as a node's
+    // default route would take it (nothing answers there for a Service without endpoints).
+    run(
+        "ip",
+        &[
+            "-n",
+            ns,
+            "route",
+            "add",
+            &layout.service_cidr,
+            "dev",
+            &layout.node_veth,
+        ],
+    )?;
     in_netns(layout, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
     Ok(())
 }
