@@ -57,11 +57,19 @@ pub struct Repositories {
     pub config: PathBuf,
 }
 
-/// Writes `providers` under `root` and a configuration that points at them, with `images`.
+/// cert-manager as clusterctl installs it: its static install manifest, at a version.
+pub struct CertManager {
+    pub manifest: PathBuf,
+    pub version: String,
+}
+
+/// Writes `providers` under `root` and a configuration that points at them, with `images`, and
+/// with `cert_manager` as the cert-manager clusterctl installs.
 pub fn write(
     root: &Path,
     providers: &[Provider],
     images: &[ImageOverride],
+    cert_manager: Option<&CertManager>,
 ) -> anyhow::Result<Repositories> {
     let mut config = String::from("providers:\n");
     for p in providers {
@@ -85,6 +93,19 @@ pub fn write(
                 i.component, i.repository, i.tag
             ));
         }
+    }
+    if let Some(cm) = cert_manager {
+        // A local cert-manager URL obeys the providers' layout too: {base}/cert-manager/{version}/.
+        let dir = root.join("repository/cert-manager").join(&cm.version);
+        std::fs::create_dir_all(&dir)?;
+        let manifest = dir.join("cert-manager.yaml");
+        std::fs::copy(&cm.manifest, &manifest)
+            .with_context(|| format!("copying {}", cm.manifest.display()))?;
+        config.push_str(&format!(
+            "cert-manager:\n  url: file://{}\n  version: {}\n",
+            manifest.display(),
+            cm.version
+        ));
     }
     let path = root.join("clusterctl.yaml");
     std::fs::write(&path, config)?;
@@ -192,6 +213,7 @@ mod tests {
                 repository: "registry.k8s.io/cluster-api".into(),
                 tag: "v1.2.3".into(),
             }],
+            None,
         )
         .unwrap();
         for dir in ["cluster-api", "bootstrap-bootplate"] {
