@@ -2,7 +2,9 @@
 # Builds the real peers the tests run against, from their Go modules (tests/tools/*/go.mod):
 # kube-apiserver and kube-controller-manager (k8s.io/kubernetes; its garbage collector removes
 # what ownerReferences say is orphaned, as in any real cluster), kubeadm and kubelet (the same
-# module: the real joins run them on the machines bootplate's user-data sets up), etcd
+# module: the real joins run them on the machines bootplate's user-data sets up), kube-scheduler
+# and kube-proxy (the management cluster that runs Pods, tests/src/pod_cluster), kubectl (the
+# in-cluster client of that cluster's probe image), etcd
 # (go.etcd.io/etcd/server/v3), the Cluster API manager, clusterctl and the kubeadm bootstrap
 # provider's manager (sigs.k8s.io/cluster-api), and the manager of the oldest Cluster API release
 # bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
@@ -63,10 +65,28 @@ build() {
   echo "$printed=$out"
 }
 
-build kube-apiserver "$kube_version" kube k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
-build kube-controller-manager "$kube_version" kube k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
-build kubeadm "$kube_version" kube k8s.io/kubernetes/cmd/kubeadm "$kube_ldflags"
-build kubelet "$kube_version" kube k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
+# build_kube NAME...: the Kubernetes commands k8s.io/kubernetes/cmd/NAME, as bin/NAME-VERSION.
+# The missing ones are built by ONE `go build -o DIR` invocation: the commands share most of their
+# packages, and one invocation compiles each package once and runs the links side by side.
+build_kube() {
+  local name missing=() packages=()
+  for name in "$@"; do
+    [[ -x "$cache/bin/$name-$kube_version" ]] || missing+=("$name")
+  done
+  if ((${#missing[@]})); then
+    log "building ${missing[*]} $kube_version from k8s.io/kubernetes in one go build (minutes when cold)"
+    local started=$SECONDS out="$cache/bin/kube-build.tmp"
+    rm -rf "$out" && mkdir -p "$out"
+    for name in "${missing[@]}"; do packages+=("k8s.io/kubernetes/cmd/$name"); done
+    (cd kube && go build -trimpath -ldflags "$kube_ldflags" -o "$out/" "${packages[@]}") >&2
+    for name in "${missing[@]}"; do mv "$out/$name" "$cache/bin/$name-$kube_version"; done
+    rmdir "$out"
+    log "built ${missing[*]} in $((SECONDS - started)) s"
+  fi
+  for name in "$@"; do echo "$name=$cache/bin/$name-$kube_version"; done
+}
+
+build_kube kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubeadm kubelet kubectl
 build etcd "$etcd_version" etcd . "-s -w"
 build capi-manager "$capi_version" capi sigs.k8s.io/cluster-api/core "$(capi_ldflags "$capi_version")"
 build clusterctl "$capi_version" capi sigs.k8s.io/cluster-api/cmd/clusterctl "$(capi_ldflags "$capi_version")"

@@ -9,8 +9,8 @@ cd "$(dirname "$0")/../.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 tests/scripts/install-tools.sh
-# kube-apiserver, etcd, kubeadm, the kubelet, Cluster API and clusterctl, built from their Go
-# modules (cached).
+# kube-apiserver, etcd, kubeadm, the kubelet, kube-scheduler, kube-proxy, kubectl, Cluster API
+# and clusterctl, built from their Go modules (cached).
 tools=$(tests/scripts/build-tools.sh)
 echo "$tools"
 tool() { sed -n "s/^$1=//p" <<<"$tools"; }
@@ -19,7 +19,9 @@ export BOOTPLATE_KUBE_APISERVER="$(tool kube-apiserver)" BOOTPLATE_ETCD="$(tool 
   BOOTPLATE_CAPI_MANAGER="$(tool capi-manager)" BOOTPLATE_CLUSTERCTL="$(tool clusterctl)" \
   BOOTPLATE_CABPK_MANAGER="$(tool cabpk-manager)" \
   BOOTPLATE_CAPI_MANAGER_OLDEST="$(tool capi-manager-oldest)" \
-  BOOTPLATE_KUBEADM="$(tool kubeadm)" BOOTPLATE_KUBELET="$(tool kubelet)"
+  BOOTPLATE_KUBEADM="$(tool kubeadm)" BOOTPLATE_KUBELET="$(tool kubelet)" \
+  BOOTPLATE_KUBE_SCHEDULER="$(tool kube-scheduler)" BOOTPLATE_KUBE_PROXY="$(tool kube-proxy)" \
+  BOOTPLATE_KUBECTL="$(tool kubectl)"
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

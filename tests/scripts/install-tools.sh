@@ -7,6 +7,11 @@
 # VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs), curl, whose documented
 # command line tests/tests/docs checks, and xmllint (libxml2-utils), which validates
 # `bootplate lint --format junit` against the JUnit XSD.
+# The management cluster that runs Pods (tests/src/pod_cluster) adds the bridge and host-local
+# CNI plugins (containernetworking-plugins, in /usr/lib/cni), nftables (kube-proxy runs in its
+# nftables mode, which drives `nft`), iptables (the CNI plugins and kube-proxy's start-up clean-up
+# of older modes call it), iproute2 (the cluster's network namespace, veth and routes) and
+# busybox-static (the shell, HTTP server and client of its probe image).
 # kube-apiserver, etcd, kubeadm, the kubelet and Cluster API come from Go modules instead
 # (tests/scripts/build-tools.sh).
 set -euo pipefail
@@ -15,7 +20,7 @@ sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl
   containerd runc umoci skopeo ca-certificates qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs curl
-  libxml2-utils)
+  libxml2-utils containernetworking-plugins nftables iptables iproute2 busybox-static)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -29,6 +34,6 @@ if ((${#need[@]})); then
 fi
 for tool in cloud-init ignition-validate shellcheck promtool kubectl debootstrap go openssl \
   containerd containerd-shim-runc-v2 runc umoci skopeo qemu-system-x86_64 qemu-img cloud-localds mkfs.ext4 \
-  debugfs curl xmllint; do
+  debugfs curl xmllint nft iptables ip nsenter /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done

@@ -16,6 +16,7 @@ pub mod generator;
 pub mod images;
 pub mod joins;
 pub mod pki;
+pub mod pod_cluster;
 pub mod rbac;
 pub mod tls_probe;
 pub mod tools;

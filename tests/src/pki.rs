@@ -66,14 +66,21 @@ impl TestCa {
     /// A serving certificate for 127.0.0.1 and localhost, and for 10.0.2.2: the host as a qemu
     /// guest with user-mode networking sees it (tests/tests/vm.rs).
     pub fn serving(&self) -> Leaf {
+        self.serving_for(&["127.0.0.1", "localhost", "10.0.2.2"])
+    }
+
+    /// A serving certificate for `names` (IP addresses or DNS names; the first is also the
+    /// subject's common name).
+    pub fn serving_for(&self, names: &[&str]) -> Leaf {
         let key = KeyPair::generate().expect("key generation");
-        let names = ["127.0.0.1", "localhost", "10.0.2.2"];
         let mut params =
-            CertificateParams::new(names.map(str::to_owned).to_vec()).expect("serving params");
+            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+                .expect("serving params");
         params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "127.0.0.1");
+        params.distinguished_name.push(
+            DnType::CommonName,
+            names.first().copied().unwrap_or_default(),
+        );
         let cert = params.signed_by(&key, &self.issuer()).expect("signing");
         Leaf {
             cert_pem: cert.pem(),

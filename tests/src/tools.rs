@@ -1,7 +1,8 @@
 //! The real peers the tests run against, built from their Go modules by
-//! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, kubeadm, the kubelet,
-//! etcd, the Cluster API manager, clusterctl and the kubeadm bootstrap provider's manager, and
-//! the manager of the oldest Cluster API release bootplate supports ([`CapiRelease`]).
+//! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, kube-scheduler,
+//! kube-proxy, kubeadm, the kubelet, kubectl, etcd, the Cluster API manager, clusterctl and the
+//! kubeadm bootstrap provider's manager, and the manager of the oldest Cluster API release
+//! bootplate supports ([`CapiRelease`]).
 //!
 //! A tool's path comes from its `BOOTPLATE_*` variable (the README's test command exports them);
 //! otherwise the script runs once per test process and its `NAME=PATH` lines are used (it exits
@@ -16,12 +17,15 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 /// The tools `build-tools.sh` builds, with the variable that overrides each.
-const TOOLS: [(&str, &str); 9] = [
+const TOOLS: [(&str, &str); 12] = [
     ("kube-apiserver", "BOOTPLATE_KUBE_APISERVER"),
     (
         "kube-controller-manager",
         "BOOTPLATE_KUBE_CONTROLLER_MANAGER",
     ),
+    ("kube-scheduler", "BOOTPLATE_KUBE_SCHEDULER"),
+    ("kube-proxy", "BOOTPLATE_KUBE_PROXY"),
+    ("kubectl", "BOOTPLATE_KUBECTL"),
     ("kubeadm", "BOOTPLATE_KUBEADM"),
     ("kubelet", "BOOTPLATE_KUBELET"),
     ("etcd", "BOOTPLATE_ETCD"),

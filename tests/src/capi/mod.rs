@@ -91,6 +91,16 @@ impl Process {
     fn exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Whether the process has exited.
+    pub fn has_exited(&mut self) -> bool {
+        self.exited()
+    }
+
+    /// The name it was started under.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
 }
 
 impl Drop for Process {

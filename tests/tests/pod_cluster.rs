@@ -1,0 +1,396 @@
+//! The management cluster that runs Pods (`testenv::pod_cluster`) does what the "as it ships"
+//! scenarios rely on: a Pod gets an address from the CNI in the Node's pod CIDR, a ClusterIP
+//! Service routes to it through kube-proxy (from another Pod and from the host), and an
+//! in-cluster client reaches the apiserver through the `kubernetes` Service with its
+//! service-account token, verifying the apiserver with the CA the cluster published. Two
+//! clusters run side by side, and when a cluster is dropped nothing it made is left on the host.
+//!
+//! Nothing here is a stand-in: the Pods are real containers (runc, from OCI archives the image
+//! script builds), the addresses come from the bridge and host-local CNI plugins, the routing
+//! from kube-proxy's nftables rules, the token from kube-controller-manager and the kubelet.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
+use testenv::eventually;
+use testenv::pod_cluster::{PodCluster, clusterctl, host, images};
+
+const NS: &str = "probe";
+
+/// The probe's server and client Pods and the Service in front of the server.
+fn manifests(probe_image: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: prober, namespace: {NS}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: {NS}, labels: {{app: web}}}}
+spec:
+  automountServiceAccountToken: false
+  containers:
+  - name: web
+    image: {probe_image}
+    imagePullPolicy: Never
+    command: [sh, -c, 'mkdir -p /www && echo "served by $(hostname)" > /www/index.html && exec httpd -f -p 8080 -h /www']
+    ports: [{{containerPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {NS}}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080}}]
+"#
+    )
+}
+
+/// A client Pod that fetches the `web` Service and asks the apiserver who it is, through the
+/// `kubernetes` Service (kubectl's in-cluster configuration: the Service's environment, the
+/// mounted token and CA).
+fn client_pod(probe_image: &str, web_ip: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: client, namespace: {NS}}}
+spec:
+  serviceAccountName: prober
+  restartPolicy: Never
+  containers:
+  - name: client
+    image: {probe_image}
+    imagePullPolicy: Never
+    command: [sh, -c, 'wget -qO- http://{web_ip}/ && echo "apiserver via $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT" && /bin/kubectl auth whoami -o jsonpath="user={{.status.userInfo.username}}{{\"\n\"}}"']
+"#
+    )
+}
+
+fn apply(cluster: &PodCluster, yaml: &str) {
+    let dir = cluster.dir().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("m{}.yaml", yaml.len()));
+    std::fs::write(&file, yaml).unwrap();
+    let out = cluster
+        .kubectl(&["apply", "-f", &file.display().to_string()])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// GET http://ip:port/ from the host, with a short timeout; the body on success.
+fn http_get(ip: &str, port: u16) -> Option<String> {
+    let addr = format!("{ip}:{port}").parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
+}
+
+async fn running_pod_ip(pods: &Api<Pod>, name: &str) -> String {
+    eventually(
+        &format!("pod {name} running"),
+        Duration::from_secs(120),
+        || async {
+            let pod = pods.get(name).await.ok()?;
+            let status = pod.status?;
+            (status.phase.as_deref() == Some("Running")).then_some(status.pod_ip?)
+        },
+    )
+    .await
+}
+
+/// Runs the `web` Pod and Service in `cluster`; checks that the Pod's address is from the
+/// Node's pod CIDR and that the ClusterIP answers from the host (routed into the node, where
+/// kube-proxy's rules send it to the Pod). Returns the ClusterIP.
+async fn serve_web(cluster: &PodCluster, probe: &str) -> String {
+    let layout = cluster.layout();
+    let client = cluster.client().await.unwrap();
+    apply(cluster, &manifests(probe));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let web_ip = running_pod_ip(&pods, "web").await;
+    let prefix = layout.pod_cidr.trim_end_matches("0/24");
+    assert!(
+        web_ip.starts_with(prefix) && web_ip != layout.pod_gateway.to_string(),
+        "pod IP {web_ip} not from {}",
+        layout.pod_cidr
+    );
+    let services: Api<Service> = Api::namespaced(client, NS);
+    let service = services.get("web").await.unwrap();
+    let cluster_ip = service.spec.unwrap().cluster_ip.unwrap();
+    assert!(
+        cluster_ip.starts_with(layout.service_cidr.trim_end_matches("0/24")),
+        "ClusterIP {cluster_ip} not from {}",
+        layout.service_cidr
+    );
+    let body = eventually(
+        "the web Service answers from the host",
+        Duration::from_secs(60),
+        || {
+            let ip = cluster_ip.clone();
+            async move { http_get(&ip, 80) }
+        },
+    )
+    .await;
+    assert_eq!(body.trim(), "served by web");
+    // From the node's own network namespace, as the apiserver calls a webhook's Service.
+    // (bash's /dev/tcp: the host's BusyBox wget crashes outside a container.)
+    let request = format!(
+        "exec 3<>/dev/tcp/{cluster_ip}/80 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 5 cat <&3"
+    );
+    let from_node = host::in_netns(layout, "bash", &["-c", &request]).map_err(|e| format!("{e:#}"));
+    assert!(
+        from_node
+            .as_ref()
+            .is_ok_and(|r| r.ends_with("served by web\n")),
+        "the Service from the node: {from_node:?}"
+    );
+    cluster_ip
+}
+
+/// From a Pod of `cluster`: the `web` Service at `cluster_ip`, then the apiserver through the
+/// `kubernetes` Service with the prober account's token.
+async fn client_reaches_web_and_apiserver(cluster: &PodCluster, probe: &str, cluster_ip: &str) {
+    let pods: Api<Pod> = Api::namespaced(cluster.client().await.unwrap(), NS);
+    apply(cluster, &client_pod(probe, cluster_ip));
+    eventually(
+        "the client pod to finish",
+        Duration::from_secs(120),
+        || async {
+            let phase = pods.get("client").await.ok()?.status?.phase?;
+            assert_ne!(
+                phase,
+                "Failed",
+                "client pod failed: {}",
+                logs(cluster, "client")
+            );
+            (phase == "Succeeded").then_some(())
+        },
+    )
+    .await;
+    let log = logs(cluster, "client");
+    assert!(log.contains("served by web"), "{log}");
+    let kubernetes = cluster.layout().kubernetes_service_ip;
+    assert!(
+        log.contains(&format!("apiserver via {kubernetes}:443")),
+        "{log}"
+    );
+    assert!(
+        log.contains("user=system:serviceaccount:probe:prober"),
+        "{log}"
+    );
+}
+
+/// Two clusters side by side (as a `clusterctl move` needs): both serve, each through its own
+/// kube-proxy tables, and each leaves nothing behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
+    let images = images::built(&["pause", "probe"])
+        .expect("the image archives (tests/scripts/build-images.sh)");
+    let probe = images.get("probe").unwrap().reference.clone();
+    let archives = images.archives();
+    let pause = images.pause().unwrap();
+    let (a, b) = tokio::join!(
+        PodCluster::start(&archives, pause),
+        PodCluster::start(&archives, pause)
+    );
+    let (a, b) = (a.expect("cluster a starts"), b.expect("cluster b starts"));
+    assert_ne!(a.layout(), b.layout());
+    let imported = a.images().unwrap();
+    assert!(imported.contains(&probe), "{probe} not among {imported:?}");
+
+    let (web_a, web_b) = tokio::join!(serve_web(&a, &probe), serve_web(&b, &probe));
+    client_reaches_web_and_apiserver(&a, &probe, &web_a).await;
+    // Cluster a's Service stays served while b runs, and b's answers too.
+    assert_eq!(
+        http_get(&web_a, 80).as_deref().map(str::trim),
+        Some("served by web")
+    );
+    assert_eq!(
+        http_get(&web_b, 80).as_deref().map(str::trim),
+        Some("served by web")
+    );
+
+    for cluster in [a, b] {
+        let (dir, layout) = (cluster.dir().to_owned(), cluster.layout().clone());
+        let runtime_files = runtime_files(&dir);
+        assert!(
+            !runtime_files.is_empty(),
+            "no shim socket or CNI result found for {}",
+            dir.display()
+        );
+        drop(cluster);
+        assert_nothing_left(&dir, &layout);
+        let left: Vec<_> = runtime_files.iter().filter(|s| s.exists()).collect();
+        assert!(left.is_empty(), "runtime files left: {left:?}");
+    }
+}
+
+/// A holder killed before its drop (a test binary that timed out) leaves its namespace, veth,
+/// routes, cgroups, mounts and directory; whoever takes that slot next sweeps them first.
+#[test]
+fn a_slot_taken_after_a_holder_died_is_swept() {
+    let slot = host::Slot::take().unwrap();
+    let layout = slot.layout.clone();
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("bootplate-pods-{}-", layout.slot))
+        .tempdir()
+        .unwrap()
+        .keep();
+    let mut slot = slot;
+    slot.record_dir(&dir).unwrap();
+    host::make_network(&layout).unwrap();
+    host::make_cgroups(&layout).unwrap();
+    let mount = dir.join("containerd/state/netns");
+    std::fs::create_dir_all(&mount).unwrap();
+    host::run(
+        "mount",
+        &["-t", "tmpfs", "leftover", &mount.display().to_string()],
+    )
+    .unwrap();
+    // The holder dies: its lock goes, nothing else does.
+    drop(slot);
+
+    // Whoever takes a slot next (this test, or a cluster test beside it) sweeps it.
+    let next = host::Slot::take().unwrap();
+    if next.layout == layout {
+        assert_nothing_left(&dir, &layout);
+    } else {
+        // Another cluster took the freed slot first: its sweep removes the directory and the
+        // mount, and the slot's names are its own now.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while dir.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!dir.exists(), "{} left", dir.display());
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mounts.contains(&dir.display().to_string()), "mount left");
+    }
+}
+
+/// clusterctl reads Cluster API's components (built from its module as its release builds them)
+/// and bootplate's shipped ones from local repositories, as a platform team's configuration
+/// names them, and names Cluster API's image through the `images:` override: what `clusterctl
+/// init` against a pod cluster will install.
+#[test]
+fn clusterctl_reads_both_providers_from_local_repositories() {
+    let root = tempfile::tempdir().unwrap();
+    let core = clusterctl::capi_core().unwrap();
+    let version = core.version.clone();
+    let repos = clusterctl::write(
+        root.path(),
+        &[core, clusterctl::bootplate().unwrap()],
+        &[clusterctl::ImageOverride {
+            component: "cluster-api".into(),
+            repository: "registry.k8s.io/cluster-api".into(),
+            tag: version.clone(),
+        }],
+        None,
+    )
+    .unwrap();
+    let generate = |args: &[&str]| {
+        let out = repos.clusterctl(None, args).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "clusterctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let capi = generate(&["generate", "provider", "--core", "cluster-api"]);
+    let image = format!("image: registry.k8s.io/cluster-api/cluster-api-controller:{version}");
+    assert!(
+        capi.contains(&image),
+        "no {image} in Cluster API's components"
+    );
+    assert!(
+        capi.contains("imagePullPolicy: IfNotPresent") && !capi.contains("imagePullPolicy: Always")
+    );
+    let bootplate = generate(&["generate", "provider", "--bootstrap", "bootplate"]);
+    assert!(
+        bootplate.contains("kind: Deployment") && bootplate.contains("namespace: bootplate-system")
+    );
+    assert!(
+        !bootplate.contains("${"),
+        "a variable clusterctl left unset"
+    );
+}
+
+/// The runtime's files in fixed host directories (shim sockets, cached CNI results) for the
+/// cluster's tasks that exist now.
+fn runtime_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    host::runtime_leftovers(dir)
+        .into_iter()
+        .filter(|s| s.exists())
+        .collect()
+}
+
+/// The container's log, read through the apiserver from the kubelet (`kubectl logs`).
+fn logs(cluster: &PodCluster, pod: &str) -> String {
+    let out = cluster.kubectl(&["logs", "-n", NS, pod]).unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What a dropped cluster must not leave: its namespace, veth, routes, cgroups, mounts,
+/// directory, or any process started from it.
+fn assert_nothing_left(dir: &std::path::Path, layout: &testenv::pod_cluster::config::Layout) {
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains(&layout.netns), "netns left: {netns}");
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .unwrap();
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(!links.contains(&layout.host_veth), "veth left: {links}");
+    let routes = std::process::Command::new("ip")
+        .arg("route")
+        .output()
+        .unwrap();
+    let routes = String::from_utf8_lossy(&routes.stdout);
+    assert!(!routes.contains(&layout.pod_cidr), "route left: {routes}");
+    for h in ["pids", "memory", "cpu", "unified", "systemd"] {
+        let cg = std::path::Path::new("/sys/fs/cgroup")
+            .join(h)
+            .join(&layout.cgroup);
+        assert!(!cg.exists(), "cgroup left: {}", cg.display());
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let prefix = dir.display().to_string();
+    assert!(
+        !mounts.lines().any(|l| l.contains(&prefix)),
+        "mounts left under {prefix}"
+    );
+    if std::env::var_os("BOOTPLATE_KEEP_TEST_DIRS").is_none() {
+        assert!(!dir.exists(), "{} left", dir.display());
+    }
+    let ps = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        !ps.lines().any(|l| l.contains(&prefix)),
+        "a process started from {prefix} is still running"
+    );
+}
