@@ -393,3 +393,20 @@ fn junit_and_sarif_validate_against_their_schemas() {
         .collect();
     assert!(levels.contains(&"warning") && levels.contains(&"error"));
 }
+
+#[test]
+fn a_yaml_syntax_error_shows_its_line_and_a_caret() {
+    // Before, a file that did not parse printed only FILE:LINE:COL, without its source.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "kind: [unclosed\nspec: {}\n",
+    )
+    .unwrap();
+    let out = bootplate(dir.path(), &["lint", "broken.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("--> broken.yaml:2:5"), "{shown}");
+    assert!(shown.contains("2 | spec: {}"), "{shown}");
+    assert!(shown.contains('^'), "{shown}");
+}
