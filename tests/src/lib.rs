@@ -7,8 +7,8 @@
 pub mod agent;
 pub mod capi;
 pub mod capi_env;
-pub mod configs;
 pub mod clusterctl_repo;
+pub mod configs;
 pub mod controller;
 pub mod events;
 pub mod fixtures;
