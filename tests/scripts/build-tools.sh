@@ -28,6 +28,10 @@ required() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 kube_version=$(required kube k8s.io/kubernetes)
 etcd_version=$(required etcd go.etcd.io/etcd/server/v3)
 capi_version=$(required capi sigs.k8s.io/cluster-api)
+# v1.11 is the newest cert-manager whose commands are packages of the main module: from v1.12 on
+# cmd/controller, cmd/webhook and cmd/cainjector are modules of their own, and the module proxy
+# answers 404 for them.
+cert_manager_version=$(required cert-manager github.com/cert-manager/cert-manager)
 
 kube_minor=${kube_version#v1.}
 kube_minor=${kube_minor%%.*}
@@ -38,6 +42,8 @@ kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version
 capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$capi_version
   -X sigs.k8s.io/cluster-api/version.gitMajor=1
   -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
+
+cert_manager_ldflags="-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$cert_manager_version"
 
 # build NAME VERSION MODULE_DIR PACKAGE LDFLAGS: builds bin/NAME-VERSION unless it exists.
 build() {
@@ -79,3 +85,56 @@ build etcd "$etcd_version" etcd . "-s -w"
 build capi-manager "$capi_version" capi sigs.k8s.io/cluster-api/core "$capi_ldflags"
 build clusterctl "$capi_version" capi sigs.k8s.io/cluster-api/cmd/clusterctl "$capi_ldflags"
 build cabpk-manager "$capi_version" capi sigs.k8s.io/cluster-api/bootstrap/kubeadm "$capi_ldflags"
+# The binaries of the images tests/scripts/build-images.sh builds: Cluster API's manager and
+# cert-manager's controller, webhook and CA injector (github.com/cert-manager/cert-manager), and
+# `pause` (tests/tools/pause, the repo's own sandbox program). They run on an empty base: static,
+# with Go's own resolver (CGO_ENABLED=0), as those projects build their own images.
+CGO_ENABLED=0 build capi-manager-static "$capi_version" capi sigs.k8s.io/cluster-api/core "$capi_ldflags"
+for command in controller webhook cainjector; do
+  CGO_ENABLED=0 build "cert-manager-$command" "$cert_manager_version" cert-manager \
+    "github.com/cert-manager/cert-manager/cmd/$command" "$cert_manager_ldflags"
+done
+# helm, at the version cert-manager itself requires, renders cert-manager's install manifest.
+helm_version=$(required cert-manager helm.sh/helm/v3)
+build helm "$helm_version" cert-manager helm.sh/helm/v3/cmd/helm "-s -w"
+# pause has no version of its own: its sources' digest names the build.
+pause_version=$(cat pause/go.mod pause/main.go | sha256sum | cut -c1-16)
+CGO_ENABLED=0 build pause "$pause_version" pause . "-s -w"
+
+# The last line, cert-manager-manifest=PATH, is cert-manager's static install manifest, rendered
+# as its release renders `cert-manager.yaml` (cached as manifests/cert-manager-VERSION.yaml): the
+# Namespace, then `helm template` of its chart (deploy/charts) with the CRDs (deploy/crds) as the
+# chart's installCRDs template. clusterctl installs cert-manager from such a file
+# (`cert-manager: url:` in its configuration), as `kubectl apply -f` does.
+# render_cert_manager OUT: cert-manager's static manifest from its module's chart and CRDs.
+render_cert_manager() {
+  local module chart work
+  module=$(cd cert-manager && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
+  work=$(mktemp -d)
+  chart="$work/cert-manager"
+  cp -r "$module/deploy/charts/cert-manager" "$chart"
+  chmod -R u+w "$chart"
+  # The release tool sets the chart's version, and puts the CRDs in as one template.
+  sed -e "s/^version: .*/version: $cert_manager_version/" \
+    -e "s/^appVersion: .*/appVersion: $cert_manager_version/" \
+    -e 's/{{IS_PRERELEASE}}/false/' "$chart/Chart.template.yaml" >"$chart/Chart.yaml"
+  {
+    echo '{{- if .Values.installCRDs }}'
+    for crd in "$module"/deploy/crds/crd-*.yaml; do echo '---'; cat "$crd"; done
+    echo '{{- end }}'
+  } >"$chart/templates/crds.yaml"
+  {
+    cat "$module/deploy/manifests/namespace.yaml"
+    "$cache/bin/helm-$helm_version" template cert-manager "$chart" --namespace cert-manager \
+      --kube-version "$kube_version" --set installCRDs=true --set startupapicheck.enabled=false
+  } >"$1.tmp"
+  rm -rf "$work"
+  mv "$1.tmp" "$1"
+}
+manifest="$cache/manifests/cert-manager-$cert_manager_version.yaml"
+if [[ ! -s "$manifest" ]]; then
+  log "rendering cert-manager's manifest $cert_manager_version"
+  mkdir -p "$cache/manifests"
+  render_cert_manager "$manifest"
+fi
+echo "cert-manager-manifest=$manifest"

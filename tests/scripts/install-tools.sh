@@ -2,7 +2,9 @@
 # Installs (idempotently) the Debian packages the test suite uses: the real consumers of the
 # rendered output (cloud-init, ignition, shellcheck), promtool for the alert rules, debootstrap
 # for the boot proof, containerd and runc (the container runtime the real kubelet of the joins
-# talks to), and for the VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs).
+# talks to), umoci and skopeo (tests/scripts/build-images.sh builds the images of the cluster
+# that runs Pods with them; ca-certificates is the CA bundle bootplate's image carries), and for
+# the VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs).
 # The management cluster that runs Pods (tests/src/pod_cluster) adds the bridge and host-local
 # CNI plugins (containernetworking-plugins, in /usr/lib/cni), nftables (kube-proxy runs in its
 # nftables mode, which drives `nft`), iptables (the CNI plugins and kube-proxy's start-up clean-up
@@ -15,7 +17,7 @@ log() { echo "install-tools: $*" >&2; }
 sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl
-  containerd runc qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs
+  containerd runc umoci skopeo ca-certificates qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs
   containernetworking-plugins nftables iptables iproute2 busybox-static)
 need=()
 for pkg in "${packages[@]}"; do
@@ -29,7 +31,7 @@ if ((${#need[@]})); then
     "${need[@]}" >&2
 fi
 for tool in cloud-init ignition-validate shellcheck promtool kubectl debootstrap go openssl \
-  containerd containerd-shim-runc-v2 runc qemu-system-x86_64 qemu-img cloud-localds mkfs.ext4 \
+  containerd containerd-shim-runc-v2 runc umoci skopeo qemu-system-x86_64 qemu-img cloud-localds mkfs.ext4 \
   debugfs nft iptables ip nsenter /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done

@@ -7,9 +7,11 @@
 pub mod agent;
 pub mod capi;
 pub mod capi_env;
+pub mod clusterctl_repo;
 pub mod controller;
 pub mod fixtures;
 pub mod generator;
+pub mod images;
 pub mod joins;
 pub mod pki;
 pub mod pod_cluster;

@@ -227,16 +227,14 @@ async fn kustomization_applies_to_the_real_apiserver_and_grants_exactly_what_the
         .expect("the real kube-apiserver starts");
     let client = server.client().await.expect("client");
     let kubeconfig = server.kubeconfig_path().expect("kubeconfig");
-    // ServiceMonitor, PrometheusRule, Issuer and Certificate need their CRDs, for real, before a
-    // dry run can check objects of those kinds.
-    for fixtures in [MONITORING_CRDS, CERT_MANAGER_CRDS] {
-        testenv::install_crds(
-            &client,
-            &testenv::crds_from_yaml(fixtures).expect("CRD fixtures parse"),
-        )
-        .await
-        .expect("fixture CRDs install");
-    }
+    // Issuer and Certificate need their CRDs, for real, before a dry run can check objects of
+    // those kinds. The Prometheus operator's are not there: deploy/ must not need them.
+    testenv::install_crds(
+        &client,
+        &testenv::crds_from_yaml(CERT_MANAGER_CRDS).expect("CRD fixtures parse"),
+    )
+    .await
+    .expect("fixture CRDs install");
     // A server-side dry run creates nothing, so the namespaced objects need their namespace.
     let namespace = find(&objects, "Namespace", NAMESPACE);
     run(
@@ -312,6 +310,83 @@ async fn kustomization_applies_to_the_real_apiserver_and_grants_exactly_what_the
         "the ServiceAccount's permissions differ:\n{}",
         wrong.join("\n")
     );
+}
+
+/// `kubectl apply -k DIR` against `kubeconfig`; the output, or the error with kubectl's words.
+fn apply_kustomization(kubeconfig: &Path, dir: &str) -> Result<String, String> {
+    let out = kubectl()
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("apply")
+        .arg("-k")
+        .arg(repo().join(dir))
+        .output()
+        .expect("kubectl runs");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        Ok(said)
+    } else {
+        Err(said)
+    }
+}
+
+/// A user without the Prometheus operator installs deploy/ and deploy/extension as the docs say
+/// (`kubectl apply -k`, real kubectl, real apiserver with cert-manager's CRDs and Cluster API's
+/// ExtensionConfig CRD only); monitoring is the opt-in part, which needs the operator's CRDs and applies once they
+/// are there.
+#[tokio::test]
+async fn kustomizations_apply_without_the_prometheus_operator_and_monitoring_opts_in() {
+    let server = ApiServer::start()
+        .await
+        .expect("the real kube-apiserver starts");
+    let client = server.client().await.expect("client");
+    let kubeconfig = server.kubeconfig_path().expect("kubeconfig");
+    testenv::install_crds(
+        &client,
+        &testenv::crds_from_yaml(CERT_MANAGER_CRDS).expect("CRD fixtures parse"),
+    )
+    .await
+    .expect("cert-manager's CRDs install");
+    // deploy/extension's ExtensionConfig needs Cluster API's runtime CRD, from its module.
+    let runtime_crd = testenv::tools::capi_source()
+        .expect("the Cluster API module")
+        .join("core/config/crd/bases/runtime.cluster.x-k8s.io_extensionconfigs.yaml");
+    let runtime_crd = std::fs::read_to_string(&runtime_crd).expect("the ExtensionConfig CRD");
+    testenv::install_crds(
+        &client,
+        &testenv::crds_from_yaml(&runtime_crd).expect("the ExtensionConfig CRD parses"),
+    )
+    .await
+    .expect("the ExtensionConfig CRD installs");
+
+    for dir in ["deploy", "deploy/extension"] {
+        let applied = apply_kustomization(&kubeconfig, dir).unwrap_or_else(|e| {
+            panic!("kubectl apply -k {dir} without the Prometheus operator: {e}")
+        });
+        assert!(
+            applied.contains("deployment.apps/bootplate-controller-manager"),
+            "{applied}"
+        );
+    }
+    let refused = apply_kustomization(&kubeconfig, "deploy/monitoring")
+        .expect_err("deploy/monitoring needs the Prometheus operator's CRDs");
+    assert!(refused.contains("ServiceMonitor"), "{refused}");
+
+    testenv::install_crds(
+        &client,
+        &testenv::crds_from_yaml(MONITORING_CRDS).expect("CRD fixtures parse"),
+    )
+    .await
+    .expect("the Prometheus operator's CRDs install");
+    let applied = apply_kustomization(&kubeconfig, "deploy/monitoring")
+        .unwrap_or_else(|e| panic!("kubectl apply -k deploy/monitoring: {e}"));
+    for object in [
+        "servicemonitor.monitoring.coreos.com/bootplate",
+        "prometheusrule.monitoring.coreos.com/bootplate",
+    ] {
+        assert!(applied.contains(object), "{applied}");
+    }
 }
 
 #[test]
@@ -485,7 +560,8 @@ fn deployment_runs_two_hardened_leader_elected_replicas() {
             "the metrics Service selects the pods"
         );
     }
-    let monitor = find(&objects, "ServiceMonitor", "bootplate");
+    let monitoring = documents(&kustomize("deploy/monitoring"));
+    let monitor = find(&monitoring, "ServiceMonitor", "bootplate");
     for (key, value) in monitor["spec"]["selector"]["matchLabels"]
         .as_object()
         .unwrap()
@@ -706,23 +782,19 @@ fn bootstrap_components_are_current() {
 }
 
 #[test]
-fn bootstrap_components_with_defaults_equal_the_kustomization_without_monitoring() {
+fn bootstrap_components_with_defaults_equal_the_kustomization() {
     let components = read("deploy/bootstrap-components.yaml");
     let (defaulted, variables) = substitute_defaults(&components);
-    assert!(
-        variables.contains_key("BOOTPLATE_IMAGE"),
-        "the image is a variable"
-    );
     let by_key = |objects: Vec<Value>| -> BTreeMap<String, Value> {
         objects.into_iter().map(|o| (object_key(&o), o)).collect()
     };
     let components = by_key(documents(&defaulted));
-    let kustomization = by_key(
-        documents(&kustomize("deploy"))
-            .into_iter()
-            .filter(|o| !is_monitoring(o))
-            .collect(),
+    assert!(
+        !components.values().any(is_monitoring),
+        "the components carry no ServiceMonitor or PrometheusRule: clusterctl init would fail \
+         without the Prometheus operator"
     );
+    let kustomization = by_key(documents(&kustomize("deploy")));
     assert_eq!(
         components.keys().collect::<Vec<_>>(),
         kustomization.keys().collect::<Vec<_>>(),
@@ -755,6 +827,69 @@ fn bootstrap_components_with_defaults_equal_the_kustomization_without_monitoring
             "docs/operations.md lists the clusterctl variable {name} with default {default}"
         );
     }
+}
+
+/// The real clusterctl reads deploy/'s components as a user's does, from a local repository
+/// declared in `providers:`: `generate provider --describe` lists the variables and the image
+/// (it reads images before it substitutes variables), and clusterctl's `images:` setting, the
+/// way to point the controller at a mirror, changes the Deployment's image.
+#[test]
+fn clusterctl_describes_the_components_and_overrides_their_image() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let components = testenv::clusterctl_repo::local_repository(
+        dir.path(),
+        &version,
+        &repo().join("deploy/bootstrap-components.yaml"),
+        &repo().join("deploy/metadata.yaml"),
+    )
+    .expect("a local repository");
+    let mirror = "mirror.example.internal/platform";
+    let images = format!(
+        "images:\n  {}:\n    repository: {mirror}\n",
+        testenv::clusterctl_repo::PROVIDER_LABEL
+    );
+    let config =
+        testenv::clusterctl_repo::ClusterctlConfig::write(dir.path(), &components, &images)
+            .expect("clusterctl.yaml");
+    let ok = |args: &[&str]| {
+        let out = config.run(args).expect("clusterctl runs");
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "clusterctl {} failed: {}{said}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        said
+    };
+
+    let described = ok(&[
+        "generate",
+        "provider",
+        "--bootstrap",
+        "bootplate",
+        "--describe",
+    ]);
+    let (_, variables) = substitute_defaults(&read("deploy/bootstrap-components.yaml"));
+    for name in variables.keys() {
+        assert!(
+            described.contains(&format!("  - {name}\n")),
+            "{name} is listed:\n{described}"
+        );
+    }
+    let image = format!("{mirror}/bootplate:{version}");
+    assert!(
+        described.contains(&format!("Images:\n  - {image}\n")),
+        "{described}"
+    );
+
+    let generated = documents(&ok(&["generate", "provider", "--bootstrap", "bootplate"]));
+    let deployment = find(&generated, "Deployment", "bootplate-controller-manager");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        image.as_str()
+    );
 }
 
 #[test]
@@ -890,8 +1025,8 @@ fn grafana_dashboard_shows_every_exported_metric_and_no_other() {
     }
     let missing: Vec<_> = exported.keys().filter(|m| !used.contains(*m)).collect();
     assert!(missing.is_empty(), "no dashboard panel shows {missing:?}");
-    // The ConfigMap the kustomization generates holds the same dashboard.
-    let objects = documents(&kustomize("deploy"));
+    // The ConfigMap the monitoring kustomization generates holds the same dashboard.
+    let objects = documents(&kustomize("deploy/monitoring"));
     let configmap = find(&objects, "ConfigMap", DASHBOARD_CONFIGMAP);
     let embedded: Value =
         serde_json::from_str(configmap["data"]["bootplate.json"].as_str().unwrap()).unwrap();
