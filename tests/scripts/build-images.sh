@@ -13,6 +13,8 @@
 #   cert-manager-controller, -webhook, -cainjector
 #                quay.io/jetstack/cert-manager-NAME:CERT_MANAGER_VERSION, entrypoint
 #                /app/cmd/NAME/NAME, user 1000, as cert-manager's hack/containers/Containerfile.NAME
+#   probe        bootplate.invalid/probe:KUBE_VERSION: BusyBox as /bin/sh and the built kubectl,
+#                the pod cluster test's server and in-cluster client (tests/tests/pod_cluster.rs)
 #
 # The images are built with umoci (an empty image, the files copied into its unpacked root,
 # repacked as one layer: Debian's umoci 0.4.7 writes `umoci insert` layers without the tar's end
@@ -111,7 +113,7 @@ image() {
 
 wanted() { ((${#selected[@]} == 0)) || [[ " ${selected[*]} " == *" $1 "* ]]; }
 selected=("$@")
-known=(pause bootplate capi-manager cert-manager-controller cert-manager-webhook cert-manager-cainjector)
+known=(pause bootplate capi-manager cert-manager-controller cert-manager-webhook cert-manager-cainjector probe)
 for name in "${selected[@]}"; do
   [[ " ${known[*]} " == *" $name "* ]] || { log "ERROR: no image $name (images: ${known[*]})"; exit 2; }
 done
@@ -139,6 +141,16 @@ if wanted capi-manager; then
   image capi-manager "" \
     "registry.k8s.io/cluster-api/cluster-api-controller:$(version_of capi-manager-static)" \
     65532:65532 /manager "" "$(tool capi-manager-static):/manager"
+fi
+if wanted probe; then
+  # The pod cluster's probe (tests/tests/pod_cluster.rs): BusyBox (its shell, whose applets it
+  # prefers to anything on PATH: httpd, wget, hostname...) as /bin/sh, and the built kubectl as
+  # an in-cluster client, with the C library and loader it is linked against (the Kubernetes
+  # commands are built in one cgo-enabled go build; see build-tools.sh).
+  image probe "" "bootplate.invalid/probe:$(version_of kubectl)" 0:0 /bin/sh "" \
+    /bin/busybox:/bin/sh "$(tool kubectl):/bin/kubectl" \
+    /lib64/ld-linux-x86-64.so.2:/lib64/ld-linux-x86-64.so.2 \
+    /lib/x86_64-linux-gnu/libc.so.6:/lib/x86_64-linux-gnu/libc.so.6
 fi
 for command in controller webhook cainjector; do
   wanted "cert-manager-$command" || continue

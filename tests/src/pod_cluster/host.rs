@@ -206,8 +206,8 @@ pub fn make_cgroups(layout: &Layout) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Moves process `pid` (the runtime) into the cluster's `runtime` cgroup in every hierarchy, so
-/// its shims and containers can be found and ended with the cluster.
+/// Moves process `pid` (a component of the cluster) into the cluster's `runtime` cgroup in every
+/// hierarchy, so that it, and the runtime's shims, are found and ended with the cluster.
 pub fn join_cgroups(layout: &Layout, pid: u32) -> anyhow::Result<()> {
     for h in hierarchies() {
         let procs = h.join(&layout.cgroup).join("runtime/cgroup.procs");

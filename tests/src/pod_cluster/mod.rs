@@ -231,6 +231,9 @@ impl PodCluster {
         let process = Process::spawn(name, &mut command, &log)?;
         let pid = process.pid();
         self.processes.push(process);
+        // In the cluster's cgroup, a sweep ends it even when this process was killed before its
+        // drop (a test binary's timeout), as it ends the containers.
+        host::join_cgroups(self.layout(), pid)?;
         Ok(pid)
     }
 
@@ -267,16 +270,15 @@ impl PodCluster {
         }
     }
 
-    /// containerd, moved into the cluster's `runtime` cgroup before anything asks it for a
-    /// container, so its shims and containers are found there when the cluster goes.
+    /// containerd, in the cluster's `runtime` cgroup (as every component, [`Self::spawn`]) before
+    /// anything asks it for a container, so its shims are found there when the cluster goes.
     fn start_runtime(&mut self) -> anyhow::Result<()> {
         let config = self.dirs.path("containerd/config.toml");
-        let pid = self.spawn(
+        self.spawn(
             "containerd",
             Path::new("/usr/bin/containerd"),
             &[format!("--config={}", config.display())],
         )?;
-        host::join_cgroups(self.layout(), pid)?;
         let socket = self.dirs.containerd_socket();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !socket.exists() {
