@@ -682,7 +682,7 @@ impl Walk<'_> {
                         field,
                         pos,
                         format!(
-                            "`{raw}` is absent for workers (certificates go to control-plane roles only); guard it with {{{{#if certs}}}} or put it in a part with roles [init, control-plane-join]"
+                            "`{raw}` is absent for role worker (certificates go to control-plane roles only); guard it with {{{{#if certs}}}} or put it in a part with roles [init, control-plane-join]"
                         ),
                     );
                     return Ty::Any;
@@ -753,7 +753,8 @@ impl Walk<'_> {
                             )
                         } else {
                             format!(
-                                "`{parent}` has no field `{}`{}",
+                                "`{}`: `{parent}` has no field `{}`{}",
+                                crate::engine::truncate(&shown, 128),
                                 crate::engine::truncate(segment, 64),
                                 hint(segment, known)
                             )

@@ -144,7 +144,7 @@ fn role_specific_failures_name_the_role() {
     assert!(
         problems[0]
             .message
-            .contains("`certs.ca.key` is absent for workers")
+            .contains("`certs.ca.key` is absent for role worker")
     );
     assert!(
         problems[1]
@@ -255,7 +255,7 @@ fn every_branch_partial_and_loop_is_checked_with_did_you_mean() {
                 "spec.template",
                 Some(Position { line: 6, column: 6 }),
                 "unknown-name",
-                "`machine` has no field `versoin`; did you mean `version`?"
+                "`machine.versoin`: `machine` has no field `versoin`; did you mean `version`?"
             ),
             (
                 "spec.template",

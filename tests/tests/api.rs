@@ -331,7 +331,16 @@ async fn kubectl_explains_fields_and_prints_columns() {
         assert!(explain.contains("partials"), "{explain}");
         let get = kubectl(&["get", "bootplateconfigs", "-n", NS]).expect("kubectl get works");
         let header = get.lines().next().unwrap_or_default();
-        for column in ["NAME", "CLUSTER", "TEMPLATE", "READY", "DATA-SECRET", "AGE"] {
+        for column in [
+            "NAME",
+            "CLUSTER",
+            "TEMPLATE",
+            "READY",
+            "DATA-SECRET",
+            "BOOT",
+            "PART",
+            "AGE",
+        ] {
             assert!(header.contains(column), "column {column} missing: {get}");
         }
         assert!(
@@ -357,7 +366,16 @@ async fn kubectl_explains_fields_and_prints_columns() {
         .collect();
     assert_eq!(
         columns,
-        ["Name", "Cluster", "Template", "Ready", "Data-Secret", "Age"]
+        [
+            "Name",
+            "Cluster",
+            "Template",
+            "Ready",
+            "Data-Secret",
+            "Boot",
+            "Part",
+            "Age"
+        ]
     );
     assert_eq!(table["rows"][0]["cells"][2], "ubuntu-2404");
 }

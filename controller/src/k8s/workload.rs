@@ -270,24 +270,28 @@ mod tests {
         assert!(config.reset_reader_on_write);
     }
 
-    /// A plain-HTTP stand-in for an apiserver that answers `/version` after `delay` and
-    /// counts the connections its clients hold open. A local server, not a real apiserver:
-    /// what is under test is when the client closes connections, which only the server's side
-    /// of each connection shows.
+    /// A stand-in for an apiserver, over TLS with a throw-away certificate for 127.0.0.1, that
+    /// answers `/version` after `delay` and counts the connections its clients hold open. A
+    /// local server, not a real apiserver: what is under test is when the client closes
+    /// connections, which only the server's side of each connection shows. Returns a client
+    /// config that trusts the certificate and the open-connection count.
     async fn counting_server(
         delay: Duration,
-    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    ) -> (Config, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicUsize, Ordering};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let (acceptor, ca) = throwaway_tls();
+        let mut config = Config::new(url.parse().unwrap());
+        config.root_cert = Some(vec![ca]);
         let open = Arc::new(AtomicUsize::new(0));
         let counter = open.clone();
         tokio::spawn(async move {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 counter.fetch_add(1, Ordering::SeqCst);
-                let counter = counter.clone();
+                let (counter, acceptor) = (counter.clone(), acceptor.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |_| async move {
                         tokio::time::sleep(delay).await;
@@ -296,15 +300,39 @@ mod tests {
                             http_body_util::Full::new(bytes::Bytes::from(body)),
                         ))
                     });
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .await;
+                    if let Ok(tls) = acceptor.accept(stream).await {
+                        let io = hyper_util::rt::TokioIo::new(tls);
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, service)
+                            .await;
+                    }
                     counter.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
-        (url, open)
+        (config, open)
+    }
+
+    /// A TLS acceptor with a self-signed certificate for 127.0.0.1, and that certificate (DER).
+    fn throwaway_tls() -> (tokio_rustls::TlsAcceptor, Vec<u8>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let der = cert.der().to_vec();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        (
+            tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server)),
+            der,
+        )
     }
 
     /// Waits (up to 10 s) until `open` reads `want`; returns what it read last.
@@ -321,8 +349,7 @@ mod tests {
 
     #[tokio::test]
     async fn workload_connections_are_closed_once_idle_and_few_are_kept() {
-        let (url, open) = counting_server(Duration::from_millis(300)).await;
-        let config = Config::new(url.parse().unwrap());
+        let (config, open) = counting_server(Duration::from_millis(300)).await;
         let client = pooled_client(&config, Duration::from_secs(2)).unwrap();
         // A burst of 8 requests at once opens 8 connections; once they are answered, at most
         // MAX_IDLE_CONNECTIONS stay open for the next burst.
@@ -343,8 +370,7 @@ mod tests {
 
     #[tokio::test]
     async fn clients_unused_for_a_minute_are_dropped_with_their_connections() {
-        let (url, open) = counting_server(Duration::ZERO).await;
-        let config = Config::new(url.parse().unwrap());
+        let (config, open) = counting_server(Duration::ZERO).await;
         let key = |cluster: &str| ("ns".to_owned(), cluster.to_owned());
         let start = Instant::now();
         let at = |seconds: u64| start + Duration::from_secs(seconds);
@@ -382,6 +408,18 @@ mod tests {
         // for more than a minute, the one asked for included.
         assert!(cached.get(&key("late"), "1", at(150)).is_none());
         assert!(cached.clients.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_plain_http_server_is_never_spoken_to() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let config = Config::new(url.parse().unwrap());
+        let client = pooled_client(&config, Duration::from_secs(2)).unwrap();
+        // A plain-HTTP client would send its request and wait for an answer that never comes.
+        let asked = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version());
+        let err = asked.await.expect("refused at once").unwrap_err();
+        assert!(format!("{err:?}").contains("unsupported scheme"), "{err:?}");
     }
 
     #[tokio::test]
