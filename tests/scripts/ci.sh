@@ -7,6 +7,18 @@ cd "$(dirname "$0")/../.."
 
 # A clean clone compiles everything once: incremental state would only add gigabytes of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# One cargo target directory for every clone on this machine, kept with the other caches: the
+# dependencies (debug, clippy, the static release and the agent profile) compile once per
+# Cargo.lock and toolchain, and cargo's own fingerprints decide what is stale. The workspace's
+# crates still build from this clone's sources. Past 40 GiB (clones at many paths, old
+# toolchains) it starts over.
+if [[ -z ${CARGO_TARGET_DIR:-} ]]; then
+  export CARGO_TARGET_DIR="$HOME/.cache/bootplate/cargo-target"
+  mkdir -p "$CARGO_TARGET_DIR"
+  if (($(du -s --block-size=1G "$CARGO_TARGET_DIR" | cut -f1) > 40)); then
+    rm -rf "$CARGO_TARGET_DIR" && mkdir -p "$CARGO_TARGET_DIR"
+  fi
+fi
 
 tests/scripts/install-tools.sh
 # kube-apiserver, etcd, kubeadm, the kubelet, kube-scheduler, kube-proxy, kubectl, Cluster API
