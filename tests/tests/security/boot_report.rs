@@ -4,7 +4,10 @@
 //!
 //! Against a real management apiserver and a real workload apiserver that authenticates
 //! bootstrap tokens and authorizes with RBAC (as a kubeadm control plane does), with
-//! `bootplate run` under deploy/rbac; the test plays Cluster API (Machine status, nodeRef).
+//! `bootplate run` under deploy/rbac; the test plays Cluster API (Machine status, nodeRef)
+//! because its faults are moments it must hold: a Machine provisioned whose node never shows
+//! up past the not-started deadline, a machine that has written a report but not joined, and
+//! the join itself, each for as long as a check needs.
 //! The machine is the rendered `script` user-data itself, run by bash with its paths moved
 //! under a temporary directory: its reporter sends with curl, the token and the CA from the
 //! render. One environment for every step, to keep the tier's time short.

@@ -9,28 +9,24 @@
 //!   with `OutputTooLarge` on that config while its peak memory (VmHWM) stays bounded and
 //!   other configs, created before and after, are served.
 //!
-//! Real kube-apiserver + etcd, the real `bootplate run` serving the webhook over TLS, as the
-//! ServiceAccount of deploy/rbac.
-//!
-//! This module plays Cluster API's Cluster and Machine controllers (`testenv::capi_env`: owner
-//! references, an initialized Cluster, a Machine written with its failure domain) only to set
-//! the stage: what is measured is bootplate's render and its process's memory, and no Cluster API
-//! state is held at a chosen moment. It needs no such fault and could run under the real manager
-//! (issue 29).
+//! Real parts: the real-Cluster-API environment (`testenv::capi`: Cluster API's own manager
+//! owns the Machines and sets the configs' owners; `bootplate run` under deploy/rbac serving
+//! the webhook of deploy/webhook over TLS; a real workload apiserver). Nothing of Cluster API
+//! is played: what is measured is bootplate's render and its process's memory.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crd_types::capi::Machine;
-use crd_types::{BootplateConfig, BootstrapTemplate, TemplateKind, TemplateRef};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use crd_types::{
+    BootplateConfig, BootplateConfigSpec, BootstrapTemplate, TemplateKind, TemplateRef,
+};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use testenv::capi_env::{self, NS};
+use testenv::capi::objects::{self, KUBERNETES_VERSION};
+use testenv::capi::{CapiEnv, NS, Options};
 use testenv::controller::ControllerProcess;
-use testenv::pki::TestCa;
-use testenv::{eventually, fixtures};
+use testenv::eventually;
 
 /// The separator a tenant passes: 1 MiB minus a little (etcd takes objects up to 1.5 MiB).
 const SEPARATOR_BYTES: usize = 1000 * 1000;
@@ -90,65 +86,46 @@ fn peak_rss_kib(controller: &ControllerProcess) -> u64 {
         .expect("VmHWM in /proc/PID/status")
 }
 
-/// Registers bootplate's validating webhook for configs and templates at `port`.
-async fn register_webhook(client: &kube::Client, port: u16, ca: &TestCa) {
-    use base64::Engine as _;
-    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {"name": "bootplate"},
-        "webhooks": [{
-            "name": "validate.bootstrap.bootplate.dev",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate"),
-                             "caBundle": base64::engine::general_purpose::STANDARD.encode(&ca.cert_pem)},
-            "rules": [{"apiGroups": ["bootstrap.bootplate.dev"], "apiVersions": ["v1alpha1"],
-                       "operations": ["CREATE", "UPDATE"],
-                       "resources": ["bootstraptemplates", "bootplateconfigs"]}],
-            "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
-            "timeoutSeconds": 10,
-        }]
-    }))
-    .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &config)
-        .await
-        .unwrap();
-}
-
-/// Creates a Machine in failure domain `zone-a` of Cluster `cluster` and its config with
-/// `variables`; the config's create result (the webhook's verdict).
+/// Creates config `name` with `variables` (the webhook's verdict is the result) and, once
+/// admitted, a worker Machine for it in failure domain `zone-a` of Cluster `budget`.
 async fn machine_with_config(
-    env: &capi_env::Env,
+    env: &CapiEnv,
     name: &str,
     template: &str,
     variables: BTreeMap<String, serde_json::Value>,
-) -> Result<BootplateConfig, kube::Error> {
-    let machine = fixtures::machine(NS, name, "budget", false, name);
-    let machine = Api::<Machine>::namespaced(env.client.clone(), NS)
-        .create(&PostParams::default(), &machine)
-        .await
-        .unwrap();
-    let mut config = fixtures::owned_config(&machine, template_ref(template));
-    config.spec.variables = variables;
+) -> Result<(), kube::Error> {
+    let mut config = BootplateConfig::new(
+        name,
+        BootplateConfigSpec {
+            template_ref: template_ref(template),
+            variables,
+            ..Default::default()
+        },
+    );
+    config.metadata.namespace = Some(NS.into());
     Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
         .create(&PostParams::default(), &config)
+        .await?;
+    let mut machine = objects::worker_machine(name, "budget", KUBERNETES_VERSION);
+    machine["spec"]["failureDomain"] = json!("zone-a");
+    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
         .await
+        .unwrap();
+    env.apply(&objects::machine_resource(), machine)
+        .await
+        .unwrap();
+    Ok(())
 }
 
 #[tokio::test]
 async fn a_join_bomb_is_refused_at_admission_and_bounded_in_the_controller() {
-    let env = capi_env::env().await;
-    env.initialized_cluster("budget").await;
-    let ca = TestCa::new("bootplate-webhook");
-    let cert_dir = env.management.dir().join("webhook-certs");
-    ca.write_serving(&cert_dir).unwrap();
-    let port = testenv::free_port().unwrap();
-    let mut controller = env
-        .controller(&[
-            &format!("--webhook-addr=127.0.0.1:{port}"),
-            "--webhook-cert-dir",
-            cert_dir.to_str().unwrap(),
-        ])
-        .await;
-    register_webhook(&env.client, port, &ca).await;
+    let mut env = CapiEnv::start(Options::default())
+        .await
+        .expect("the real-Cluster-API environment starts");
+    env.provider_cluster("budget", KUBERNETES_VERSION, None)
+        .await
+        .unwrap();
+    env.wait_control_plane_initialized("budget").await;
     let templates = Api::<BootstrapTemplate>::namespaced(env.client.clone(), NS);
     for (name, hidden) in [("direct", false), ("hidden", true)] {
         eventually(
@@ -167,7 +144,7 @@ async fn a_join_bomb_is_refused_at_admission_and_bounded_in_the_controller() {
     machine_with_config(&env, "before", "direct", BTreeMap::new())
         .await
         .expect("a small config is admitted");
-    env.wait_ready("before").await;
+    env.wait_user_data("before").await;
 
     // The join at the top: the webhook's sample render refuses it with the size error.
     let refused = machine_with_config(&env, "direct-bomb", "direct", hostile_variables()).await;
@@ -188,20 +165,26 @@ async fn a_join_bomb_is_refused_at_admission_and_bounded_in_the_controller() {
         .expect("the webhook's sample render does not take the branch");
     let message = env.wait_reason("hidden-bomb", "OutputTooLarge").await;
     assert!(
-        message.contains("BootstrapTemplate team-a/hidden")
+        message.contains(&format!("BootstrapTemplate {NS}/hidden"))
             && message.contains("more than the limit of 1048576 bytes"),
         "{message}"
     );
-    assert!(env.secret("hidden-bomb").await.is_none(), "no data Secret");
+    assert!(
+        env.data_secret("hidden-bomb").await.is_none(),
+        "no data Secret"
+    );
 
     // Configs keep being served, and the process is still the one that started.
     machine_with_config(&env, "after", "direct", BTreeMap::new())
         .await
         .expect("a small config is admitted");
-    env.wait_ready("after").await;
-    env.settled(&controller, "hidden-bomb").await;
-    assert!(controller.is_running(), "the controller is still running");
-    let peak = peak_rss_kib(&controller);
+    env.wait_user_data("after").await;
+    env.settled("hidden-bomb").await;
+    assert!(
+        env.bootplate.is_running(),
+        "the controller is still running"
+    );
+    let peak = peak_rss_kib(&env.bootplate);
     assert!(
         peak < PEAK_BOUND_KIB,
         "the controller's peak resident memory was {} MiB",
