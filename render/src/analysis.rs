@@ -736,26 +736,26 @@ impl Walk<'_> {
                         let message = if parent == "values" {
                             format!(
                                 "`values.{}` is not declared in spec.variables{}",
-                                crate::engine::truncate(segment, 64),
+                                crate::error::truncate(segment, 64),
                                 hint(segment, known)
                             )
                         } else if parent.is_empty() && !at_root {
                             format!(
                                 "`this` has no field `{}`{}",
-                                crate::engine::truncate(segment, 64),
+                                crate::error::truncate(segment, 64),
                                 hint(segment, known)
                             )
                         } else if parent.is_empty() {
                             format!(
                                 "unknown name `{}`{}",
-                                crate::engine::truncate(segment, 64),
+                                crate::error::truncate(segment, 64),
                                 hint(segment, known)
                             )
                         } else {
                             format!(
                                 "`{}`: `{parent}` has no field `{}`{}",
-                                crate::engine::truncate(&shown, 128),
-                                crate::engine::truncate(segment, 64),
+                                crate::error::truncate(&shown, 128),
+                                crate::error::truncate(segment, 64),
                                 hint(segment, known)
                             )
                         };
@@ -770,7 +770,7 @@ impl Walk<'_> {
                         format!(
                             "`{parent}` is {}: it has no field `{}`",
                             describe(&other),
-                            crate::engine::truncate(segment, 64)
+                            crate::error::truncate(segment, 64)
                         ),
                     );
                     return Ty::Any;

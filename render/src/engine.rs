@@ -20,7 +20,7 @@ use handlebars::{
     Context, Handlebars, RenderContext, RenderErrorReason, Renderable, TemplateError,
 };
 
-use crate::error::{Position, Problem};
+use crate::error::{Position, Problem, truncate};
 use crate::helpers;
 use crate::limit::{Budget, HelperOutput, LimitedOutput};
 use crate::tree::{Analysis, analyze, charge_steps, dismantle};
@@ -619,16 +619,6 @@ fn known(names: &BTreeSet<String>) -> String {
     } else {
         let list: Vec<&str> = names.iter().map(String::as_str).collect();
         format!(" (defined: {})", list.join(", "))
-    }
-}
-
-/// Keeps messages short: handlebars quotes whole parameters in some errors.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_owned()
-    } else {
-        let cut: String = s.chars().take(max).collect();
-        format!("{cut}…")
     }
 }
 

@@ -262,3 +262,14 @@ impl RenderError {
         }
     }
 }
+
+/// Keeps messages short: handlebars quotes whole parameters in some errors, and names and
+/// values a tenant wrote can be of any length.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        let cut: String = s.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}

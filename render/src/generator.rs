@@ -18,9 +18,9 @@ use crd_types::{FileEncoding, GeneratorSecrets, OutputFormat, TemplateFile, Unit
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::body::{self, File};
 use crate::context::{Certificates, ClusterInfo, JoinInfo, MachineInfo, RenderContext};
 use crate::error::{Origin, Problem};
+use crate::files::{self, File};
 
 /// The protocol version, the `apiVersion` of requests and responses.
 pub const API_VERSION: &str = "generator.bootplate.dev/v1alpha1";
@@ -299,7 +299,7 @@ pub enum ResponseError {
 #[derive(Clone, PartialEq, Default)]
 pub struct GeneratedPart {
     pub(crate) files: Vec<File>,
-    pub(crate) units: Vec<body::Unit>,
+    pub(crate) units: Vec<files::Unit>,
     pub(crate) commands: Vec<String>,
 }
 
@@ -360,7 +360,7 @@ pub fn parse_response(body: &[u8], limit: u64) -> Result<GeneratedPart, Response
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let response: Response = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
-        let inner = crate::engine::truncate(&e.inner().to_string(), 300);
+        let inner = crate::error::truncate(&e.inner().to_string(), 300);
         ResponseError::Malformed(if path == "." {
             inner
         } else {
@@ -373,8 +373,8 @@ pub fn parse_response(body: &[u8], limit: u64) -> Result<GeneratedPart, Response
     if response.api_version != API_VERSION || response.kind != RESPONSE_KIND {
         return Err(ResponseError::Malformed(format!(
             "apiVersion/kind: expected {API_VERSION} {RESPONSE_KIND}, got {:?} {:?}",
-            crate::engine::truncate(&response.api_version, 64),
-            crate::engine::truncate(&response.kind, 64)
+            crate::error::truncate(&response.api_version, 64),
+            crate::error::truncate(&response.kind, 64)
         )));
     }
     if response.status == Status::Failure {
@@ -382,7 +382,7 @@ pub fn parse_response(body: &[u8], limit: u64) -> Result<GeneratedPart, Response
         return Err(ResponseError::Refused(if message.trim().is_empty() {
             "(no message)".to_owned()
         } else {
-            crate::engine::truncate(message.trim(), 300)
+            crate::error::truncate(message.trim(), 300)
         }));
     }
     validate(response)
@@ -394,18 +394,18 @@ fn validate(response: Response) -> Result<GeneratedPart, ResponseError> {
     let mut part = GeneratedPart::default();
     for (i, f) in response.files.into_iter().enumerate() {
         let field = format!("files[{i}]");
-        body::check_path(&f.path).map_err(|m| bad(format!("{field}.path"), m))?;
+        files::check_path(&f.path).map_err(|m| bad(format!("{field}.path"), m))?;
         let encoding = f.encoding.unwrap_or_default();
-        body::check_content(&f.content, encoding)
+        files::check_content(&f.content, encoding)
             .map_err(|m| bad(format!("{field}.content"), m))?;
         let mut problems: Vec<Problem> = Vec::new();
-        let permissions = body::permissions(
+        let permissions = files::permissions(
             f.permissions.as_deref(),
             Origin::Template,
             &field,
             &mut problems,
         );
-        let owner = body::owner(f.owner.as_deref(), Origin::Template, &field, &mut problems);
+        let owner = files::owner(f.owner.as_deref(), Origin::Template, &field, &mut problems);
         if let Some(p) = problems.first() {
             return Err(bad(p.field.clone(), &p.message));
         }
@@ -419,24 +419,24 @@ fn validate(response: Response) -> Result<GeneratedPart, ResponseError> {
     }
     for (i, u) in response.units.into_iter().enumerate() {
         let field = format!("units[{i}]");
-        if !body::valid_unit_name(&u.name) {
+        if !files::valid_unit_name(&u.name) {
             return Err(bad(
                 format!("{field}.name"),
                 &format!(
                     "{:?} is not a unit name (letters, digits and `:_.@-`, ending in .service, .socket, .timer, .path, .mount or .target)",
-                    crate::engine::truncate(&u.name, 64)
+                    crate::error::truncate(&u.name, 64)
                 ),
             ));
         }
         for (j, d) in u.drop_ins.iter().enumerate() {
-            if !body::valid_drop_in_name(&d.name) {
+            if !files::valid_drop_in_name(&d.name) {
                 return Err(bad(
                     format!("{field}.dropIns[{j}].name"),
                     "a drop-in name is letters, digits and `_.@-`, ending in .conf",
                 ));
             }
         }
-        part.units.push(body::Unit {
+        part.units.push(files::Unit {
             enable: u.enabled(),
             name: u.name,
             content: u.content,
@@ -459,12 +459,15 @@ fn validate(response: Response) -> Result<GeneratedPart, ResponseError> {
     Ok(part)
 }
 
-/// `part` as the response a generator serving it sends.
-pub(crate) fn response_of(output: body::Body) -> Response {
+/// A rendered part's files, units and commands as the response a generator serving it sends.
+pub(crate) fn response_of(
+    files: Vec<File>,
+    units: Vec<files::Unit>,
+    commands: Vec<String>,
+) -> Response {
     let encoding = |e: FileEncoding| (e != FileEncoding::Plain).then_some(e);
     Response {
-        files: output
-            .files
+        files: files
             .into_iter()
             .map(|f| TemplateFile {
                 path: f.path,
@@ -474,8 +477,7 @@ pub(crate) fn response_of(output: body::Body) -> Response {
                 encoding: encoding(f.encoding),
             })
             .collect(),
-        units: output
-            .units
+        units: units
             .into_iter()
             .map(|u| Unit {
                 name: u.name,
@@ -488,7 +490,7 @@ pub(crate) fn response_of(output: body::Body) -> Response {
                     .collect(),
             })
             .collect(),
-        commands: output.commands,
+        commands,
         ..Response::success()
     }
 }
@@ -507,7 +509,7 @@ pub fn redact(message: &str, secrets: &[&str]) -> String {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    crate::engine::truncate(out.trim(), 300)
+    crate::error::truncate(out.trim(), 300)
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ impl HelperDef for Simple {
         (self.f)(&values).map(ScopedJson::Derived).map_err(|e| {
             // Name the variable the value came from: the message never shows the value.
             let on = match params.first().and_then(|p| p.relative_path()) {
-                Some(path) => format!(" on `{}`", crate::engine::truncate(path, 100)),
+                Some(path) => format!(" on `{}`", crate::error::truncate(path, 100)),
                 None => String::new(),
             };
             let message = format!("helper `{}`{on}: {e}", self.name);
@@ -764,7 +764,7 @@ fn starts_with(args: &[&Value]) -> Result<Value, HelperError> {
 /// message is the template's own words; the engine reports it as the config's problem.
 fn fail(args: &[&Value]) -> Result<Value, HelperError> {
     let message = text(args[0])?;
-    let message = crate::engine::truncate(message.trim(), 300);
+    let message = crate::error::truncate(message.trim(), 300);
     REFUSAL.set(Some(message.clone()));
     Err(HelperError::Refused(message))
 }
@@ -789,7 +789,7 @@ fn version_at_least(args: &[&Value]) -> Result<Value, HelperError> {
         version_numbers(&t).ok_or_else(|| {
             HelperError::Invalid(format!(
                 "{:?} is not a version like v1.31.2 (or 1.31, v1.31.0-rc.1)",
-                crate::engine::truncate(&t, 64)
+                crate::error::truncate(&t, 64)
             ))
         })
     };
@@ -805,7 +805,7 @@ fn kubernetes_minor(args: &[&Value]) -> Result<Value, HelperError> {
     let [major, minor, _] = version_numbers(&t).ok_or_else(|| {
         HelperError::Invalid(format!(
             "{:?} is not a version like v1.31.2 (guard a version that may be absent with {{{{#if machine.version}}}})",
-            crate::engine::truncate(&t, 64)
+            crate::error::truncate(&t, 64)
         ))
     })?;
     Ok(Value::String(format!("{major}.{minor}")))

@@ -6,7 +6,8 @@
 use crd_types::payload::{NodePayload, PayloadDropIn, PayloadFile, PayloadPart, PayloadUnit};
 use crd_types::{FileEncoding, OutputFormat, UpdateStrategy};
 
-use crate::body::{File, PartBody, Split};
+use crate::body::{PartBody, Split};
+use crate::files::File;
 
 /// A machine's render, split by origin: each part that applies (in template order) and the
 /// config's own files and commands.

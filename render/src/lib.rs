@@ -14,6 +14,7 @@ mod body;
 pub mod context;
 mod engine;
 mod error;
+mod files;
 mod formats;
 pub mod generator;
 mod helpers;
@@ -125,7 +126,7 @@ impl CompiledTemplate {
                 engine.add_partial(name, text, problems);
             } else {
                 problems.push(Problem::template(
-                    format!("spec.partials.{}", engine::truncate(name, 64)),
+                    format!("spec.partials.{}", crate::error::truncate(name, 64)),
                     "a partial name is letters, digits, `_` and `-`",
                 ));
             }
@@ -525,7 +526,7 @@ impl CompiledTemplate {
             .map_err(|e| self.field_error(e, &budget, limit, false))
         })();
         match generated {
-            Ok(output) => generator::response_of(output),
+            Ok(output) => generator::response_of(output.files, output.units, output.commands),
             Err(e) => Response::failure(e.to_string()),
         }
     }

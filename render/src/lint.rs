@@ -225,7 +225,7 @@ fn where_text_goes<'a>(
         let path = index(file)
             .and_then(|j| part.literal_file_path(j))
             .unwrap_or("");
-        if crate::body::is_systemd_path(path) {
+        if crate::files::is_systemd_path(path) {
             return (roles, Output::Unit);
         }
         match path.rsplit('.').next() {

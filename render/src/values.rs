@@ -39,7 +39,7 @@ impl Declarations {
                     format!("{field}.name"),
                     format!(
                         "`{}` is not a valid variable name (letters, digits and `_`, starting with a letter)",
-                        crate::engine::truncate(&decl.name, 64)
+                        crate::error::truncate(&decl.name, 64)
                     ),
                 ));
                 continue;
@@ -64,7 +64,7 @@ impl Declarations {
                             format!(
                                 "variable `{}`: invalid regular expression: {}",
                                 decl.name,
-                                crate::engine::truncate(&e.to_string(), 200)
+                                crate::error::truncate(&e.to_string(), 200)
                             ),
                         ));
                         continue;
@@ -110,7 +110,7 @@ impl Declarations {
             if !self.defaults.contains_key(name) {
                 return Err(RenderError::InvalidVariable {
                     object: object.to_owned(),
-                    variable: crate::engine::truncate(name, 64),
+                    variable: crate::error::truncate(name, 64),
                     message: format!("the template does not declare it{}", self.known()),
                 });
             }
@@ -280,7 +280,7 @@ impl Declaration {
             let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
             return Err(format!(
                 "must be one of {}",
-                crate::engine::truncate(&list.join(", "), 300)
+                crate::error::truncate(&list.join(", "), 300)
             ));
         }
         if let Value::String(s) = value {
@@ -300,7 +300,7 @@ impl Declaration {
             {
                 return Err(format!(
                     "must match the pattern `{}`",
-                    crate::engine::truncate(re.as_str(), 200)
+                    crate::error::truncate(re.as_str(), 200)
                 ));
             }
         }

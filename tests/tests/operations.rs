@@ -571,7 +571,7 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
     use kube::runtime::events::EventType;
 
     let env = env().await;
-    let metrics = std::sync::Arc::new(bootplate::runtime::metrics::Metrics::new());
+    let metrics = std::sync::Arc::new(bootplate::metrics::Metrics::new());
     let publisher = bootplate::k8s::events::Publisher::new(
         env.client.clone(),
         "bootplate",

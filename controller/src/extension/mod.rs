@@ -25,7 +25,7 @@ use axum::routing::post;
 use kube::Client;
 use tracing::info;
 
-use crate::runtime::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::webhook::tls::ClientAuth;
 
 /// The path prefix of every hook (`/<group>/<version>`).

@@ -37,7 +37,7 @@ struct Pending {
 /// when the queue is full or the apiserver refuses it, and the metrics count both.
 pub struct Publisher {
     queue: tokio::sync::mpsc::Sender<Pending>,
-    metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl Publisher {
@@ -47,7 +47,7 @@ impl Publisher {
         client: Client,
         controller: &str,
         instance: Option<String>,
-        metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Self {
         let (queue, pending) = tokio::sync::mpsc::channel(QUEUE);
         let reporter = Reporter {
@@ -156,7 +156,7 @@ async fn deliver(
     client: Client,
     mut pending: tokio::sync::mpsc::Receiver<Pending>,
     reporter: Reporter,
-    metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 ) {
     while let Some(next) = pending.recv().await {
         let event = event(next, &reporter);

@@ -17,8 +17,8 @@ use crate::k8s::events::Publisher;
 use crate::k8s::stores::Stores;
 use crate::k8s::templates::CompiledCache;
 use crate::k8s::workload::WorkloadClients;
+use crate::metrics::Metrics;
 use crate::reconcile::memory::ByConfig;
-use crate::runtime::metrics::Metrics;
 
 /// Settings from the command line.
 #[derive(Clone, Debug)]

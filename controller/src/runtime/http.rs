@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::runtime::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Readiness, set by the controller: a leader is ready once its caches are synced; a standby
 /// is ready as soon as it is waiting for the lease.

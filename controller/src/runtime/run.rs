@@ -21,12 +21,12 @@ use crate::core::cached_secret::CachedSecret;
 use crate::core::shard;
 use crate::k8s::stores::Stores;
 use crate::k8s::templates::{CompiledCache, display_of};
+use crate::metrics::Metrics;
 use crate::reconcile::context::{Caches, Context, Settings};
 use crate::reconcile::deleted::{self, DeletedConfig};
 use crate::reconcile::{config as config_controller, template as template_controller};
 use crate::runtime::http::Readiness;
 use crate::runtime::leader::LeaderElection;
-use crate::runtime::metrics::Metrics;
 use crate::runtime::triggers::{Deletions, NoSharedBackoff, settled};
 use crate::runtime::trim::{self, strip};
 

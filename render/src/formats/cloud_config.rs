@@ -9,7 +9,8 @@
 use crd_types::FileEncoding;
 
 use super::{Meta, all_commands, files_to_write};
-use crate::body::{Body, File};
+use crate::body::Body;
+use crate::files::File;
 use crate::helpers::push_yaml_double_quoted;
 
 /// The whole cloud-config of `body`: files and units in `write_files`, commands in `runcmd`.

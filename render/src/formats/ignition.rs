@@ -8,7 +8,8 @@ use crd_types::FileEncoding;
 use serde::Serialize;
 
 use super::{Meta, report, script};
-use crate::body::{Body, File};
+use crate::body::Body;
+use crate::files::File;
 
 /// Where the commands script is written, and the marker it leaves so it runs only once.
 const SCRIPT_PATH: &str = "/etc/bootplate/bootstrap.sh";

@@ -17,8 +17,9 @@ mod shape;
 
 use crd_types::{FileEncoding, OutputFormat, Role};
 
-use crate::body::{Body, File};
+use crate::body::Body;
 use crate::context::BootReport;
+use crate::files::File;
 
 pub(crate) use report::{FILES_PART, UNITS_PART};
 
@@ -287,18 +288,18 @@ fn check_cloud_config(document: &serde_yaml::Value) -> Result<(), String> {
 /// the part before " at line" (the position is reported separately).
 fn yaml_error_kind(e: &serde_yaml::Error) -> String {
     let s = e.to_string();
-    crate::engine::truncate(s.split(" at line").next().unwrap_or(&s), 200)
+    crate::error::truncate(s.split(" at line").next().unwrap_or(&s), 200)
 }
 
 fn json_error_kind(e: &serde_json::Error) -> String {
     let s = e.to_string();
-    crate::engine::truncate(s.split(" at line").next().unwrap_or(&s), 200)
+    crate::error::truncate(s.split(" at line").next().unwrap_or(&s), 200)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::body::Unit;
+    use crate::files::Unit;
 
     #[test]
     fn units_with_only_drop_ins_are_enabled_after_the_commands() {

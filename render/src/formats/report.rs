@@ -6,8 +6,9 @@
 use crd_types::FileEncoding;
 
 use super::{SENTINEL, enable_commands};
-use crate::body::{Body, File};
+use crate::body::Body;
 use crate::context::BootReport;
+use crate::files::File;
 use crate::helpers::quote;
 
 /// Where the library (with this machine's settings and token: root only) and the CA go.
@@ -134,7 +135,7 @@ fn library(report: &BootReport) -> String {
     secrets.extend(extra.map(str::trim).filter(|l| l.len() >= 4));
     let mut list = secrets.join("\n");
     list.push('\n');
-    let delimiter = super::script::delimiter(&list);
+    let delimiter = delimiter(&list);
     format!(
         "BOOTPLATE_REPORT_SERVER={}\nBOOTPLATE_REPORT_CA={CA_PATH}\n\
          BOOTPLATE_REPORT_NAMESPACE={}\nBOOTPLATE_REPORT_NAME={}\nBOOTPLATE_REPORT_TOKEN={}\n\
@@ -148,9 +149,29 @@ fn library(report: &BootReport) -> String {
     )
 }
 
+/// A heredoc delimiter that is not a line of `data`.
+pub(super) fn delimiter(data: &str) -> String {
+    let mut candidate = "BOOTPLATE_EOF".to_owned();
+    let mut n = 0;
+    while data.lines().any(|l| l == candidate) {
+        n += 1;
+        candidate = format!("BOOTPLATE_EOF_{n}");
+    }
+    candidate
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delimiter_avoids_content_lines() {
+        assert_eq!(delimiter("a\n"), "BOOTPLATE_EOF");
+        assert_eq!(
+            delimiter("BOOTPLATE_EOF\nBOOTPLATE_EOF_1\n"),
+            "BOOTPLATE_EOF_2"
+        );
+    }
 
     #[test]
     fn steps_are_numbered_within_their_part() {

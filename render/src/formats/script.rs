@@ -6,7 +6,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use crd_types::FileEncoding;
 
 use super::{Meta, files_to_write, report};
-use crate::body::{Body, File};
+use crate::body::Body;
+use crate::files::File;
 use crate::helpers::quote;
 
 /// Writes stdin to a file: parent directories are created with the default umask, the file is
@@ -81,7 +82,7 @@ fn write_file(out: &mut String, f: &File) {
         FileEncoding::Base64 => ("base64", with_newline(&f.content)),
         FileEncoding::GzipBase64 => ("gzip+base64", with_newline(&f.content)),
     };
-    let delimiter = delimiter(&data);
+    let delimiter = report::delimiter(&data);
     out.push_str(&format!(
         "bootplate_write_file {} {} {} {encoding} <<'{delimiter}'\n{data}{delimiter}\n",
         quote(&f.path),
@@ -110,29 +111,9 @@ fn wrapped_base64(data: &[u8]) -> String {
     out
 }
 
-/// A heredoc delimiter that is not a line of `data`.
-pub(super) fn delimiter(data: &str) -> String {
-    let mut candidate = "BOOTPLATE_EOF".to_owned();
-    let mut n = 0;
-    while data.lines().any(|l| l == candidate) {
-        n += 1;
-        candidate = format!("BOOTPLATE_EOF_{n}");
-    }
-    candidate
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn delimiter_avoids_content_lines() {
-        assert_eq!(delimiter("a\n"), "BOOTPLATE_EOF");
-        assert_eq!(
-            delimiter("BOOTPLATE_EOF\nBOOTPLATE_EOF_1\n"),
-            "BOOTPLATE_EOF_2"
-        );
-    }
 
     #[test]
     fn text_without_final_newline_goes_as_base64() {

@@ -389,7 +389,7 @@ pub(super) fn check_unit(text: &str) -> Result<(), String> {
             return Err(format!(
                 "line {}: `{}` is not a setting name",
                 i + 1,
-                crate::engine::truncate(key, 64)
+                crate::error::truncate(key, 64)
             ));
         }
     }
