@@ -323,3 +323,63 @@ parts:
         "{problems:#?}"
     );
 }
+
+/// The cases issue 35 listed where lint's message did not point at the culprit, each reported
+/// once, at its place, in words that fit. (field, line, column, what the message says) per
+/// problem.
+/// A problem expected: its field, line and column in the field, and what its message says.
+type Expected = (&'static str, usize, usize, &'static str);
+
+#[test]
+fn messages_point_at_the_culprit_once() {
+    let cases: [(&str, &[Expected]); 3] = [
+        // `each` over a declared variable whose sample value is text: it was "undefined
+        // variable `values.hosts` (declare it in spec.variables)", of a declared variable.
+        (
+            "format: script\nvariables: [{name: hosts, required: true}]\ntemplate: |\n  #!/bin/sh\n  {{#each values.hosts}}echo {{shell_quote this}}{{/each}}\n",
+            &[(
+                "spec.template",
+                2,
+                1,
+                "`each` needs a list or a map, and `values.hosts` is text here",
+            )],
+        ),
+        // `each` over text the analysis knows is text: once, not a second render error.
+        (
+            "format: script\nvariables: [{name: names, default: a, schema: {type: string, pattern: '^[a-z]+$'}}]\ntemplate: |\n  #!/bin/sh\n  {{#each values.names}}echo {{shell_quote this}}{{/each}}\n",
+            &[(
+                "spec.template",
+                2,
+                1,
+                "`each` needs a list or a map, and this is text",
+            )],
+        ),
+        // An undeclared variable: once, by the analysis.
+        (
+            "format: script\ntemplate: |\n  #!/bin/sh\n  echo {{shell_quote values.nope}}\n",
+            &[(
+                "spec.template",
+                2,
+                6,
+                "`values.nope` is not declared in spec.variables",
+            )],
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let problems = lint_yaml(yaml);
+        let found: Vec<(&str, usize, usize)> = problems
+            .iter()
+            .map(|p| {
+                let at = p.position.unwrap_or(Position { line: 0, column: 0 });
+                (p.field.as_str(), at.line, at.column)
+            })
+            .collect();
+        let wanted: Vec<(&str, usize, usize)> =
+            expected.iter().map(|(f, l, c, _)| (*f, *l, *c)).collect();
+        assert_eq!(found, wanted, "{yaml}: {problems:#?}");
+        for (p, (_, _, _, says)) in problems.iter().zip(expected) {
+            assert!(p.message.contains(says), "{yaml}: {p:#?}");
+            assert!(!p.message.contains("declare it"), "{yaml}: {p:#?}");
+        }
+    }
+}
