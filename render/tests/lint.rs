@@ -332,7 +332,18 @@ type Expected = (&'static str, usize, usize, &'static str);
 
 #[test]
 fn messages_point_at_the_culprit_once() {
-    let cases: [(&str, &[Expected]); 3] = [
+    let cases: [(&str, &[Expected]); 4] = [
+        // A raw Ignition template's wrong field: at the field's line (the second file's
+        // `mode`), not at the text's first line.
+        (
+            "format: ignition\ntemplate: |\n  {\n    \"ignition\": {\"version\": \"3.4.0\"},\n    \"storage\": {\"files\": [\n      {\"path\": \"/etc/a\", \"mode\": 420},\n      {\"path\": \"/etc/x\", \"mode\": \"420\"}\n    ]}\n  }\n",
+            &[(
+                "spec.template",
+                5,
+                24,
+                "`storage.files[1].mode` must be an integer",
+            )],
+        ),
         // `each` over a declared variable whose sample value is text: it was "undefined
         // variable `values.hosts` (declare it in spec.variables)", of a declared variable.
         (
