@@ -156,6 +156,11 @@ pub(crate) fn lint_compiled(
             q.severity == crate::Severity::Error && q.field == p.field && q.position == p.position
         })
     });
+    for (p, roles) in &mut found {
+        if p.code == "output-too-large" && p.field == "spec" {
+            largest_texts(p, t, &config, roles[0]);
+        }
+    }
     for (mut p, roles) in found {
         if roles.len() == Role::ALL.len() {
             problems.push(p);
@@ -167,6 +172,36 @@ pub(crate) fn lint_compiled(
         }
     }
     problems
+}
+
+/// An output too large for its limit, said at `spec` (the template's first line) with no way
+/// out: moved to the text that writes the most, with the largest texts named and, where the
+/// format allows it, `compression: gzip` suggested.
+fn largest_texts(p: &mut Problem, t: &CompiledTemplate, config: &BootplateConfigSpec, role: Role) {
+    let mut sizes: std::collections::BTreeMap<String, u64> =
+        t.literal_sizes().into_iter().collect();
+    sizes.extend(t.text_sizes(config, &sample_context(role)));
+    let mut sizes: Vec<(String, u64)> = sizes.into_iter().filter(|(_, n)| *n > 0).collect();
+    sizes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let Some((largest, _)) = sizes.first() else {
+        return;
+    };
+    p.field = largest.clone();
+    let named: Vec<String> = sizes
+        .iter()
+        .take(3)
+        .map(|(field, n)| format!("{field} ({n} bytes)"))
+        .collect();
+    p.message = format!(
+        "{}; the texts that write the most: {}",
+        p.message,
+        named.join(", ")
+    );
+    if t.format != OutputFormat::Ignition && t.compression != crd_types::Compression::Gzip {
+        p.message.push_str(
+            "; `compression: gzip` compresses the output (the limit then applies to the compressed bytes)",
+        );
+    }
 }
 
 /// Adds `problems`, found rendering for `role`, to `found` (one entry per problem, with the

@@ -332,7 +332,23 @@ type Expected = (&'static str, usize, usize, &'static str);
 
 #[test]
 fn messages_point_at_the_culprit_once() {
-    let cases: [(&str, &[Expected]); 4] = [
+    let big = "x".repeat(1500);
+    let too_large = format!(
+        "format: script\nmaxOutputBytes: 2000\nvariables: [{{name: v, default: '{}'}}]\nparts:\n  - name: p\n    files:\n      - {{path: /etc/small, content: small}}\n      - {{path: /etc/big, content: {big}}}\n    commands: ['echo {{{{shell_quote values.v}}}}']\n",
+        "y".repeat(600)
+    );
+    let cases: [(&str, &[Expected]); 5] = [
+        // Over its size limit: at the text that writes the most (it was at `spec`, the
+        // template's first line), naming the largest and the way out.
+        (
+            &too_large,
+            &[(
+                "spec.parts[0].files[1].content",
+                0,
+                0,
+                "the texts that write the most: spec.parts[0].files[1].content (1500 bytes), spec.parts[0].commands[0] (607 bytes), spec.parts[0].files[0].content (5 bytes); `compression: gzip`",
+            )],
+        ),
         // A raw Ignition template's wrong field: at the field's line (the second file's
         // `mode`), not at the text's first line.
         (
