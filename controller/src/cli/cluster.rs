@@ -1,9 +1,9 @@
 //! `bootplate lint --kubeconfig`: the templates configs reference that are not among the files,
-//! read from a live cluster. A GitOps repository often holds the configs of an app team while
-//! the platform team's templates are already applied; without them a config's variables go
-//! unchecked.
+//! read from a live cluster, and the configs Cluster API objects reference, looked for there. A
+//! GitOps repository often holds the configs of an app team while the platform team's templates
+//! are already applied; without them a config's variables go unchecked.
 //!
-//! Read-only and bounded: one `get` per distinct template (at most [`MAX_LOOKUPS`]), nothing
+//! Read-only and bounded: one `get` per distinct object (at most [`MAX_LOOKUPS`]), nothing
 //! else is asked of the apiserver; each request has [`REQUEST_TIMEOUT`]; a response is read
 //! up to [`MAX_RESPONSE_BYTES`] before it is parsed. The first request that cannot reach the
 //! cluster, or that the cluster forbids, stops the look-ups: lint then says so once (exit 2)
@@ -13,7 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crd_types::{BootstrapTemplate, ClusterBootstrapTemplate, TemplateSpec};
+use crd_types::{
+    BootplateConfig, BootplateConfigTemplate, BootstrapTemplate, ClusterBootstrapTemplate,
+    TemplateSpec,
+};
 use http_body_util::{BodyExt, Limited};
 use kube::Resource;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -35,8 +38,9 @@ pub struct Target {
     pub context: Option<String>,
 }
 
-/// A template to look up: its kind, namespace (none for a `ClusterBootstrapTemplate`, or for a
-/// config that sets none: then the context's namespace, as `kubectl apply` would use) and name.
+/// An object to look up, a template or a config: its kind, namespace (none for a
+/// `ClusterBootstrapTemplate`, or for a referrer that sets none: then the context's namespace,
+/// as `kubectl apply` would use) and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Wanted {
     pub kind: String,
@@ -44,16 +48,18 @@ pub struct Wanted {
     pub name: String,
 }
 
-/// What the cluster holds for a [`Wanted`] template.
+/// What the cluster holds for a [`Wanted`] object.
 #[derive(Clone, Debug)]
 pub enum Found {
     /// The template: its name in messages (`BootstrapTemplate team-a/workers`) and spec.
     Template { object: String, spec: TemplateSpec },
+    /// A config (only its existence matters: a Cluster API object's reference to it holds).
+    Config,
     /// No such template (in that namespace).
     Absent { namespace: Option<String> },
 }
 
-/// The templates the cluster holds, by what was wanted, and where they were looked for.
+/// What the cluster holds, by what was wanted, and where it was looked for.
 #[derive(Debug, Default)]
 pub struct ClusterTemplates {
     pub found: BTreeMap<Wanted, Found>,
@@ -61,13 +67,13 @@ pub struct ClusterTemplates {
     pub shown: String,
 }
 
-/// Looks up every template of `wanted` in the cluster of `target`. Err: the kubeconfig could not
+/// Looks up every object of `wanted` in the cluster of `target`. Err: the kubeconfig could not
 /// be used, the cluster could not be reached or forbade a read (what was found before stays
 /// unused: lint reports the run as incomplete).
 pub fn look_up(target: &Target, wanted: BTreeSet<Wanted>) -> Result<ClusterTemplates, InputError> {
     if wanted.len() > MAX_LOOKUPS {
         return Err(InputError(format!(
-            "--kubeconfig: {} templates to look up, more than {MAX_LOOKUPS}; lint fewer configs at once",
+            "--kubeconfig: {} objects to look up, more than {MAX_LOOKUPS}; lint fewer at once",
             wanted.len()
         )));
     }
@@ -128,19 +134,21 @@ async fn client(target: &Target) -> Result<(kube::Client, String), InputError> {
     Ok((client, shown))
 }
 
-/// One template, read with a `get`.
+/// One object, read with a `get`.
 async fn get(client: &kube::Client, w: &Wanted, namespace: &str) -> Result<Found, String> {
     let cluster_scoped = w.kind == "ClusterBootstrapTemplate";
-    let (url, resource) = if cluster_scoped {
-        (
+    let ns = Some(namespace);
+    let (url, resource) = match w.kind.as_str() {
+        "ClusterBootstrapTemplate" => (
             ClusterBootstrapTemplate::url_path(&(), None),
             "clusterbootstraptemplates",
-        )
-    } else {
-        (
-            BootstrapTemplate::url_path(&(), Some(namespace)),
-            "bootstraptemplates",
-        )
+        ),
+        "BootstrapTemplate" => (BootstrapTemplate::url_path(&(), ns), "bootstraptemplates"),
+        "BootplateConfig" => (BootplateConfig::url_path(&(), ns), "bootplateconfigs"),
+        _ => (
+            BootplateConfigTemplate::url_path(&(), ns),
+            "bootplateconfigtemplates",
+        ),
     };
     let request = kube::core::Request::new(url)
         .get(&w.name, &kube::api::GetParams::default())
@@ -168,6 +176,7 @@ async fn get(client: &kube::Client, w: &Wanted, namespace: &str) -> Result<Found
         Some(namespace.to_owned())
     };
     match status.as_u16() {
+        200 if w.kind.starts_with("Bootplate") => Ok(Found::Config),
         200 => decode(w, at.as_deref(), &body),
         404 => Ok(Found::Absent { namespace: at }),
         401 | 403 => Err(format!(

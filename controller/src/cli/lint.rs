@@ -45,8 +45,8 @@ field, a value of the wrong type or outside its allowed values is an error namin
     (with --kubeconfig an error; a cluster that cannot be reached or forbids the read is
     exit 2);
   - a MachineDeployment's or MachinePool's configRef, and a ClusterClass's worker bootstrap
-    references, to a BootplateConfigTemplate or BootplateConfig not among the files are
-    errors.
+    references, to a BootplateConfigTemplate or BootplateConfig not among the files (nor, with
+    --kubeconfig, in the cluster) are errors.
 
 Every problem of every file is reported in one run; a summary line (`N objects, E errors, W
 warnings, S skipped`) goes to standard error. Formats (standard output):
@@ -107,9 +107,10 @@ pub struct LintArgs {
     /// Default: the system's trusted roots.
     #[arg(long, value_name = "FILE")]
     pub generator_ca: Option<PathBuf>,
-    /// Look up the templates configs reference that are not among the files in the cluster of
-    /// this kubeconfig (read-only: it needs only `get` on bootstraptemplates and
-    /// clusterbootstraptemplates). Without it lint talks to no cluster.
+    /// Look up the templates configs reference, and the configs Cluster API objects reference,
+    /// that are not among the files in the cluster of this kubeconfig (read-only: it needs only
+    /// `get` on bootplate's bootstraptemplates, clusterbootstraptemplates, bootplateconfigs and
+    /// bootplateconfigtemplates). Without it lint talks to no cluster.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig's context to use (default: its current context); a config that sets no
@@ -144,30 +145,32 @@ pub fn run(args: &LintArgs) -> ExitCode {
         },
         None => None,
     };
+    let files = read_files(args, &mut report);
+    let cluster = args.kubeconfig.as_ref().and_then(|path| {
+        let target = super::cluster::Target {
+            kubeconfig: path.clone(),
+            context: args.context.clone(),
+        };
+        let mut wanted = templates_not_in(&files, &filter);
+        wanted.extend(super::references::configs_not_in(&files));
+        super::cluster::look_up(&target, wanted)
+            .map_err(|e| report.input_errors.push(e))
+            .ok()
+    });
     let checks = Checks {
         config: config.as_ref(),
         tools: args.tools,
         generators: &generators,
         filter,
         strict_kinds: args.strict_kinds,
+        cluster: cluster.as_ref(),
     };
-    let files = read_files(args, &mut report);
     let mut own = OwnProblems::new();
     for file in &files {
         lint_file(file, &checks, &files, &mut own, &mut report);
     }
-    let cluster = args.kubeconfig.as_ref().and_then(|path| {
-        let target = super::cluster::Target {
-            kubeconfig: path.clone(),
-            context: args.context.clone(),
-        };
-        let wanted = templates_not_in(&files, &checks.filter);
-        super::cluster::look_up(&target, wanted)
-            .map_err(|e| report.input_errors.push(e))
-            .ok()
-    });
     for file in &files {
-        check_configs(file, &checks, &files, &own, cluster.as_ref(), &mut report);
+        check_configs(file, &checks, &files, &own, &mut report);
     }
     finish(args, report)
 }
@@ -203,13 +206,8 @@ fn resolve<'a>(
     let reference = &config.spec.template_ref;
     let kind = reference.kind.as_str();
     let (namespace, _) = objects::name_of(&config.at.file.documents[config.at.index]);
-    super::references::find(tree, kind, &reference.name, namespace).ok_or_else(|| Wanted {
-        kind: kind.to_owned(),
-        namespace: (kind != "ClusterBootstrapTemplate")
-            .then(|| namespace.map(str::to_owned))
-            .flatten(),
-        name: reference.name.clone(),
-    })
+    super::references::find(tree, kind, &reference.name, namespace)
+        .ok_or_else(|| super::references::wanted(kind, namespace, &reference.name))
 }
 
 /// Prints the report; the exit code.
@@ -290,6 +288,8 @@ struct Checks<'a> {
     filter: KindFilter,
     /// `--strict-kinds`.
     strict_kinds: bool,
+    /// What `--kubeconfig`'s cluster holds of the objects the files reference.
+    cluster: Option<&'a ClusterTemplates>,
 }
 
 /// Each template's own problems (by file and document), so that a config's render reports
@@ -381,7 +381,7 @@ fn lint_object(
             .and_then(|g| check_generator(file, index, &g.spec)),
         "Machine" => file.decode::<Machine>(index).map(drop),
         "Cluster" => file.decode::<Cluster>(index).map(drop),
-        _ => super::references::check_bootstrap_refs(file, index, tree),
+        _ => super::references::check_bootstrap_refs(file, index, tree, checks.cluster),
     }
 }
 
@@ -393,7 +393,6 @@ fn check_configs(
     checks: &Checks<'_>,
     tree: &[YamlFile],
     own: &OwnProblems,
-    cluster: Option<&ClusterTemplates>,
     report: &mut Report,
 ) {
     for index in 0..file.documents.len() {
@@ -408,7 +407,7 @@ fn check_configs(
         };
         report
             .diagnostics
-            .extend(check_config(&config, tree, own, cluster));
+            .extend(check_config(&config, tree, own, checks.cluster));
     }
 }
 

@@ -241,17 +241,7 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
             pki::ca_cert_hash(&ca.cert).map_err(|e| input(format!("--ca-cert: {e}")))?,
         ],
     };
-    let certs = if roles.iter().any(|r| r.is_control_plane()) {
-        Some(Certificates {
-            ca,
-            etcd: throw_away_ca("bootplate render throw-away etcd CA")?,
-            front_proxy: throw_away_ca("bootplate render throw-away front-proxy CA")?,
-            service_account: pki::generate_service_account_key()
-                .map_err(|e| Failure::Render(e.to_string()))?,
-        })
-    } else {
-        None
-    };
+    let certs = certificates(&roles, ca)?;
     // Errors start with the file, line and column of their culprit, as lint's do.
     let at = |e: &render::RenderError| located(e, &template_file, index, config_input.as_ref());
     let compiled = CompiledTemplate::compile(&object, &spec)
@@ -294,6 +284,20 @@ fn cluster_ca(args: &RenderArgs) -> Result<KeyPair, Failure> {
 
 fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
     pki::generate_ca(name).map_err(|e| Failure::Render(e.to_string()))
+}
+
+/// The certificates of a control-plane render (`ca` and throw-away others); none for workers.
+fn certificates(roles: &[Role], ca: KeyPair) -> Result<Option<Certificates>, Failure> {
+    if !roles.iter().any(|r| r.is_control_plane()) {
+        return Ok(None);
+    }
+    Ok(Some(Certificates {
+        ca,
+        etcd: throw_away_ca("bootplate render throw-away etcd CA")?,
+        front_proxy: throw_away_ca("bootplate render throw-away front-proxy CA")?,
+        service_account: pki::generate_service_account_key()
+            .map_err(|e| Failure::Render(e.to_string()))?,
+    }))
 }
 
 /// `FILE:LINE:COL: ` of the first problem of `e`: in the template (document `index` of

@@ -31,13 +31,31 @@ spec:
       commands:
         - echo {{shell_quote values.proxy}}
 ---
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfigTemplate
+metadata: {name: applied, namespace: team-a}
+spec:
+  template:
+    spec:
+      templateRef: {kind: BootstrapTemplate, name: workers}
+      variables: {proxy: \"http://proxy.example.com:3128\"}
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: bootplate-lint}
 rules:
   - apiGroups: [bootstrap.bootplate.dev]
-    resources: [bootstraptemplates, clusterbootstraptemplates]
+    resources: [bootstraptemplates, clusterbootstraptemplates, bootplateconfigs, bootplateconfigtemplates]
     verbs: [get]
+---
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfigTemplate
+metadata: {name: applied, namespace: team-a}
+spec:
+  template:
+    spec:
+      templateRef: {kind: BootstrapTemplate, name: workers}
+      variables: {proxy: \"http://proxy.example.com:3128\"}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -48,7 +66,8 @@ subjects:
 ";
 
 /// The app team's configs; the template is not among the files. One fits it, one sets a value
-/// its pattern refuses, one names a template that exists nowhere.
+/// its pattern refuses, one names a template that exists nowhere. And MachineDeployments whose
+/// config template is applied already, or exists nowhere.
 const CONFIGS: &str = "\
 apiVersion: bootstrap.bootplate.dev/v1alpha1
 kind: BootplateConfig
@@ -71,6 +90,28 @@ kind: BootplateConfig
 metadata: {name: lost, namespace: team-a}
 spec:
   templateRef: {kind: BootstrapTemplate, name: wrokers}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: md-0, namespace: team-a}
+spec:
+  clusterName: demo
+  template:
+    spec:
+      clusterName: demo
+      bootstrap:
+        configRef: {apiGroup: bootstrap.bootplate.dev, kind: BootplateConfigTemplate, name: applied}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: md-1, namespace: team-a}
+spec:
+  clusterName: demo
+  template:
+    spec:
+      clusterName: demo
+      bootstrap:
+        configRef: {apiGroup: bootstrap.bootplate.dev, kind: BootplateConfigTemplate, name: nowhere}
 ";
 
 fn lint(dir: &Path, extra: &[&str]) -> Output {
@@ -146,23 +187,28 @@ async fn lint_checks_configs_against_templates_of_a_cluster_with_get_only() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("configs.yaml"), CONFIGS).unwrap();
 
-    // Offline, the configs go unchecked: a warning each, the refused value unnoticed.
+    // Offline, the configs go unchecked: a warning each, the refused value unnoticed; both
+    // config templates are missing.
     let offline = lint(dir.path(), &[]);
-    assert_eq!(offline.status.code(), Some(0), "{}", stderr(&offline));
+    assert_eq!(offline.status.code(), Some(1), "{}", stderr(&offline));
     let mut unchecked = vec![
         problem("workers}", 0, "template-not-found", "warning"),
         problem("workers}", 1, "template-not-found", "warning"),
         problem("wrokers", 0, "template-not-found", "warning"),
+        problem("applied}", 0, "missing-reference", "error"),
+        problem("nowhere}", 0, "missing-reference", "error"),
     ];
     unchecked.sort();
     assert_eq!(problems(&offline), unchecked);
 
-    // With the cluster: the refused value at its line, the missing template an error.
+    // With the cluster: the refused value at its line, the missing template an error, the
+    // applied config template found.
     let online = lint(dir.path(), &["--kubeconfig", reader]);
     assert_eq!(online.status.code(), Some(1), "{}", stderr(&online));
     let mut expected = vec![
         problem("\"ftp://", 0, "config-invalid", "error"),
         problem("wrokers", 0, "template-not-found", "error"),
+        problem("nowhere}", 0, "missing-reference", "error"),
     ];
     expected.sort();
     assert_eq!(
@@ -196,7 +242,9 @@ async fn lint_checks_configs_against_templates_of_a_cluster_with_get_only() {
     let why = stderr(&forbidden);
     assert_eq!(why.matches("--kubeconfig:").count(), 1, "{why}");
     assert!(
-        why.contains("may not get bootstraptemplates.bootstrap.bootplate.dev in namespace team-a"),
+        why.contains(
+            "may not get bootplateconfigtemplates.bootstrap.bootplate.dev in namespace team-a"
+        ),
         "{why}"
     );
 }
