@@ -4,11 +4,14 @@
 //! template kinds, so any other request it made (a list, a write) would be refused and fail the
 //! run: lint reads what it names and nothing else. A cluster that cannot be reached and an
 //! identity without the right are each said once, with exit status 2.
+//!
+//! It runs in the apiserver of `lint_decoding` (called at the end of its test), which holds the
+//! same CRDs: one apiserver start less in CI.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use testenv::{ApiServer, install_bootplate_crds, kubectl_apply, rbac};
+use testenv::{ApiServer, kubectl_apply, rbac};
 
 /// What the platform team applied: its namespace, a template, and the one right lint needs.
 const CLUSTER_OBJECTS: &str = "\
@@ -160,16 +163,13 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[tokio::test]
-async fn lint_checks_configs_against_templates_of_a_cluster_with_get_only() {
-    let server = ApiServer::start().await.unwrap();
-    install_bootplate_crds(&server.client().await.unwrap())
-        .await
-        .unwrap();
+/// Configs checked against a cluster's templates by an identity that may only get them, in
+/// `server` (bootplate's CRDs installed).
+pub async fn configs_against_a_cluster_with_get_only(server: &ApiServer) {
     let applied = kubectl_apply(&server.kubeconfig_path().unwrap(), &[], CLUSTER_OBJECTS);
     assert!(applied.status.success(), "{}", stderr(&applied));
     // The reader may only get templates; a second context points at a port nothing serves.
-    let reader = rbac::impersonating_kubeconfig(&server, "team-a", "linter", "reader").unwrap();
+    let reader = rbac::impersonating_kubeconfig(server, "team-a", "linter", "reader").unwrap();
     let dead = testenv::free_port().unwrap();
     let yaml = std::fs::read_to_string(&reader)
         .unwrap()
@@ -183,7 +183,7 @@ async fn lint_checks_configs_against_templates_of_a_cluster_with_get_only() {
         );
     std::fs::write(&reader, yaml).unwrap();
     let reader = reader.to_str().unwrap();
-    let nobody = rbac::impersonating_kubeconfig(&server, "team-a", "nobody", "nobody").unwrap();
+    let nobody = rbac::impersonating_kubeconfig(server, "team-a", "nobody", "nobody").unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("configs.yaml"), CONFIGS).unwrap();
 
