@@ -303,6 +303,56 @@ fn render_failures_exit_1_with_the_reason_on_stderr() {
     );
 }
 
+/// `bootplate render` errors start with FILE:LINE:COL of their culprit, in the template or in
+/// the `--config` file, as lint's do. Before, they named only the field and a line inside it.
+#[test]
+fn render_errors_start_with_the_file_line_and_column_of_the_culprit() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = write_template(dir.path(), BROKEN);
+    let config = dir.path().join("config.yaml");
+    let config_text = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfig
+metadata: {name: c, namespace: team-a}
+spec:
+  templateRef: {kind: BootstrapTemplate, name: broken}
+  variables:
+    required: 5
+";
+    std::fs::write(&config, config_text).unwrap();
+    let (template, config) = (template.to_string_lossy(), config.to_string_lossy());
+    // (extra arguments, the file, the culprit in it)
+    let cases = [
+        (
+            ["--set", "required=x"],
+            &*template,
+            BROKEN,
+            "{{values.typo}}",
+        ),
+        (["--config", &*config], &*config, config_text, "5"),
+    ];
+    for (extra, file, body, culprit) in cases {
+        let mut args = vec![
+            "render",
+            "--template",
+            &*template,
+            "--machine",
+            "examples/machine-worker.yaml",
+            "--cluster",
+            "examples/cluster.yaml",
+        ];
+        args.extend(extra);
+        let out = bootplate(&args);
+        assert_exit(&out, 1);
+        let (line, column) = find(body, culprit);
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.starts_with(&format!("bootplate render: {file}:{line}:{column}: ")),
+            "{culprit} at {line}:{column}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn lint_points_at_the_file_line_and_column() {
     let dir = tempfile::tempdir().unwrap();

@@ -82,6 +82,34 @@ impl CompiledPart {
         }
     }
 
+    /// The literal texts of this part (those without a mustache, which render as written)
+    /// and their sizes, by field.
+    pub(crate) fn literal_sizes(&self) -> Vec<(String, u64)> {
+        let mut texts: Vec<(String, &Text)> = Vec::new();
+        for f in &self.files {
+            texts.push((format!("{}.content", f.field), &f.content));
+        }
+        for (j, u) in self.units.iter().enumerate() {
+            let unit = format!("{}.units[{j}]", self.field);
+            if let Some(content) = &u.content {
+                texts.push((format!("{unit}.content"), content));
+            }
+            for (k, (_, text)) in u.drop_ins.iter().enumerate() {
+                texts.push((format!("{unit}.dropIns[{k}].content"), text));
+            }
+        }
+        for (k, c) in self.commands.iter().enumerate() {
+            texts.push((format!("{}.commands[{k}]", self.field), c));
+        }
+        texts
+            .into_iter()
+            .filter_map(|(field, text)| match text {
+                Text::Literal(s) => Some((field, s.len() as u64)),
+                Text::Template(_) => None,
+            })
+            .collect()
+    }
+
     /// The path of file `index` when it is literal text (not a template).
     pub(crate) fn literal_file_path(&self, index: usize) -> Option<&str> {
         match &self.files.get(index)?.path {

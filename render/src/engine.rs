@@ -445,7 +445,14 @@ impl Engine {
             Err(e) if let Some(message) = crate::helpers::take_refusal() => {
                 Err(FieldError::Failed(self.refusal_problem(name, &e, message)))
             }
-            Err(e) => Err(FieldError::Failed(self.render_problem(name, &e))),
+            Err(e) => {
+                let mut problem = self.render_problem(name, &e);
+                if let Some(message) = not_iterable(e.reason(), ctx) {
+                    let said = render_message(e.reason());
+                    problem.message = problem.message.replacen(&said, &message, 1);
+                }
+                Err(FieldError::Failed(problem))
+            }
         }
     }
 
@@ -718,6 +725,41 @@ fn unbalanced_block(text: &str) -> Option<(Position, String)> {
 /// Whether the `{{` at `offset` is escaped with a backslash (printed as it is).
 fn escaped(text: &str, offset: usize) -> bool {
     text[..offset].ends_with('\\')
+}
+
+/// `{{#each}}` over a value that is there but is neither a list nor a map: handlebars (in
+/// strict mode) reports it as a missing variable, and our message would then say to declare a
+/// variable that is declared. The value's kind is named instead (never the value itself: it
+/// may come from a Secret). Paths relative to a block's item are left to the usual message.
+fn not_iterable(reason: &RenderErrorReason, ctx: &Context) -> Option<String> {
+    let RenderErrorReason::MissingVariable(Some(path)) = reason else {
+        return None;
+    };
+    let from_root = path
+        .strip_prefix("@root.")
+        .or_else(|| path.strip_prefix("@root/"))
+        .unwrap_or(path);
+    if from_root.starts_with(['@', '.']) || from_root.split(['.', '/']).next() == Some("this") {
+        return None;
+    }
+    let value = from_root
+        .split(['.', '/'])
+        .try_fold(ctx.data(), |value, key| match value {
+            serde_json::Value::Object(map) => map.get(key),
+            serde_json::Value::Array(list) => key.parse().ok().and_then(|i: usize| list.get(i)),
+            _ => None,
+        })?;
+    let what = match value {
+        serde_json::Value::String(_) => "text",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::Bool(_) => "true or false",
+        serde_json::Value::Null => "null",
+        serde_json::Value::Array(_) | serde_json::Value::Object(_) => return None,
+    };
+    Some(format!(
+        "`each` needs a list or a map, and `{}` is {what} here (a variable to loop over needs `schema: {{type: array}}` or `{{type: object}}`)",
+        truncate(from_root, 100)
+    ))
 }
 
 fn render_message(reason: &RenderErrorReason) -> String {

@@ -532,6 +532,48 @@ impl CompiledTemplate {
     }
 
     /// The typed render context as JSON.
+    /// The literal texts (without a mustache) and their sizes, by field.
+    pub(crate) fn literal_sizes(&self) -> Vec<(String, u64)> {
+        match &self.body {
+            Body::Raw(Text::Literal(s)) => vec![("spec.template".to_owned(), s.len() as u64)],
+            Body::Raw(Text::Template(_)) => Vec::new(),
+            Body::Parts(parts) => parts.iter().flat_map(|p| p.literal_sizes()).collect(),
+        }
+    }
+
+    /// The bytes each templated text writes for the machine of `ctx`, each rendered alone (for
+    /// lint to name what makes an output too large): field and size. Each render is bounded
+    /// like a whole render with compression (16 × the limit); a text over it counts as that
+    /// much; a text that fails to render is left out. Literal texts are not rendered: their
+    /// size is their source's.
+    pub(crate) fn text_sizes(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+    ) -> Vec<(String, u64)> {
+        let context = self
+            .declarations
+            .values(&self.object, &config.variables)
+            .and_then(|values| self.context(config, self.context_json(ctx)?, values));
+        let Ok(context) = context else {
+            return Vec::new();
+        };
+        let cap = Limit::new(self.max_output_bytes, config.max_output_bytes).bytes * GZIP_EXPANSION;
+        self.engine
+            .texts()
+            .filter_map(|(name, field)| {
+                let _work = helpers::WorkBudget::start();
+                let mut budget = Budget::new(cap);
+                let text = Text::Template(name.to_owned());
+                match self.engine.render(&text, &context, &mut budget) {
+                    Ok(out) => Some((field.to_owned(), out.len() as u64)),
+                    Err(FieldError::TooLarge) => Some((field.to_owned(), budget.used())),
+                    Err(FieldError::Failed(_)) => None,
+                }
+            })
+            .collect()
+    }
+
     fn context_json(&self, ctx: &RenderContext) -> Result<Value, RenderError> {
         serde_json::to_value(ctx).map_err(|e| {
             RenderError::failed(

@@ -24,7 +24,64 @@ pub fn lint(
     if problems.is_empty() {
         problems = lint_compiled(&compiled, config);
     }
+    if let (OutputFormat::Ignition, Some(text)) = (spec.format, &spec.template) {
+        for p in problems.iter_mut() {
+            locate_ignition_path(p, text);
+        }
+    }
     problems
+}
+
+/// The output check of a raw Ignition template names a JSON path of the output
+/// (`storage.files[0].mode`), and the render cannot tell where in the template's text that is:
+/// the problem points at the text's start. Lint looks for the path's keys in the text, in order
+/// (an index `[n]` skips to the n+1-th occurrence of the key after it): a raw Ignition template
+/// writes its keys literally, so the last one found is the culprit's line. A key a mustache
+/// writes is not found, and the problem stays where it was.
+fn locate_ignition_path(p: &mut Problem, text: &str) {
+    const CHECK: &str = "the output is not a valid Ignition 3.x config: `";
+    if p.field != "spec.template" || p.position.is_some() {
+        return;
+    }
+    let Some(path) = p
+        .message
+        .strip_prefix(CHECK)
+        .and_then(|rest| rest.split('`').next())
+    else {
+        return;
+    };
+    let Some(offset) = find_json_path(text, path).filter(|_| !path.is_empty()) else {
+        return;
+    };
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    p.position = Some(crate::Position {
+        line: before.matches('\n').count() + 1,
+        column: before[line_start..].chars().count() + 1,
+    });
+}
+
+/// The byte offset in `text` of the last key of `path` (`a.b[2].c`), found as described at
+/// [`locate_ignition_path`].
+fn find_json_path(text: &str, path: &str) -> Option<usize> {
+    let mut from = 0;
+    let mut found = None;
+    let mut skip = 0;
+    for step in path.split('.') {
+        let mut pieces = step.split('[');
+        let key = pieces.next()?;
+        let index = pieces.next_back();
+        let needle = format!("\"{key}\"");
+        for _ in 0..=skip {
+            let at = from + text.get(from..)?.find(&needle)?;
+            found = Some(at);
+            from = at + needle.len();
+        }
+        skip = index
+            .and_then(|i| i.trim_end_matches(']').parse().ok())
+            .unwrap_or(0);
+    }
+    found
 }
 
 /// The config of lint's sample renders: `config`, or sample values for the required variables
@@ -99,6 +156,11 @@ pub(crate) fn lint_compiled(
             q.severity == crate::Severity::Error && q.field == p.field && q.position == p.position
         })
     });
+    for (p, roles) in &mut found {
+        if p.code == "output-too-large" && p.field == "spec" {
+            largest_texts(p, t, &config, roles[0]);
+        }
+    }
     for (mut p, roles) in found {
         if roles.len() == Role::ALL.len() {
             problems.push(p);
@@ -110,6 +172,36 @@ pub(crate) fn lint_compiled(
         }
     }
     problems
+}
+
+/// An output too large for its limit, said at `spec` (the template's first line) with no way
+/// out: moved to the text that writes the most, with the largest texts named and, where the
+/// format allows it, `compression: gzip` suggested.
+fn largest_texts(p: &mut Problem, t: &CompiledTemplate, config: &BootplateConfigSpec, role: Role) {
+    let mut sizes: std::collections::BTreeMap<String, u64> =
+        t.literal_sizes().into_iter().collect();
+    sizes.extend(t.text_sizes(config, &sample_context(role)));
+    let mut sizes: Vec<(String, u64)> = sizes.into_iter().filter(|(_, n)| *n > 0).collect();
+    sizes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let Some((largest, _)) = sizes.first() else {
+        return;
+    };
+    p.field = largest.clone();
+    let named: Vec<String> = sizes
+        .iter()
+        .take(3)
+        .map(|(field, n)| format!("{field} ({n} bytes)"))
+        .collect();
+    p.message = format!(
+        "{}; the texts that write the most: {}",
+        p.message,
+        named.join(", ")
+    );
+    if t.format != OutputFormat::Ignition && t.compression != crd_types::Compression::Gzip {
+        p.message.push_str(
+            "; `compression: gzip` compresses the output (the limit then applies to the compressed bytes)",
+        );
+    }
 }
 
 /// Adds `problems`, found rendering for `role`, to `found` (one entry per problem, with the

@@ -323,3 +323,90 @@ parts:
         "{problems:#?}"
     );
 }
+
+/// The cases issue 35 listed where lint's message did not point at the culprit, each reported
+/// once, at its place, in words that fit. (field, line, column, what the message says) per
+/// problem.
+/// A problem expected: its field, line and column in the field, and what its message says.
+type Expected = (&'static str, usize, usize, &'static str);
+
+#[test]
+fn messages_point_at_the_culprit_once() {
+    let big = "x".repeat(1500);
+    let too_large = format!(
+        "format: script\nmaxOutputBytes: 2000\nvariables: [{{name: v, default: '{}'}}]\nparts:\n  - name: p\n    files:\n      - {{path: /etc/small, content: small}}\n      - {{path: /etc/big, content: {big}}}\n    commands: ['echo {{{{shell_quote values.v}}}}']\n",
+        "y".repeat(600)
+    );
+    let cases: [(&str, &[Expected]); 5] = [
+        // Over its size limit: at the text that writes the most (it was at `spec`, the
+        // template's first line), naming the largest and the way out.
+        (
+            &too_large,
+            &[(
+                "spec.parts[0].files[1].content",
+                0,
+                0,
+                "the texts that write the most: spec.parts[0].files[1].content (1500 bytes), spec.parts[0].commands[0] (607 bytes), spec.parts[0].files[0].content (5 bytes); `compression: gzip`",
+            )],
+        ),
+        // A raw Ignition template's wrong field: at the field's line (the second file's
+        // `mode`), not at the text's first line.
+        (
+            "format: ignition\ntemplate: |\n  {\n    \"ignition\": {\"version\": \"3.4.0\"},\n    \"storage\": {\"files\": [\n      {\"path\": \"/etc/a\", \"mode\": 420},\n      {\"path\": \"/etc/x\", \"mode\": \"420\"}\n    ]}\n  }\n",
+            &[(
+                "spec.template",
+                5,
+                24,
+                "`storage.files[1].mode` must be an integer",
+            )],
+        ),
+        // `each` over a declared variable whose sample value is text: it was "undefined
+        // variable `values.hosts` (declare it in spec.variables)", of a declared variable.
+        (
+            "format: script\nvariables: [{name: hosts, required: true}]\ntemplate: |\n  #!/bin/sh\n  {{#each values.hosts}}echo {{shell_quote this}}{{/each}}\n",
+            &[(
+                "spec.template",
+                2,
+                1,
+                "`each` needs a list or a map, and `values.hosts` is text here",
+            )],
+        ),
+        // `each` over text the analysis knows is text: once, not a second render error.
+        (
+            "format: script\nvariables: [{name: names, default: a, schema: {type: string, pattern: '^[a-z]+$'}}]\ntemplate: |\n  #!/bin/sh\n  {{#each values.names}}echo {{shell_quote this}}{{/each}}\n",
+            &[(
+                "spec.template",
+                2,
+                1,
+                "`each` needs a list or a map, and this is text",
+            )],
+        ),
+        // An undeclared variable: once, by the analysis.
+        (
+            "format: script\ntemplate: |\n  #!/bin/sh\n  echo {{shell_quote values.nope}}\n",
+            &[(
+                "spec.template",
+                2,
+                6,
+                "`values.nope` is not declared in spec.variables",
+            )],
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let problems = lint_yaml(yaml);
+        let found: Vec<(&str, usize, usize)> = problems
+            .iter()
+            .map(|p| {
+                let at = p.position.unwrap_or(Position { line: 0, column: 0 });
+                (p.field.as_str(), at.line, at.column)
+            })
+            .collect();
+        let wanted: Vec<(&str, usize, usize)> =
+            expected.iter().map(|(f, l, c, _)| (*f, *l, *c)).collect();
+        assert_eq!(found, wanted, "{yaml}: {problems:#?}");
+        for (p, (_, _, _, says)) in problems.iter().zip(expected) {
+            assert!(p.message.contains(says), "{yaml}: {p:#?}");
+            assert!(!p.message.contains("declare it"), "{yaml}: {p:#?}");
+        }
+    }
+}

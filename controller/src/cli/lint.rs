@@ -4,13 +4,14 @@
 //! objects whose bootstrap reference names a bootplate config. Other kinds are skipped and
 //! counted. Problems print as text with the source, one line each, JSON, JUnit or SARIF.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crd_types::capi::{Cluster, Machine};
 use render::{Origin, Problem, Severity};
 
+use super::cluster::{ClusterTemplates, Found, Wanted};
 use super::diagnostic::{Diagnostic, Format};
 use super::generator::Offline;
 use super::input::{ConfigInput, InputError, ReadError, YamlFile, template};
@@ -38,12 +39,14 @@ field, a value of the wrong type or outside its allowed values is an error namin
     reads it; its shell passes `bash -n`; with --tools, cloud-init schema, ignition-validate
     and shellcheck where installed;
   - every BootplateConfig and BootplateConfigTemplate is rendered with the template its
-    templateRef names, when that template is among the files: its variables, files and
-    commands are checked, problems reported at the config's lines; a template not found is a
-    warning;
+    templateRef names, when that template is among the files (or, with --kubeconfig, in the
+    cluster: read-only, one `get` per template): its variables, files and commands are
+    checked, problems reported at the config's lines; a template not found is a warning
+    (with --kubeconfig an error; a cluster that cannot be reached or forbids the read is
+    exit 2);
   - a MachineDeployment's or MachinePool's configRef, and a ClusterClass's worker bootstrap
-    references, to a BootplateConfigTemplate or BootplateConfig not among the files are
-    errors.
+    references, to a BootplateConfigTemplate or BootplateConfig not among the files (nor, with
+    --kubeconfig, in the cluster) are errors.
 
 Every problem of every file is reported in one run; a summary line (`N objects, E errors, W
 warnings, S skipped`) goes to standard error. Formats (standard output):
@@ -62,8 +65,9 @@ warnings, S skipped`) goes to standard error. Formats (standard output):
 --strict makes warnings errors. docs/templates.md describes every check and code.
 
 Exit codes, the same for every format: 0 no errors (warnings allowed, unless --strict), 1
-problems found, 2 lint could not run fully (bad usage, a file that cannot be read: the others
-are still linted and reported, and the report is still printed).")]
+problems found, 2 lint could not run fully (bad usage, a file that cannot be read, a
+--kubeconfig cluster that cannot be reached or forbids the read: the others are still linted
+and reported, and the report is still printed).")]
 pub struct LintArgs {
     /// Files and directories to check.
     #[arg(required = true, value_name = "PATH")]
@@ -103,6 +107,16 @@ pub struct LintArgs {
     /// Default: the system's trusted roots.
     #[arg(long, value_name = "FILE")]
     pub generator_ca: Option<PathBuf>,
+    /// Look up the templates configs reference, and the configs Cluster API objects reference,
+    /// that are not among the files in the cluster of this kubeconfig (read-only: it needs only
+    /// `get` on bootplate's bootstraptemplates, clusterbootstraptemplates, bootplateconfigs and
+    /// bootplateconfigtemplates). Without it lint talks to no cluster.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context to use (default: its current context); a config that sets no
+    /// namespace looks in the context's namespace.
+    #[arg(long, value_name = "NAME", requires = "kubeconfig")]
+    pub context: Option<String>,
 }
 
 /// Runs `bootplate lint`.
@@ -131,14 +145,26 @@ pub fn run(args: &LintArgs) -> ExitCode {
         },
         None => None,
     };
+    let files = read_files(args, &mut report);
+    let cluster = args.kubeconfig.as_ref().and_then(|path| {
+        let target = super::cluster::Target {
+            kubeconfig: path.clone(),
+            context: args.context.clone(),
+        };
+        let mut wanted = templates_not_in(&files, &filter);
+        wanted.extend(super::references::configs_not_in(&files));
+        super::cluster::look_up(&target, wanted)
+            .map_err(|e| report.input_errors.push(e))
+            .ok()
+    });
     let checks = Checks {
         config: config.as_ref(),
         tools: args.tools,
         generators: &generators,
         filter,
         strict_kinds: args.strict_kinds,
+        cluster: cluster.as_ref(),
     };
-    let files = read_files(args, &mut report);
     let mut own = OwnProblems::new();
     for file in &files {
         lint_file(file, &checks, &files, &mut own, &mut report);
@@ -147,6 +173,41 @@ pub fn run(args: &LintArgs) -> ExitCode {
         check_configs(file, &checks, &files, &own, &mut report);
     }
     finish(args, report)
+}
+
+/// The templates the configs of `tree` (those `filter` selects) reference that `tree` does not
+/// hold.
+fn templates_not_in(tree: &[YamlFile], filter: &KindFilter) -> BTreeSet<Wanted> {
+    let mut wanted = BTreeSet::new();
+    for file in tree {
+        for index in 0..file.documents.len() {
+            if !matches!(
+                objects::classify(&file.documents[index], filter),
+                Class::Lint("BootplateConfig" | "BootplateConfigTemplate")
+            ) {
+                continue;
+            }
+            if let Some(config) = super::references::config(file, index)
+                && let Err(w) = resolve(&config, tree)
+            {
+                wanted.insert(w);
+            }
+        }
+    }
+    wanted
+}
+
+/// The template of `config` among the files of `tree` (its file and document), or what to look
+/// for in a cluster.
+fn resolve<'a>(
+    config: &super::references::FoundConfig<'_>,
+    tree: &'a [YamlFile],
+) -> Result<(&'a YamlFile, usize), Wanted> {
+    let reference = &config.spec.template_ref;
+    let kind = reference.kind.as_str();
+    let (namespace, _) = objects::name_of(&config.at.file.documents[config.at.index]);
+    super::references::find(tree, kind, &reference.name, namespace)
+        .ok_or_else(|| super::references::wanted(kind, namespace, &reference.name))
 }
 
 /// Prints the report; the exit code.
@@ -227,6 +288,8 @@ struct Checks<'a> {
     filter: KindFilter,
     /// `--strict-kinds`.
     strict_kinds: bool,
+    /// What `--kubeconfig`'s cluster holds of the objects the files reference.
+    cluster: Option<&'a ClusterTemplates>,
 }
 
 /// Each template's own problems (by file and document), so that a config's render reports
@@ -318,7 +381,7 @@ fn lint_object(
             .and_then(|g| check_generator(file, index, &g.spec)),
         "Machine" => file.decode::<Machine>(index).map(drop),
         "Cluster" => file.decode::<Cluster>(index).map(drop),
-        _ => super::references::check_bootstrap_refs(file, index, tree),
+        _ => super::references::check_bootstrap_refs(file, index, tree, checks.cluster),
     }
 }
 
@@ -342,68 +405,143 @@ fn check_configs(
         let Some(config) = super::references::config(file, index) else {
             continue;
         };
-        report.diagnostics.extend(check_config(&config, tree, own));
+        report
+            .diagnostics
+            .extend(check_config(&config, tree, own, checks.cluster));
     }
 }
 
-/// One config against its template.
+/// One config against its template, among the files or in the cluster.
 fn check_config(
     config: &super::references::FoundConfig<'_>,
     tree: &[YamlFile],
     own: &OwnProblems,
+    cluster: Option<&ClusterTemplates>,
 ) -> Vec<Diagnostic> {
+    let wanted = match resolve(config, tree) {
+        Ok((template_file, template_index)) => {
+            return check_against_file(config, template_file, template_index, own);
+        }
+        Err(wanted) => wanted,
+    };
     let reference = &config.spec.template_ref;
     let kind = reference.kind.as_str();
-    let (namespace, _) = objects::name_of(&config.at.file.documents[config.at.index]);
-    let Some((template_file, template_index)) =
-        super::references::find(tree, kind, &reference.name, namespace)
-    else {
-        let message = format!(
-            "{kind} `{}` is not among the files linted: the config's variables are not checked against it",
+    let message = match cluster.map(|c| (c.found.get(&wanted), &c.shown)) {
+        Some((Some(Found::Template { object, spec }), shown)) => {
+            return check_against_cluster(config, object, spec, shown);
+        }
+        Some((absent, shown)) => {
+            let namespace = match absent {
+                Some(Found::Absent {
+                    namespace: Some(ns),
+                }) => format!("namespace {ns} of "),
+                _ => String::new(),
+            };
+            let message = format!(
+                "{kind} `{}` is neither among the files linted nor in {namespace}{shown}",
+                reference.name
+            );
+            return vec![config.at.locate(
+                "spec.templateRef.name",
+                Severity::Error,
+                "template-not-found",
+                message,
+            )];
+        }
+        None => format!(
+            "{kind} `{}` is not among the files linted: the config's variables are not checked against it (give --kubeconfig to look it up in a cluster)",
             reference.name
-        );
-        return vec![config.at.locate(
-            "spec.templateRef.name",
-            Severity::Warning,
-            "template-not-found",
-            message,
-        )];
+        ),
     };
+    vec![config.at.locate(
+        "spec.templateRef.name",
+        Severity::Warning,
+        "template-not-found",
+        message,
+    )]
+}
+
+/// A config against a template of the cluster: the config's problems at its lines, and what
+/// the template does with the config's values at the config's `templateRef` (the template has
+/// no file here).
+fn check_against_cluster(
+    config: &super::references::FoundConfig<'_>,
+    object: &str,
+    spec: &crd_types::TemplateSpec,
+    shown: &str,
+) -> Vec<Diagnostic> {
+    let known = render::lint(object, spec, None);
+    config_problems(config, object, spec, &known, |p| {
+        let message = format!("{object} in {shown}: {}: {}{}", p.field, p.message, role(p));
+        config
+            .at
+            .locate("spec.templateRef.name", p.severity, p.code, message)
+    })
+}
+
+/// The problems of `config` rendered with template `object`: the config's own at its lines,
+/// the template's that `known` (what the template has without the config) does not hold as
+/// `at_template` places them.
+fn config_problems(
+    config: &super::references::FoundConfig<'_>,
+    object: &str,
+    spec: &crd_types::TemplateSpec,
+    known: &[Problem],
+    at_template: impl Fn(&Problem) -> Diagnostic,
+) -> Vec<Diagnostic> {
+    render::lint(object, spec, Some(&config.spec))
+        .into_iter()
+        .filter(|p| p.origin == Origin::Config || !known.contains(p))
+        .map(|p| match p.origin {
+            Origin::Config => config_problem(config, &p),
+            Origin::Template => at_template(&p),
+        })
+        .collect()
+}
+
+/// A problem of a config's own field, at the config's line.
+fn config_problem(config: &super::references::FoundConfig<'_>, p: &Problem) -> Diagnostic {
+    let message = format!("{}{}", p.message, role(p));
+    config.at.locate(&p.field, p.severity, p.code, message)
+}
+
+/// ` (role worker)` when the problem is one role's.
+fn role(p: &Problem) -> String {
+    p.role.map(|r| format!(" (role {r})")).unwrap_or_default()
+}
+
+/// A config against the template at document `template_index` of `template_file`.
+fn check_against_file(
+    config: &super::references::FoundConfig<'_>,
+    template_file: &YamlFile,
+    template_index: usize,
+    own: &OwnProblems,
+) -> Vec<Diagnostic> {
     let Ok((object, spec)) = template(template_file, template_index) else {
         return Vec::new();
     };
     let known = own
         .get(&(template_file.shown.clone(), template_index))
         .map_or(&[][..], Vec::as_slice);
-    render::lint(&object, &spec, Some(&config.spec))
-        .into_iter()
-        .filter(|p| p.origin == Origin::Config || !known.contains(p))
-        .map(|p| {
-            let role = p.role.map(|r| format!(" (role {r})")).unwrap_or_default();
-            match p.origin {
-                Origin::Config => {
-                    let message = format!("{}{role}", p.message);
-                    config.at.locate(&p.field, p.severity, p.code, message)
-                }
-                Origin::Template => {
-                    let message =
-                        format!("{}{role} (with the values of {})", p.message, config.shown);
-                    let location =
-                        template_file
-                            .positions
-                            .locate(template_index, &p.field, p.position);
-                    Diagnostic::new(
-                        &template_file.shown,
-                        location,
-                        p.severity,
-                        p.code,
-                        &p.field,
-                        message,
-                    )
-                }
-            }
-        })
-        .collect()
+    config_problems(config, &object, &spec, known, |p| {
+        let message = format!(
+            "{}{} (with the values of {})",
+            p.message,
+            role(p),
+            config.shown
+        );
+        let location = template_file
+            .positions
+            .locate(template_index, &p.field, p.position);
+        Diagnostic::new(
+            &template_file.shown,
+            location,
+            p.severity,
+            p.code,
+            &p.field,
+            message,
+        )
+    })
 }
 
 /// `bash -n`, and with `--tools` the consumers' validators, on the sample renders of a template

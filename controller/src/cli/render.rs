@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bootplate::pki;
+use crd_types::Role;
 use crd_types::capi::{Cluster, Machine};
-use crd_types::{BootplateConfigSpec, Role};
 use render::{Certificates, ClusterInfo, CompiledTemplate, JoinInfo, KeyPair, RenderContext};
 
 use super::diagnostic::Diagnostic;
@@ -202,10 +202,11 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
     let (object, spec) = template(&template_file, index).map_err(ReadError::Problems)?;
     let (_, _, machine): (_, _, Machine) = read_object(&args.machine, &["Machine"])?;
     let (_, _, cluster): (_, _, Cluster) = read_object(&args.cluster, &["Cluster"])?;
-    let mut config = match &args.config {
-        Some(path) => read_config(path)?,
-        None => BootplateConfigSpec::default(),
-    };
+    let config_input = args.config.as_deref().map(read_config).transpose()?;
+    let mut config = config_input
+        .as_ref()
+        .map(|c| c.spec.clone())
+        .unwrap_or_default();
     for assignment in &args.set {
         let (name, value) = assignment
             .split_once('=')
@@ -240,19 +241,11 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
             pki::ca_cert_hash(&ca.cert).map_err(|e| input(format!("--ca-cert: {e}")))?,
         ],
     };
-    let certs = if roles.iter().any(|r| r.is_control_plane()) {
-        Some(Certificates {
-            ca,
-            etcd: throw_away_ca("bootplate render throw-away etcd CA")?,
-            front_proxy: throw_away_ca("bootplate render throw-away front-proxy CA")?,
-            service_account: pki::generate_service_account_key()
-                .map_err(|e| Failure::Render(e.to_string()))?,
-        })
-    } else {
-        None
-    };
-    let compiled =
-        CompiledTemplate::compile(&object, &spec).map_err(|e| Failure::Render(e.to_string()))?;
+    let certs = certificates(&roles, ca)?;
+    // Errors start with the file, line and column of their culprit, as lint's do.
+    let at = |e: &render::RenderError| located(e, &template_file, index, config_input.as_ref());
+    let compiled = CompiledTemplate::compile(&object, &spec)
+        .map_err(|e| Failure::Render(format!("{}{e}", at(&e))))?;
     let generators = Offline::new(&args.generators, args.generator_ca.as_deref())?;
     roles
         .into_iter()
@@ -267,7 +260,7 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
                 })?;
             let rendered = compiled
                 .render_generated(&config, &ctx, &generated)
-                .map_err(|e| Failure::Render(format!("{e} (role {role})")))?;
+                .map_err(|e| Failure::Render(format!("{}{e} (role {role})", at(&e))))?;
             Ok((role, rendered.data))
         })
         .collect()
@@ -293,10 +286,51 @@ fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
     pki::generate_ca(name).map_err(|e| Failure::Render(e.to_string()))
 }
 
+/// The certificates of a control-plane render (`ca` and throw-away others); none for workers.
+fn certificates(roles: &[Role], ca: KeyPair) -> Result<Option<Certificates>, Failure> {
+    if !roles.iter().any(|r| r.is_control_plane()) {
+        return Ok(None);
+    }
+    Ok(Some(Certificates {
+        ca,
+        etcd: throw_away_ca("bootplate render throw-away etcd CA")?,
+        front_proxy: throw_away_ca("bootplate render throw-away front-proxy CA")?,
+        service_account: pki::generate_service_account_key()
+            .map_err(|e| Failure::Render(e.to_string()))?,
+    }))
+}
+
+/// `FILE:LINE:COL: ` of the first problem of `e`: in the template (document `index` of
+/// `template`), or in the `--config` file for a problem of the config's; empty for a value of
+/// `--set`, which has no file.
+fn located(
+    e: &render::RenderError,
+    template: &YamlFile,
+    index: usize,
+    config: Option<&ConfigInput>,
+) -> String {
+    let Some(p) = e.problems().into_iter().next() else {
+        return String::new();
+    };
+    let (file, (line, column)) = match (p.origin, config) {
+        (render::Origin::Config, Some(c)) => {
+            let d = c.at().locate(&p.field, p.severity, p.code, String::new());
+            (d.file, (d.line, d.column))
+        }
+        (render::Origin::Config, None) => return String::new(),
+        (render::Origin::Template, _) => (
+            template.shown.clone(),
+            template.positions.locate(index, &p.field, p.position),
+        ),
+    };
+    format!("{file}:{line}:{column}: ")
+}
+
 /// A BootplateConfig's spec, or a BootplateConfigTemplate's `spec.template.spec`, read
 /// strictly. Files read from Secrets get a placeholder: nothing is read from a cluster offline.
-fn read_config(path: &Path) -> Result<BootplateConfigSpec, Failure> {
-    let mut spec = ConfigInput::read(path)?.spec;
+fn read_config(path: &Path) -> Result<ConfigInput, Failure> {
+    let mut input = ConfigInput::read(path)?;
+    let spec = &mut input.spec;
     for f in &mut spec.files {
         if let (None, Some(from)) = (&f.content, &f.content_from) {
             f.content = Some(format!(
@@ -306,7 +340,7 @@ fn read_config(path: &Path) -> Result<BootplateConfigSpec, Failure> {
             f.encoding = None;
         }
     }
-    Ok(spec)
+    Ok(input)
 }
 
 fn valid_token(t: &str) -> bool {

@@ -127,4 +127,6 @@ async fn lint_refuses_exactly_what_kubectl_apply_refuses_for_unquoted_scalars() 
             "{hint}"
         );
     }
+    // `lint --kubeconfig` needs the same apiserver and CRDs: checked here, not in a second one.
+    super::lint_cluster::configs_against_a_cluster_with_get_only(&server).await;
 }

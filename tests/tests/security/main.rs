@@ -17,4 +17,5 @@ mod node_agent;
 mod render_budget;
 
 mod boot_report;
+mod lint_cluster;
 mod lint_decoding;
