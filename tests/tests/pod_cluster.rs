@@ -565,8 +565,13 @@ async fn scenario_b_the_webhook_through_its_service_with_cert_managers_ca(cluste
         .client_config
         .ca_bundle
         .as_ref()
-        .map(|b| b.0.clone());
-    assert_eq!(injected, Some(ca), "the caBundle is not cert-manager's CA");
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+    // Compared as text: a mismatch prints two PEM blocks, not byte arrays.
+    assert_eq!(
+        injected,
+        Some(String::from_utf8_lossy(&ca).into_owned()),
+        "the caBundle is not cert-manager's CA"
+    );
 
     let kubeconfig = cluster.kubeconfig_path();
     let namespace = testenv::kubectl_apply(
