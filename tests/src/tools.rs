@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 /// The tools `build-tools.sh` builds, with the variable that overrides each.
-const TOOLS: [(&str, &str); 12] = [
+const TOOLS: [(&str, &str); 13] = [
     ("kube-apiserver", "BOOTPLATE_KUBE_APISERVER"),
     (
         "kube-controller-manager",
@@ -33,6 +33,8 @@ const TOOLS: [(&str, &str); 12] = [
     ("clusterctl", "BOOTPLATE_CLUSTERCTL"),
     ("cabpk-manager", "BOOTPLATE_CABPK_MANAGER"),
     ("capi-manager-oldest", "BOOTPLATE_CAPI_MANAGER_OLDEST"),
+    // cert-manager's static install manifest, rendered from its module's chart.
+    ("cert-manager-manifest", "BOOTPLATE_CERT_MANAGER_MANIFEST"),
 ];
 
 fn repo_root() -> PathBuf {

@@ -13,6 +13,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use testenv::eventually;
@@ -88,12 +90,12 @@ fn apply(cluster: &PodCluster, yaml: &str) {
     );
 }
 
-/// GET http://ip:port/ from the host, with a short timeout; the body on success.
-fn http_get(ip: &str, port: u16) -> Option<String> {
+/// GET http://ip:port/path from the host, with a short timeout; the body on success.
+fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
     let addr = format!("{ip}:{port}").parse().ok()?;
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
     let mut body = String::new();
     stream.read_to_string(&mut body).ok()?;
     body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
@@ -140,7 +142,7 @@ async fn serve_web(cluster: &PodCluster, probe: &str) -> String {
         Duration::from_secs(60),
         || {
             let ip = cluster_ip.clone();
-            async move { http_get(&ip, 80) }
+            async move { http_get(&ip, 80, "/") }
         },
     )
     .await;
@@ -215,11 +217,11 @@ async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
     client_reaches_web_and_apiserver(&a, &probe, &web_a).await;
     // Cluster a's Service stays served while b runs, and b's answers too.
     assert_eq!(
-        http_get(&web_a, 80).as_deref().map(str::trim),
+        http_get(&web_a, 80, "/").as_deref().map(str::trim),
         Some("served by web")
     );
     assert_eq!(
-        http_get(&web_b, 80).as_deref().map(str::trim),
+        http_get(&web_b, 80, "/").as_deref().map(str::trim),
         Some("served by web")
     );
 
@@ -327,6 +329,273 @@ fn clusterctl_reads_both_providers_from_local_repositories() {
         !bootplate.contains("${"),
         "a variable clusterctl left unset"
     );
+}
+
+/// The images the shipped install runs: the sandbox, Cluster API's manager, cert-manager's three
+/// and bootplate's own.
+const SHIPPED_IMAGES: [&str; 6] = [
+    "pause",
+    "capi-manager",
+    "cert-manager-controller",
+    "cert-manager-webhook",
+    "cert-manager-cainjector",
+    "bootplate",
+];
+
+/// bootplate's namespace and Deployment as `deploy/` ships them.
+const BOOTPLATE_NS: &str = "bootplate-system";
+const BOOTPLATE_DEPLOYMENT: &str = "bootplate-controller-manager";
+
+/// As it ships (issue 30, items 3 and 4): one pod cluster, installed as a platform team does,
+/// then the scenarios that share it, in sequence (one management cluster keeps CI's budget).
+#[tokio::test(flavor = "multi_thread")]
+async fn as_it_ships_clusterctl_installs_bootplate_and_the_scenarios_run() {
+    let images = images::built(&SHIPPED_IMAGES).expect("the image archives");
+    let cluster = PodCluster::start(&images.archives(), images.pause().unwrap())
+        .await
+        .expect("the pod cluster starts");
+    clusterctl_init(&cluster);
+    scenario_a_two_ready_replicas_one_leader_and_metrics(&cluster).await;
+    scenario_b_the_webhook_through_its_service_with_cert_managers_ca(&cluster).await;
+}
+
+/// `clusterctl init --core cluster-api --bootstrap bootplate` with a configuration whose
+/// `cert-manager:` and `providers:` point at local files, the images only in the cluster's
+/// containerd (Cluster API's named through `images:`, bootplate's as `deploy/` names it, pulled
+/// `IfNotPresent`). clusterctl installs cert-manager from its manifest and waits for it (its own
+/// test Certificate, through cert-manager's webhook Service), then both providers, and waits for
+/// their Pods. No test code applies a manifest of bootplate or Cluster API.
+fn clusterctl_init(cluster: &PodCluster) -> clusterctl::Repositories {
+    let core = clusterctl::capi_core().unwrap();
+    let version = core.version.clone();
+    let manifest = testenv::tools::path("cert-manager-manifest").unwrap();
+    let cert_manager_version = manifest
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.strip_prefix("cert-manager-"))
+        .expect("cert-manager-VERSION.yaml")
+        .to_owned();
+    let repos = clusterctl::write(
+        &cluster.dir().join("clusterctl"),
+        &[core, clusterctl::bootplate().unwrap()],
+        &[clusterctl::ImageOverride {
+            component: "cluster-api".into(),
+            repository: "registry.k8s.io/cluster-api".into(),
+            tag: version,
+        }],
+        Some(&clusterctl::CertManager {
+            manifest,
+            version: cert_manager_version,
+        }),
+    )
+    .unwrap();
+    let out = repos
+        .clusterctl(
+            Some(cluster.kubeconfig_path()),
+            &[
+                "init",
+                "--core",
+                "cluster-api",
+                "--bootstrap",
+                "bootplate",
+                "--control-plane",
+                "-",
+                "--wait-providers",
+                "--wait-provider-timeout",
+                "300",
+            ],
+        )
+        .unwrap();
+    let pods = kubectl_text(cluster, &["get", "pods", "-A", "-o", "wide"]);
+    assert!(
+        out.status.success(),
+        "clusterctl init: {}{}\n{pods}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bootplate = format!("{BOOTPLATE_NS}/{BOOTPLATE_DEPLOYMENT}");
+    for (deployment, replicas) in [
+        ("capi-system/capi-controller-manager", "1"),
+        ("cert-manager/cert-manager", "1"),
+        ("cert-manager/cert-manager-webhook", "1"),
+        ("cert-manager/cert-manager-cainjector", "1"),
+        (bootplate.as_str(), "2"),
+    ] {
+        assert_eq!(
+            ready_replicas(cluster, deployment),
+            replicas,
+            "{deployment} not ready:\n{pods}"
+        );
+    }
+    repos
+}
+
+/// A Deployment's `status.readyReplicas` ("" when none).
+fn ready_replicas(cluster: &PodCluster, deployment: &str) -> String {
+    let (ns, name) = deployment.split_once('/').unwrap();
+    kubectl_text(
+        cluster,
+        &[
+            "get",
+            "deployment",
+            "-n",
+            ns,
+            name,
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+    )
+}
+
+/// kubectl's stdout, or its stderr with a marker when it failed.
+fn kubectl_text(cluster: &PodCluster, args: &[&str]) -> String {
+    let out = cluster.kubectl(args).unwrap();
+    if out.status.success() {
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    } else {
+        format!("kubectl failed: {}", String::from_utf8_lossy(&out.stderr))
+    }
+}
+
+/// Scenario a: both replicas Ready under the shipped securityContext and probes (as clusterctl
+/// applied them, checked on the running Pods), exactly one of them holds the Lease, and the
+/// metrics Service answers with `bootplate_*` series.
+async fn scenario_a_two_ready_replicas_one_leader_and_metrics(cluster: &PodCluster) {
+    let client = cluster.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), BOOTPLATE_NS);
+    let selector =
+        "app.kubernetes.io/name=bootplate,app.kubernetes.io/component=controller-manager";
+    let list = pods
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await
+        .unwrap();
+    let names: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(names.len(), 2, "bootplate's Pods: {names:?}");
+    for pod in &list.items {
+        let container = &pod.spec.as_ref().unwrap().containers[0];
+        let security = container.security_context.as_ref().unwrap();
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert!(container.readiness_probe.is_some() && container.liveness_probe.is_some());
+        let ready = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+        assert!(
+            ready.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            "{:?} not Ready",
+            pod.metadata.name
+        );
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), BOOTPLATE_NS);
+    let holder = eventually(
+        "a holder of bootplate's Lease",
+        Duration::from_secs(60),
+        || async {
+            leases
+                .get("bootplate-leader")
+                .await
+                .ok()?
+                .spec?
+                .holder_identity
+        },
+    )
+    .await;
+    assert!(
+        names.contains(&holder),
+        "the Lease holder {holder} is none of {names:?}"
+    );
+    let all = leases.list(&Default::default()).await.unwrap();
+    assert_eq!(all.items.len(), 1, "one Lease in {BOOTPLATE_NS}");
+    let services: Api<Service> = Api::namespaced(client, BOOTPLATE_NS);
+    let metrics = services.get("bootplate-metrics").await.unwrap();
+    let ip = metrics.spec.unwrap().cluster_ip.unwrap();
+    let body = eventually(
+        "bootplate_* series from the metrics Service",
+        Duration::from_secs(60),
+        || {
+            let ip = ip.clone();
+            async move { http_get(&ip, 8080, "/metrics").filter(|b| b.contains("\nbootplate_")) }
+        },
+    )
+    .await;
+    assert!(body.contains("# TYPE bootplate_"), "{body}");
+}
+
+/// A template the webhook admits, in namespace `team-a`.
+const GOOD_TEMPLATE: &str = r#"
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootstrapTemplate
+metadata: {name: good, namespace: team-a}
+spec:
+  os: {name: linux}
+  format: script
+  template: |
+    #!/bin/bash
+    echo {{machine.name}}
+"#;
+
+/// Scenario b: the ValidatingWebhookConfiguration names bootplate's Service and carries the CA
+/// that cainjector copied from cert-manager's Certificate Secret; through it, `kubectl apply`
+/// admits a good template and refuses a broken one with the field.
+async fn scenario_b_the_webhook_through_its_service_with_cert_managers_ca(cluster: &PodCluster) {
+    let client = cluster.client().await.unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), BOOTPLATE_NS);
+    let secret = secrets.get("bootplate-webhook-server-cert").await.unwrap();
+    let ca = secret
+        .data
+        .unwrap()
+        .remove("ca.crt")
+        .expect("cert-manager's ca.crt")
+        .0;
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    let config = configs
+        .get("bootplate-validating-webhook-configuration")
+        .await
+        .unwrap();
+    let webhook = &config.webhooks.unwrap()[0];
+    let service = webhook.client_config.service.as_ref().expect("a Service");
+    assert_eq!(
+        (service.namespace.as_str(), service.name.as_str()),
+        (BOOTPLATE_NS, "bootplate-webhook-service")
+    );
+    let injected = webhook
+        .client_config
+        .ca_bundle
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+    // Compared as text: a mismatch prints two PEM blocks, not byte arrays.
+    assert_eq!(
+        injected,
+        Some(String::from_utf8_lossy(&ca).into_owned()),
+        "the caBundle is not cert-manager's CA"
+    );
+
+    let kubeconfig = cluster.kubeconfig_path();
+    let namespace = testenv::kubectl_apply(
+        kubeconfig,
+        &[],
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n",
+    );
+    assert!(namespace.status.success());
+    let out = testenv::kubectl_apply(kubeconfig, &[], GOOD_TEMPLATE);
+    assert!(
+        out.status.success(),
+        "the good template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let broken = GOOD_TEMPLATE
+        .replace("name: good", "name: broken")
+        .replace("echo {{machine.name}}", "echo {{machine..name}}");
+    let out = testenv::kubectl_apply(kubeconfig, &[], &broken);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("denied the request"),
+        "the broken template was not refused by the webhook: {stderr}"
+    );
+    assert!(stderr.contains("spec.template"), "{stderr}");
 }
 
 /// The runtime's files in fixed host directories (shim sockets, cached CNI results) for the

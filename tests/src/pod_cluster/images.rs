@@ -1,5 +1,5 @@
-//! The image archives the pod cluster imports, from `tests/scripts/build-images.sh` (run once
-//! per test process; it returns at once when its archives are cached), each with the reference
+//! The image archives the pod cluster imports, from `tests/scripts/build-images.sh` (through
+//! [`crate::images::archives`]; it returns at once when its archives are cached), each with the reference
 //! it carries (the OCI index's `org.opencontainers.image.ref.name`), which is what a manifest
 //! names and what the cluster's containerd lists after the import.
 
@@ -42,7 +42,8 @@ impl Images {
     }
 }
 
-/// The images `names` (built or taken from the cache), once per process for the same names.
+/// The images `names` (built or taken from the cache by [`crate::images::archives`]), each with
+/// the reference its archive carries; once per process for the same names.
 pub fn built(names: &[&str]) -> anyhow::Result<Images> {
     static BUILT: OnceLock<std::sync::Mutex<BTreeMap<String, Images>>> = OnceLock::new();
     let key = names.join(" ");
@@ -50,26 +51,10 @@ pub fn built(names: &[&str]) -> anyhow::Result<Images> {
     if let Some(images) = cache.lock().expect("not poisoned").get(&key) {
         return Ok(images.clone());
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-images.sh");
-    let out = Command::new(&script)
-        .args(names)
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{} failed:\n{}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
     let mut by_name = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Some((name, archive)) = line.split_once('=') else {
-            continue;
-        };
-        let archive = PathBuf::from(archive.trim());
+    for (name, archive) in crate::images::archives(names)? {
         let reference = reference_of(&archive)?;
-        by_name.insert(name.trim().to_owned(), Image { archive, reference });
+        by_name.insert(name, Image { archive, reference });
     }
     let images = Images { by_name };
     cache
