@@ -2452,7 +2452,11 @@ fn kubeadm_compat_renders_passes_its_tools_and_boots() {
             Role::Init => ("init", "/run/kubeadm/kubeadm.yaml"),
             _ => ("join", "/run/kubeadm/kubeadm-join-config.yaml"),
         };
-        let flags: &[&str] = if case.tag.is_empty() { &[] } else { &["--v=4"] };
+        let flags: &[&str] = if case.tag.is_empty() {
+            &[]
+        } else {
+            &["--v", "4"]
+        };
         let mut expected = vec!["kubeadm", verb, "--config", path];
         expected.extend_from_slice(flags);
         assert!(sandbox.called(&expected), "{what}: {:?}", sandbox.calls());
@@ -2496,7 +2500,7 @@ fn check_compat_configured(what: &str, case: &Case, sandbox: &Sandbox, join: &Va
     );
     let dedicated = json!({"key": "dedicated", "value": "web", "effect": "NoSchedule"});
     let expected = if case.role == Role::Worker {
-        json!([{"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}, dedicated])
+        json!([dedicated, {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}])
     } else {
         json!([dedicated])
     };
@@ -2515,7 +2519,7 @@ fn check_compat_configured(what: &str, case: &Case, sandbox: &Sandbox, join: &Va
 /// the spec's order around kubeadm, boot commands, users, NTP, disk setup and mounts.
 fn check_compat_modules(what: &str, case: &Case) {
     let doc = yaml_to_json(&case.render().expect("renders"));
-    let join = "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml --v=4 && echo success > /run/cluster-api/bootstrap-success.complete";
+    let join = "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml --v 4 && echo success > /run/cluster-api/bootstrap-success.complete";
     assert_eq!(
         doc["runcmd"],
         json!(["echo pre-kubeadm", join, "echo post-kubeadm"]),
