@@ -9,14 +9,21 @@
 //! lists: the token's value, the kubeadm file's mode (0600, not 0640), the placeholder file's
 //! text, the quoting of mount fields and partition numbers, and the user-data's first line.
 //! One environment, every Machine at once.
+//!
+//! In the same environment, the migration docs/migrating.md describes: a MachineDeployment of
+//! three workers bootstrapped by CABPK is switched to bootplate with `bootplate import
+//! --machine-deployment`'s patch; Cluster API rolls every worker out, the new ones boot (the
+//! test cloud boots a machine only when its token is one the workload cluster takes) and get a
+//! nodeRef, and no KubeadmConfig of the MachineDeployment remains.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use testenv::capi::kubeadm_bootstrap::KubeadmBootstrap;
 use testenv::capi::objects::{self, KUBERNETES_VERSION};
@@ -274,4 +281,124 @@ async fn imported_configs_render_what_the_kubeadm_provider_renders() {
         }
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
+    migrate_a_machine_deployment(&env).await;
+}
+
+const MIGRATED: &str = "migrated";
+
+fn node_ref(machine: &DynamicObject) -> bool {
+    machine.data["status"]["nodeRef"]["name"].is_string()
+        && machine.data["status"]["phase"] == "Running"
+}
+
+fn bootstrapped_by(machine: &DynamicObject) -> &str {
+    machine.data["spec"]["bootstrap"]["configRef"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Waits until the MachineDeployment's Cluster has three Running workers with a nodeRef, all
+/// bootstrapped by `kind`; returns their names.
+async fn wait_workers(env: &CapiEnv, kind: &str) -> Vec<String> {
+    let what = format!("three Running workers of {kind}");
+    testenv::eventually(&what, WAIT, || async {
+        let machines = env.capi_list("Machine", "machines", MIGRATED).await;
+        let done = machines.len() == 3
+            && machines
+                .iter()
+                .all(|m| node_ref(m) && bootstrapped_by(m) == kind);
+        done.then(|| machines.iter().map(|m| m.name_any()).collect())
+    })
+    .await
+}
+
+/// KubeadmConfigTemplate `workers` → MachineDeployment of 3 → `bootplate import` → patch.
+async fn migrate_a_machine_deployment(env: &CapiEnv) {
+    env.provider_cluster(MIGRATED, KUBERNETES_VERSION, None)
+        .await
+        .unwrap();
+    env.wait_control_plane_initialized(MIGRATED).await;
+    let spec = corpus()
+        .into_iter()
+        .find(|(n, _)| n == "everything")
+        .expect("the corpus entry")
+        .1;
+    let kubeadm = json!({
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+        "kind": "KubeadmConfigTemplate",
+        "metadata": {"name": "workers", "namespace": NS},
+        "spec": {"template": {"spec": spec}},
+    });
+    let templates = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "bootstrap.cluster.x-k8s.io",
+            "v1beta2",
+            "KubeadmConfigTemplate",
+        ),
+        "kubeadmconfigtemplates",
+    );
+    env.apply(&templates, kubeadm.clone()).await.unwrap();
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template("workers", "small"),
+    )
+    .await
+    .unwrap();
+    let mut deployment = objects::machine_deployment(
+        "md-0",
+        MIGRATED,
+        3,
+        "workers",
+        "workers",
+        KUBERNETES_VERSION,
+    );
+    deployment["spec"]["template"]["spec"]["bootstrap"]["configRef"] = json!({"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "workers"});
+    env.apply(&objects::machine_deployment_resource(), deployment)
+        .await
+        .unwrap();
+    let old = wait_workers(env, "KubeadmConfig").await;
+    assert_eq!(
+        migrated_kubeadm_configs(env).await.len(),
+        3,
+        "the workers' KubeadmConfigs"
+    );
+
+    let imported = bootplate::core::import::import(&kubeadm).expect("imports");
+    assert_eq!(imported.lost, vec![]);
+    env.apply(
+        &objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
+        imported.object(),
+    )
+    .await
+    .unwrap();
+    let patch = bootplate::core::import::machine_deployment_patch(&imported.name);
+    env.capi("MachineDeployment", "machinedeployments")
+        .patch("md-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let new = wait_workers(env, "BootplateConfig").await;
+    assert!(
+        new.iter().all(|n| !old.contains(n)),
+        "every worker rolled out: {old:?} → {new:?}"
+    );
+    let what = "no KubeadmConfig of the migrated workers";
+    testenv::eventually(what, WAIT, || async {
+        migrated_kubeadm_configs(env).await.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// The KubeadmConfigs Cluster API made from the template (the corpus's are named `k-…`).
+async fn migrated_kubeadm_configs(env: &CapiEnv) -> Vec<String> {
+    let configs = env
+        .dynamic(&kubeadm_config_resource())
+        .list(&Default::default())
+        .await;
+    configs
+        .expect("listing KubeadmConfigs")
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| !n.starts_with("k-"))
+        .collect()
 }
