@@ -39,6 +39,9 @@ enum Command {
     /// Check bootplate objects offline (files or directories of a GitOps tree): templates,
     /// configs against their templates, bootstrap references; text, short, JSON, JUnit or SARIF.
     Lint(cli::lint::LintArgs),
+    /// Turn KubeadmConfigTemplates and KubeadmConfigs into BootplateConfigTemplates and
+    /// BootplateConfigs of the shipped template kubeadm-compat, naming every field not carried.
+    Import(cli::import::ImportArgs),
     /// Serve a template's parts as a BootstrapGenerator (the reference generator).
     Generator(cli::generator::GeneratorArgs),
     /// Print the CustomResourceDefinitions of all bootplate kinds as one multi-document YAML.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(*args),
         Command::Render(args) => cli::render::run(&args),
         Command::Lint(args) => cli::lint::run(&args),
+        Command::Import(args) => cli::import::run(&args),
         Command::Generator(args) => cli::generator::run(&args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),
     }

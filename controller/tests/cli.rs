@@ -927,3 +927,88 @@ fn the_binary_runs_on_jemalloc_with_its_compiled_in_options() {
         );
     }
 }
+
+/// `bootplate import`: the example imports cleanly into a config that renders with
+/// kubeadm-compat; a field that is not carried fails (exit 1, named on stderr) unless
+/// --allow-lossy; the MachineDeployment patch; input over the size limit, or of no kubeadm
+/// kind, exits 2.
+#[test]
+fn import_carries_names_what_it_cannot_and_writes_the_patch() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = bootplate(&["import", "examples/kubeadm-config-template.yaml"]);
+    assert_exit(&out, 0);
+    let imported = dir.path().join("imported.yaml");
+    std::fs::write(&imported, &out.stdout).expect("write");
+    let rendered = bootplate(&[
+        "render",
+        "--template",
+        "templates/kubeadm-compat.yaml",
+        "--machine",
+        "templates/testdata/machine-worker-v1.31.yaml",
+        "--cluster",
+        "templates/testdata/cluster.yaml",
+        "--config",
+        &imported.to_string_lossy(),
+    ]);
+    assert_exit(&rendered, 0);
+    let user_data = text(&rendered.stdout);
+    for expected in [
+        "\n  - \"echo pre-kubeadm\"\n  - \"kubeadm join",
+        "path: \"/etc/app/token\"",
+    ] {
+        assert!(user_data.contains(expected), "{expected}:\n{user_data}");
+    }
+
+    let lossy = dir.path().join("lossy.yaml");
+    std::fs::write(
+        &lossy,
+        "apiVersion: bootstrap.cluster.x-k8s.io/v1beta1\nkind: KubeadmConfigTemplate\n\
+         metadata: {name: workers, namespace: team-a}\nspec:\n  template:\n    spec:\n      \
+         files: [{path: /etc/a, content: x, append: true}]\n",
+    )
+    .expect("write");
+    let out = bootplate(&["import", &lossy.to_string_lossy()]);
+    assert_exit(&out, 1);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("KubeadmConfigTemplate workers: spec.template.spec.files[0].append"),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "nothing written when the import fails"
+    );
+
+    let patch = dir.path().join("patch.yaml");
+    let out = bootplate(&[
+        "import",
+        "--allow-lossy",
+        "--machine-deployment",
+        "md-0",
+        "--patch-output",
+        &patch.to_string_lossy(),
+        &lossy.to_string_lossy(),
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        text(&out.stderr).starts_with("warning: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let patch: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&patch).expect("patch")).expect("YAML");
+    let reference = &patch["spec"]["template"]["spec"]["bootstrap"]["configRef"];
+    assert_eq!(reference["kind"], "BootplateConfigTemplate");
+    assert_eq!(reference["name"], "workers");
+
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, vec![b'#'; (16 << 20) + 1]).expect("write");
+    let out = bootplate(&["import", &big.to_string_lossy()]);
+    assert_exit(&out, 2);
+    assert!(
+        text(&out.stderr).contains("larger than 16 MiB"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_exit(&bootplate(&["import", "examples/cluster.yaml"]), 2);
+}

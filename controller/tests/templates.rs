@@ -1472,6 +1472,7 @@ fn kustomization_lists_every_template() {
     assert_eq!(names, files, "kubectl kustomize templates/");
     let mut known: Vec<String> = CATALOGUE
         .iter()
+        .chain([&COMPAT])
         .map(|e| format!("{}.yaml", e.name))
         .collect();
     known.sort();
@@ -1516,7 +1517,7 @@ fn every_variable_is_documented_typed_and_defaulted() {
 /// variable is declared, every role renders with the sample context).
 #[test]
 fn lint_finds_nothing() {
-    for entry in CATALOGUE {
+    for entry in CATALOGUE.iter().chain([&COMPAT]) {
         let object = format!("ClusterBootstrapTemplate {}", entry.name);
         let problems = render::lint(&object, &spec(entry.name), None);
         let listed: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -2128,6 +2129,7 @@ fn no_stale_golden_files() {
         .iter()
         .chain(pre_baked_cases().iter())
         .chain(configured_cases().iter())
+        .chain(compat_cases().iter())
         .map(golden_path)
         .collect();
     wanted.sort();
@@ -2388,4 +2390,167 @@ fn an_http_agent_source_needs_its_digest() {
         }
     }
     assert_eq!(templates, 6, "the templates that install bootplate-agent");
+}
+
+// ---------------------------------------------------------------------------------------------
+// kubeadm-compat: the kubeadm bootstrap provider's fields, which `bootplate import` fills in.
+// Apart from the catalogue above: its variables are a KubeadmConfigSpec's (several unset by
+// default on purpose, as in the spec), and it installs nothing (no install part, no swap edit).
+
+const COMPAT: Entry = Entry {
+    name: "kubeadm-compat",
+    kubeadm: false,
+    image: Image::Apt,
+};
+
+/// The configured cases' config: examples/kubeadm-config-template.yaml through the importer,
+/// with the Secret of its `contentFrom` file resolved, as the controller does before rendering.
+fn compat_imported() -> BootplateConfigSpec {
+    let source: Value = read_yaml(&repo().join("examples/kubeadm-config-template.yaml"));
+    let imported = bootplate::core::import::import(&source).expect("the example imports");
+    assert_eq!(imported.lost, vec![], "the example carries every field");
+    let mut spec = imported.spec;
+    for file in &mut spec.files {
+        if file.content_from.take().is_some() {
+            file.content = Some("token-from-the-secret\n".to_owned());
+        }
+    }
+    spec
+}
+
+/// Every role at both kubeadm API versions with the defaults, and the imported example for a
+/// worker (v1.30 and v1.31) and a control-plane join.
+fn compat_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for role in Role::ALL {
+        for version in VERSIONS {
+            cases.push(Case::new(COMPAT, role, version));
+        }
+    }
+    for (role, version) in [
+        (Role::Worker, "v1.30"),
+        (Role::Worker, "v1.31"),
+        (Role::ControlPlaneJoin, "v1.31"),
+    ] {
+        let mut case = Case::new(COMPAT, role, version);
+        case.config = compat_imported();
+        case.tag = "configured";
+        cases.push(case);
+    }
+    cases
+}
+
+/// cloud-init's schema, the golden files and a sandbox boot (kubeadm join or init with the
+/// file it wrote, the sentinel), and for the configured cases what the KubeadmConfigSpec says:
+/// its files with their modes, the commands in order around kubeadm, the JoinConfiguration.
+#[test]
+fn kubeadm_compat_renders_passes_its_tools_and_boots() {
+    in_parallel(&compat_cases(), |case| {
+        let what = format!("kubeadm-compat {}", case.label());
+        let sandbox = boot_case(case);
+        let (verb, path) = match case.role {
+            Role::Init => ("init", "/run/kubeadm/kubeadm.yaml"),
+            _ => ("join", "/run/kubeadm/kubeadm-join-config.yaml"),
+        };
+        let flags: &[&str] = if case.tag.is_empty() {
+            &[]
+        } else {
+            &["--v", "4"]
+        };
+        let mut expected = vec!["kubeadm", verb, "--config", path];
+        expected.extend_from_slice(flags);
+        assert!(sandbox.called(&expected), "{what}: {:?}", sandbox.calls());
+        let docs = kubeadm_documents(&sandbox, case.role);
+        assert_eq!(
+            docs[0]["apiVersion"],
+            if case.version == "v1.31" {
+                "kubeadm.k8s.io/v1beta4"
+            } else {
+                "kubeadm.k8s.io/v1beta3"
+            }
+        );
+        if !case.tag.is_empty() {
+            check_compat_configured(&what, case, &sandbox, &docs[0]);
+        }
+    });
+}
+
+fn check_compat_configured(what: &str, case: &Case, sandbox: &Sandbox, join: &Value) {
+    assert_eq!(
+        sandbox.read("/etc/app/token").as_deref(),
+        Some("token-from-the-secret\n")
+    );
+    assert_eq!(sandbox.mode("/etc/app/token"), 0o640, "{what}");
+    assert_eq!(
+        sandbox.read("/etc/app/config.json").as_deref(),
+        Some("{\"a\":1}\n"),
+        "{what}"
+    );
+    let registration = &join["nodeRegistration"];
+    assert_eq!(
+        registration["criSocket"],
+        "unix:///var/run/containerd/containerd.sock"
+    );
+    assert_eq!(registration["ignorePreflightErrors"], json!(["NumCPU"]));
+    let args = [("cloud-provider", "external"), ("node-labels", "tier=web")];
+    assert_eq!(
+        registration["kubeletExtraArgs"],
+        flags(case.version == "v1.31", &args),
+        "{what}"
+    );
+    let dedicated = json!({"key": "dedicated", "value": "web", "effect": "NoSchedule"});
+    let expected = if case.role == Role::Worker {
+        json!([dedicated, {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}])
+    } else {
+        json!([dedicated])
+    };
+    assert_eq!(registration["taints"], expected, "{what}");
+    assert_eq!(join["patches"]["directory"], "/etc/kubernetes/patches");
+    assert_eq!(join["discovery"]["bootstrapToken"]["token"], TOKEN);
+    assert_eq!(
+        join.get("controlPlane").is_some(),
+        case.role == Role::ControlPlaneJoin,
+        "{what}"
+    );
+    check_compat_modules(what, case);
+}
+
+/// The cloud-init modules the sandbox does not run, as cloud-init reads them: the commands in
+/// the spec's order around kubeadm, boot commands, users, NTP, disk setup and mounts.
+fn check_compat_modules(what: &str, case: &Case) {
+    let doc = yaml_to_json(&case.render().expect("renders"));
+    let join = "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml --v 4 && echo success > /run/cluster-api/bootstrap-success.complete";
+    assert_eq!(
+        doc["runcmd"],
+        json!(["echo pre-kubeadm", join, "echo post-kubeadm"]),
+        "{what}"
+    );
+    assert_eq!(doc["bootcmd"], json!(["echo boot"]), "{what}");
+    assert_eq!(
+        doc["ntp"],
+        json!({"servers": ["time.example.com"], "enabled": true}),
+        "{what}"
+    );
+    assert_eq!(
+        doc["users"],
+        json!([{"name": "ops", "groups": "adm,sudo", "shell": "/bin/bash", "lock_passwd": true,
+            "sudo": "ALL=(ALL) NOPASSWD:ALL",
+            "ssh_authorized_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBootplateExampleKeyOnly ops@example"]}]),
+        "{what}"
+    );
+    assert_eq!(
+        doc["disk_setup"],
+        json!({"/dev/sdb": {"table_type": "gpt", "layout": true, "overwrite": false}}),
+        "{what}"
+    );
+    assert_eq!(
+        doc["fs_setup"],
+        json!([{"device": "/dev/sdb1", "filesystem": "ext4", "label": "data", "extra_opts": ["-E", "lazy_itable_init=1"]}]),
+        "{what}"
+    );
+    assert_eq!(
+        doc["mounts"],
+        json!([["LABEL=data", "/var/lib/data"]]),
+        "{what}"
+    );
 }

@@ -35,15 +35,7 @@ fn repo_file(path: &str) -> String {
 
 /// Publishes a shipped ClusterBootstrapTemplate, as a platform team does.
 async fn publish_shipped_template(env: &CapiEnv, file: &str) {
-    let template: Value = serde_yaml::from_str(&repo_file(file)).unwrap();
-    testenv::capi::cloud::apply(
-        &env.client,
-        &objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates"),
-        None,
-        &template,
-    )
-    .await
-    .unwrap();
+    env.publish_shipped_template(file).await.unwrap();
 }
 
 /// The environment of a scenario against Cluster API `release`, which the manager reports.

@@ -1,4 +1,5 @@
-//! The offline commands: `bootplate render` and `bootplate lint`. They read YAML files, use the
+//! The offline commands: `bootplate render`, `bootplate lint` and `bootplate import`. They
+//! read YAML files, use the
 //! render engine exactly as the controller does, and talk to no cluster (only to the generators
 //! given with `--generator`, and with `lint --kubeconfig`, read-only, to the cluster that holds
 //! the templates configs reference). And `bootplate generator serve`, the reference generator.
@@ -9,6 +10,7 @@
 pub mod cluster;
 pub mod diagnostic;
 pub mod generator;
+pub mod import;
 pub mod input;
 pub mod lint;
 pub mod objects;

@@ -5,6 +5,7 @@ pub(crate) mod blocked;
 pub(crate) mod boot;
 pub mod cached_secret;
 pub(crate) mod gate;
+pub mod import;
 pub(crate) mod inplace;
 pub(crate) mod outcome;
 pub(crate) mod role;

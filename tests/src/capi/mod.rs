@@ -547,6 +547,19 @@ impl CapiEnv {
         out
     }
 
+    /// Publishes the ClusterBootstrapTemplate of the repository file `file` (for example
+    /// `templates/kubeadm-ubuntu-2404.yaml`), as a platform team does.
+    pub async fn publish_shipped_template(&self, file: &str) -> anyhow::Result<()> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(file);
+        let template: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
+        let resource =
+            objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates");
+        cloud::apply(&self.client, &resource, None, &template).await?;
+        Ok(())
+    }
+
     /// Applies `object` (JSON) of `resource` in [`NS`].
     pub async fn apply(
         &self,

@@ -86,6 +86,11 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/templates.md", "tests/boot/prove.sh --config my-config.yaml templates/my-template.yaml", Help),
     ("docs/templates/kubeadm-amazonlinux-2023.md", "bootplate lint templates/kubeadm-amazonlinux-2023.yaml", Run),
     ("docs/templates/kubeadm-amazonlinux-2023.md", "bootplate render --template templates/kubeadm-amazonlinux-2023.yaml --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml --role worker", Run),
+    ("docs/templates/kubeadm-compat.md", "bootplate lint templates/kubeadm-compat.yaml", Run),
+    ("docs/templates/kubeadm-compat.md", "bootplate render --template templates/kubeadm-compat.yaml --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml --role worker", Run),
+    ("docs/migrating.md", "bootplate import examples/kubeadm-config-template.yaml", Run),
+    // Needs the user's own KubeadmConfigTemplate file.
+    ("docs/migrating.md", "bootplate import --allow-lossy --machine-deployment md-0 --patch-output md-0-patch.yaml workers.yaml", Help),
     ("docs/templates/kubeadm-debian-12.md", "bootplate lint templates/kubeadm-debian-12.yaml", Run),
     ("docs/templates/kubeadm-debian-12.md", "bootplate render --template templates/kubeadm-debian-12.yaml --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml --role worker", Run),
     ("docs/templates/kubeadm-flatcar.md", "bootplate lint templates/kubeadm-flatcar.yaml", Run),

@@ -1,0 +1,186 @@
+//! `bootplate import`: KubeadmConfigTemplates and KubeadmConfigs (file or standard input) to
+//! the BootplateConfigTemplates and BootplateConfigs of the shipped template `kubeadm-compat`.
+//! The conversion itself is `core::import` (no client, no I/O); this module reads the input
+//! (bounded before it is parsed), reports the fields that are not carried and writes the
+//! objects and the MachineDeployment patch.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bootplate::core::import::{self, Imported};
+use clap::Args;
+
+use super::input::{self, ReadError, YamlFile};
+use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
+
+#[derive(Args)]
+#[command(
+    long_about = "Turn the kubeadm bootstrap provider's KubeadmConfigTemplates and \
+KubeadmConfigs into bootplate's BootplateConfigTemplates and BootplateConfigs.
+
+Each object of kind KubeadmConfigTemplate or KubeadmConfig (bootstrap.cluster.x-k8s.io v1beta1 \
+or v1beta2) in FILE (`-` or no FILE: standard input) becomes the object of the same name and \
+namespace that references the shipped ClusterBootstrapTemplate kubeadm-compat \
+(templates/kubeadm-compat.yaml, which must be installed), with its files, commands, users, NTP, \
+mounts, disk setup and join configuration carried as the config's files, preCommands, \
+postCommands and variables. The objects are written as YAML to standard output (or --output).
+
+A field kubeadm-compat cannot carry (docs/migrating.md lists them) is named on standard error, \
+and the import fails unless --allow-lossy is given; with it, those fields are left out and named \
+as warnings.
+
+With --machine-deployment NAME (one KubeadmConfigTemplate in the input), --patch-output FILE \
+gets the merge patch that points that MachineDeployment's bootstrap configRef at the imported \
+template; apply it with `kubectl patch machinedeployment NAME --type merge --patch-file FILE`, \
+and Cluster API rolls the MachineDeployment's Machines out.
+
+Exit codes: 0 imported, 1 a field is not carried (without --allow-lossy), 2 bad usage or \
+unreadable input."
+)]
+pub struct ImportArgs {
+    /// The YAML file with KubeadmConfigTemplates or KubeadmConfigs; `-` for standard input.
+    #[arg(value_name = "FILE", default_value = "-")]
+    pub file: PathBuf,
+    /// Leave out the fields kubeadm-compat cannot carry, with a warning for each, instead of
+    /// failing.
+    #[arg(long)]
+    pub allow_lossy: bool,
+    /// Write the objects to FILE instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The MachineDeployment to switch to the imported template (needs --patch-output).
+    #[arg(long, value_name = "NAME", requires = "patch_output")]
+    pub machine_deployment: Option<String>,
+    /// Where to write the MachineDeployment's merge patch (with --machine-deployment).
+    #[arg(long, value_name = "FILE", requires = "machine_deployment")]
+    pub patch_output: Option<PathBuf>,
+}
+
+/// Why the command stopped.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{0}")]
+    Input(String),
+    #[error("{0} field(s) not carried; see above, or import with --allow-lossy")]
+    Lossy(usize),
+}
+
+pub fn run(args: &ImportArgs) -> ExitCode {
+    match import_all(args) {
+        Ok(()) => exit(EXIT_OK),
+        Err(Failure::Input(message)) => {
+            eprintln!("bootplate import: {message}");
+            exit(EXIT_INPUT)
+        }
+        Err(e @ Failure::Lossy(_)) => {
+            eprintln!("bootplate import: {e}");
+            exit(EXIT_FAILED)
+        }
+    }
+}
+
+fn import_all(args: &ImportArgs) -> Result<(), Failure> {
+    let file = read(args)?;
+    let imported = convert(&file)?;
+    report_lost(&file.shown, &imported, args.allow_lossy)?;
+    let mut text = String::new();
+    for object in &imported {
+        text.push_str("---\n");
+        text.push_str(&to_yaml(&object.object()));
+    }
+    write(args.output.as_ref(), &text)?;
+    if let (Some(name), Some(path)) = (&args.machine_deployment, &args.patch_output) {
+        let template = match imported.as_slice() {
+            [one] if one.kind == "BootplateConfigTemplate" => &one.name,
+            _ => {
+                return Err(Failure::Input(format!(
+                    "{}: --machine-deployment {name} needs exactly one KubeadmConfigTemplate in the input",
+                    file.shown
+                )));
+            }
+        };
+        write(
+            Some(path),
+            &to_yaml(&import::machine_deployment_patch(template)),
+        )?;
+    }
+    Ok(())
+}
+
+fn read(args: &ImportArgs) -> Result<YamlFile, Failure> {
+    // read_text stops at input::MAX_FILE_BYTES before anything is parsed.
+    let (shown, text) = input::read_text(&args.file).map_err(|e| Failure::Input(e.0))?;
+    YamlFile::parse(shown, text).map_err(|e| match e {
+        ReadError::Unreadable(e) => Failure::Input(e.0),
+        ReadError::Problems(found) => Failure::Input(
+            found
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+    })
+}
+
+fn convert(file: &YamlFile) -> Result<Vec<Imported>, Failure> {
+    let mut imported = Vec::new();
+    for document in &file.documents {
+        if !matches!(
+            input::kind(document),
+            "KubeadmConfigTemplate" | "KubeadmConfig"
+        ) {
+            continue;
+        }
+        let json = serde_json::to_value(document).map_err(|e| {
+            Failure::Input(format!("{}: not a JSON-compatible object: {e}", file.shown))
+        })?;
+        let one =
+            import::import(&json).map_err(|e| Failure::Input(format!("{}: {e}", file.shown)))?;
+        imported.push(one);
+    }
+    if imported.is_empty() {
+        return Err(Failure::Input(format!(
+            "{}: no KubeadmConfigTemplate or KubeadmConfig in this input",
+            file.shown
+        )));
+    }
+    Ok(imported)
+}
+
+/// Names every field that is not carried: errors, or warnings with --allow-lossy.
+fn report_lost(shown: &str, imported: &[Imported], allow_lossy: bool) -> Result<(), Failure> {
+    let severity = if allow_lossy { "warning" } else { "error" };
+    let mut count = 0;
+    for object in imported {
+        for lost in &object.lost {
+            count += 1;
+            eprintln!(
+                "{severity}: {shown}: {} {}: {}: not carried: {}",
+                object.source_kind(),
+                object.name,
+                lost.field,
+                lost.why
+            );
+        }
+    }
+    if count > 0 && !allow_lossy {
+        return Err(Failure::Lossy(count));
+    }
+    Ok(())
+}
+
+fn to_yaml(value: &serde_json::Value) -> String {
+    serde_yaml::to_string(value).expect("a JSON value always serializes as YAML")
+}
+
+fn write(path: Option<&PathBuf>, text: &str) -> Result<(), Failure> {
+    match path {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| Failure::Input(format!("cannot write {}: {e}", path.display()))),
+        None => std::io::stdout()
+            .lock()
+            .write_all(text.as_bytes())
+            .map_err(|e| Failure::Input(format!("cannot write the output: {e}"))),
+    }
+}

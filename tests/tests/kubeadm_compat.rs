@@ -1,0 +1,404 @@
+//! `bootplate import` proven against the kubeadm bootstrap provider itself: for every
+//! KubeadmConfigSpec of `tests/corpus/kubeadm-specs.yaml`, the real provider (CABPK, its
+//! manager built from Cluster API's module) renders the data Secret of one worker Machine under
+//! the real Cluster API manager, bootplate renders the imported BootplateConfig (template
+//! `kubeadm-compat`) for another Machine of the same Cluster, and the two cloud-configs are
+//! compared as cloud-init and kubeadm read them: the files (path, content after decoding,
+//! permissions, owner), the commands in order, bootcmd, users, NTP, mounts, disk setup, and the
+//! JoinConfiguration after parsing. The differences allowed are the ones docs/migrating.md
+//! lists: the token's value, the kubeadm file's mode (0600, not 0640), the placeholder file's
+//! text, the quoting of mount fields and partition numbers, and the user-data's first line.
+//! One environment, every Machine at once.
+//!
+//! In the same environment, the migration docs/migrating.md describes: a MachineDeployment of
+//! three workers bootstrapped by CABPK is switched to bootplate with `bootplate import
+//! --machine-deployment`'s patch; Cluster API rolls every worker out, the new ones boot (the
+//! test cloud boots a machine only when its token is one the workload cluster takes) and get a
+//! nodeRef, and no KubeadmConfig of the MachineDeployment remains.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use testenv::capi::kubeadm_bootstrap::KubeadmBootstrap;
+use testenv::capi::objects::{self, KUBERNETES_VERSION};
+use testenv::capi::{CapiEnv, NS, Options, WAIT};
+
+const CLUSTER: &str = "compat";
+const JOIN_FILE: &str = "/run/kubeadm/kubeadm-join-config.yaml";
+const PLACEHOLDER: &str = "/run/cluster-api/placeholder";
+
+fn repo_file(path: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The corpus: (name, KubeadmConfigSpec).
+fn corpus() -> Vec<(String, Value)> {
+    serde_yaml::Deserializer::from_str(&repo_file("tests/corpus/kubeadm-specs.yaml"))
+        .map(|d| {
+            let doc: Value = serde::Deserialize::deserialize(d).expect("a corpus document");
+            (
+                doc["name"].as_str().expect("a name").to_owned(),
+                doc["spec"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn kubeadm_config_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
+        "kubeadmconfigs",
+    )
+}
+
+/// A worker Machine `name` on a DevMachine of that name, bootstrapped by `kind` `name`.
+async fn machine(env: &CapiEnv, name: &str, group: &str, kind: &str) {
+    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+        .await
+        .unwrap();
+    let mut machine = objects::worker_machine(name, CLUSTER, KUBERNETES_VERSION);
+    machine["spec"]["bootstrap"]["configRef"] =
+        json!({"apiGroup": group, "kind": kind, "name": name});
+    env.apply(&objects::machine_resource(), machine)
+        .await
+        .unwrap();
+}
+
+/// Creates both configs and Machines of one corpus entry.
+async fn create(env: &CapiEnv, name: &str, spec: &Value) {
+    let kubeadm = json!({
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+        "kind": "KubeadmConfig",
+        "metadata": {"name": format!("k-{name}"), "namespace": NS},
+        "spec": spec,
+    });
+    let mut imported = bootplate::core::import::import(&kubeadm).expect("imports");
+    assert_eq!(
+        imported.lost,
+        vec![],
+        "{name}: the corpus holds carried fields only"
+    );
+    imported.name = format!("b-{name}");
+    env.apply(&kubeadm_config_resource(), kubeadm)
+        .await
+        .unwrap();
+    env.apply(
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+        imported.object(),
+    )
+    .await
+    .unwrap();
+    machine(
+        env,
+        &format!("k-{name}"),
+        "bootstrap.cluster.x-k8s.io",
+        "KubeadmConfig",
+    )
+    .await;
+    machine(
+        env,
+        &format!("b-{name}"),
+        objects::BOOTPLATE_GROUP,
+        "BootplateConfig",
+    )
+    .await;
+}
+
+/// The user-data of Machine `name`, once Cluster API has its data Secret.
+async fn user_data(env: &CapiEnv, name: &str) -> String {
+    let machines = env.capi("Machine", "machines");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let what = format!("Machine {name}'s data Secret");
+    testenv::eventually(&what, WAIT, || async {
+        let machine = machines.get(name).await.ok()?;
+        let secret_name = machine.data["spec"]["bootstrap"]["dataSecretName"].as_str()?;
+        let secret = secrets.get(secret_name).await.ok()?;
+        let value = secret.data?.remove("value")?;
+        String::from_utf8(value.0).ok()
+    })
+    .await
+}
+
+/// A file's content as cloud-init writes it (`b64`/`base64`, `gz+b64`/`gzip+base64` decoded).
+fn decoded(file: &Value) -> Vec<u8> {
+    let content = file["content"].as_str().unwrap_or_default().as_bytes();
+    // A block scalar ends with a line break; base64 has none.
+    let b64 = |c: &[u8]| {
+        let c: Vec<u8> = c
+            .iter()
+            .copied()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(c)
+            .expect("base64")
+    };
+    match file["encoding"].as_str().unwrap_or("") {
+        "" | "text/plain" => content.to_vec(),
+        "b64" | "base64" => b64(content),
+        "gz+b64" | "gzip+base64" | "gz+base64" | "gzip+b64" => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&b64(content)[..])
+                .read_to_end(&mut out)
+                .expect("gzip");
+            out
+        }
+        other => panic!("encoding {other}"),
+    }
+}
+
+/// The kubeadm documents of the join file, without the token's value.
+fn join_configuration(content: &[u8]) -> Vec<Value> {
+    serde_yaml::Deserializer::from_slice(content)
+        .filter_map(|d| {
+            let mut doc: Value = serde::Deserialize::deserialize(d).ok()?;
+            doc.is_object().then(|| {
+                doc["discovery"]["bootstrapToken"]["token"] = json!("<token>");
+                doc
+            })
+        })
+        .collect()
+}
+
+/// What cloud-init does with `user_data`, in comparable form.
+fn semantic(user_data: &str) -> BTreeMap<String, Value> {
+    let doc: Value = serde_yaml::from_str(user_data).expect("YAML user-data");
+    let mut out = BTreeMap::new();
+    for file in doc["write_files"].as_array().into_iter().flatten() {
+        let path = file["path"].as_str().expect("a path").to_owned();
+        let content = decoded(file);
+        let content = match path.as_str() {
+            JOIN_FILE => json!(join_configuration(&content)),
+            PLACEHOLDER => json!("<placeholder>"),
+            _ => json!(String::from_utf8_lossy(&content)),
+        };
+        let permissions = match path.as_str() {
+            JOIN_FILE => json!("<holds the token>"),
+            _ => json!(format!(
+                "{:0>4}",
+                file["permissions"].as_str().unwrap_or("0644")
+            )),
+        };
+        let owner = json!(file["owner"].as_str().unwrap_or("root:root"));
+        out.insert(format!("file {path}"), json!([content, permissions, owner]));
+    }
+    let runcmd: Vec<Value> = doc["runcmd"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!(
+                c.as_str()
+                    .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+            )
+        })
+        .collect();
+    out.insert("runcmd".into(), json!(runcmd));
+    for module in ["bootcmd", "users", "ntp", "disk_setup"] {
+        out.insert(module.into(), doc[module].clone());
+    }
+    // The kubeadm provider writes mount fields and a filesystem's partition as plain YAML
+    // scalars (`0` reads as a number), bootplate quotes them: cloud-init's mounts module turns
+    // every field into text, and disk setup reads a partition number either way.
+    let mut mounts = doc["mounts"].clone();
+    for mount in mounts.as_array_mut().into_iter().flatten() {
+        for field in mount.as_array_mut().into_iter().flatten() {
+            *field = as_text(field);
+        }
+    }
+    out.insert("mounts".into(), mounts);
+    let mut filesystems = doc["fs_setup"].clone();
+    for fs in filesystems.as_array_mut().into_iter().flatten() {
+        if let Some(partition) = fs.get_mut("partition") {
+            *partition = as_text(partition);
+        }
+    }
+    out.insert("fs_setup".into(), filesystems);
+    out
+}
+
+fn as_text(value: &Value) -> Value {
+    match value {
+        Value::String(_) => value.clone(),
+        other => json!(other.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn imported_configs_render_what_the_kubeadm_provider_renders() {
+    let env = CapiEnv::start(Options::default()).await.unwrap();
+    env.publish_shipped_template("templates/kubeadm-compat.yaml")
+        .await
+        .unwrap();
+    let cabpk = KubeadmBootstrap::install(&env).await.unwrap();
+    let _cabpk = cabpk
+        .start(&env, &[], "kubeadm-bootstrap.log")
+        .await
+        .unwrap();
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("compat-file".into());
+    secret.string_data = Some([("data".to_owned(), "from a Secret\n".to_owned())].into());
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+    env.provider_cluster(CLUSTER, KUBERNETES_VERSION, None)
+        .await
+        .unwrap();
+    env.wait_control_plane_initialized(CLUSTER).await;
+    let corpus = corpus();
+    assert!(
+        corpus.len() >= 20,
+        "the corpus holds {} specs",
+        corpus.len()
+    );
+    futures::future::join_all(corpus.iter().map(|(name, spec)| create(&env, name, spec))).await;
+    let mut differences = Vec::new();
+    for (name, _) in &corpus {
+        let theirs = semantic(&user_data(&env, &format!("k-{name}")).await);
+        let ours = semantic(&user_data(&env, &format!("b-{name}")).await);
+        for key in theirs
+            .keys()
+            .chain(ours.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            if theirs.get(key) != ours.get(key) {
+                differences.push(format!(
+                    "{name}: {key}:\n  kubeadm provider: {}\n  bootplate:        {}",
+                    theirs.get(key).map_or("-".into(), Value::to_string),
+                    ours.get(key).map_or("-".into(), Value::to_string),
+                ));
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    migrate_a_machine_deployment(&env).await;
+}
+
+const MIGRATED: &str = "migrated";
+
+fn node_ref(machine: &DynamicObject) -> bool {
+    machine.data["status"]["nodeRef"]["name"].is_string()
+        && machine.data["status"]["phase"] == "Running"
+}
+
+fn bootstrapped_by(machine: &DynamicObject) -> &str {
+    machine.data["spec"]["bootstrap"]["configRef"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Waits until the MachineDeployment's Cluster has three Running workers with a nodeRef, all
+/// bootstrapped by `kind`; returns their names.
+async fn wait_workers(env: &CapiEnv, kind: &str) -> Vec<String> {
+    let what = format!("three Running workers of {kind}");
+    testenv::eventually(&what, WAIT, || async {
+        let machines = env.capi_list("Machine", "machines", MIGRATED).await;
+        let done = machines.len() == 3
+            && machines
+                .iter()
+                .all(|m| node_ref(m) && bootstrapped_by(m) == kind);
+        done.then(|| machines.iter().map(|m| m.name_any()).collect())
+    })
+    .await
+}
+
+/// KubeadmConfigTemplate `workers` → MachineDeployment of 3 → `bootplate import` → patch.
+async fn migrate_a_machine_deployment(env: &CapiEnv) {
+    env.provider_cluster(MIGRATED, KUBERNETES_VERSION, None)
+        .await
+        .unwrap();
+    env.wait_control_plane_initialized(MIGRATED).await;
+    let spec = corpus()
+        .into_iter()
+        .find(|(n, _)| n == "everything")
+        .expect("the corpus entry")
+        .1;
+    let kubeadm = json!({
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+        "kind": "KubeadmConfigTemplate",
+        "metadata": {"name": "workers", "namespace": NS},
+        "spec": {"template": {"spec": spec}},
+    });
+    let templates = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "bootstrap.cluster.x-k8s.io",
+            "v1beta2",
+            "KubeadmConfigTemplate",
+        ),
+        "kubeadmconfigtemplates",
+    );
+    env.apply(&templates, kubeadm.clone()).await.unwrap();
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template("workers", "small"),
+    )
+    .await
+    .unwrap();
+    let mut deployment = objects::machine_deployment(
+        "md-0",
+        MIGRATED,
+        3,
+        "workers",
+        "workers",
+        KUBERNETES_VERSION,
+    );
+    deployment["spec"]["template"]["spec"]["bootstrap"]["configRef"] = json!({"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "workers"});
+    env.apply(&objects::machine_deployment_resource(), deployment)
+        .await
+        .unwrap();
+    let old = wait_workers(env, "KubeadmConfig").await;
+    assert_eq!(
+        migrated_kubeadm_configs(env).await.len(),
+        3,
+        "the workers' KubeadmConfigs"
+    );
+
+    let imported = bootplate::core::import::import(&kubeadm).expect("imports");
+    assert_eq!(imported.lost, vec![]);
+    env.apply(
+        &objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
+        imported.object(),
+    )
+    .await
+    .unwrap();
+    let patch = bootplate::core::import::machine_deployment_patch(&imported.name);
+    env.capi("MachineDeployment", "machinedeployments")
+        .patch("md-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let new = wait_workers(env, "BootplateConfig").await;
+    assert!(
+        new.iter().all(|n| !old.contains(n)),
+        "every worker rolled out: {old:?} → {new:?}"
+    );
+    let what = "no KubeadmConfig of the migrated workers";
+    testenv::eventually(what, WAIT, || async {
+        migrated_kubeadm_configs(env).await.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// The KubeadmConfigs Cluster API made from the template (the corpus's are named `k-…`).
+async fn migrated_kubeadm_configs(env: &CapiEnv) -> Vec<String> {
+    let configs = env
+        .dynamic(&kubeadm_config_resource())
+        .list(&Default::default())
+        .await;
+    configs
+        .expect("listing KubeadmConfigs")
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| !n.starts_with("k-"))
+        .collect()
+}
