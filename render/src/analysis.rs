@@ -121,6 +121,69 @@ pub(crate) fn context_type(declarations: &Declarations) -> Ty {
         ),
         ("preCommands", Ty::List(Box::new(FIXED))),
         ("postCommands", Ty::List(Box::new(FIXED))),
+        ("network", network_type()),
+    ])
+}
+
+/// `network` (see `network::context`). URLs may hold `$`, `&` and `;` (a URL allows them), and
+/// PEM and file texts are multi-line: free text. Hosts, CIDRs, names, digests and paths are
+/// checked to a narrow alphabet: fixed.
+fn network_type() -> Ty {
+    let list = |t: Ty| Ty::List(Box::new(t));
+    let file = || {
+        object(vec![
+            ("path", FIXED),
+            ("permissions", FIXED),
+            ("content", FREE),
+        ])
+    };
+    let source = || object(vec![("url", FREE), ("sha256", FIXED)]);
+    let artifacts = crd_types::network::ARTIFACTS
+        .iter()
+        .map(|a| (a.as_str().replace('-', "_"), source()))
+        .collect();
+    object(vec![
+        (
+            "registryMirrors",
+            list(object(vec![
+                ("registry", FIXED),
+                ("directory", FIXED),
+                ("hostsToml", FREE),
+                ("files", list(file())),
+            ])),
+        ),
+        (
+            "proxy",
+            object(vec![
+                ("enabled", Ty::Bool),
+                ("http", FREE),
+                ("https", FREE),
+                ("noProxy", list(FIXED)),
+                ("noProxyList", FIXED),
+                ("environment", FREE),
+                ("systemdEnvironment", FREE),
+            ]),
+        ),
+        (
+            "caBundles",
+            list(object(vec![
+                ("name", FIXED),
+                ("fileName", FIXED),
+                ("pem", FREE),
+            ])),
+        ),
+        ("caBundle", FREE),
+        ("ntpServers", list(FIXED)),
+        ("imageRepository", FIXED),
+        (
+            "artifacts",
+            list(object(vec![
+                ("name", FIXED),
+                ("url", FREE),
+                ("sha256", FIXED),
+            ])),
+        ),
+        ("artifact", Ty::Object(artifacts)),
     ])
 }
 

@@ -294,7 +294,7 @@ fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
 }
 
 /// A BootplateConfig's spec, or a BootplateConfigTemplate's `spec.template.spec`, read
-/// strictly. Files read from Secrets get a placeholder: nothing is read from a cluster offline.
+/// strictly. Files read from Secrets get a placeholder, PEM from Secrets a sample certificate: nothing is read from a cluster offline.
 fn read_config(path: &Path) -> Result<BootplateConfigSpec, Failure> {
     let mut spec = ConfigInput::read(path)?.spec;
     for f in &mut spec.files {
@@ -305,6 +305,10 @@ fn read_config(path: &Path) -> Result<BootplateConfigSpec, Failure> {
             ));
             f.encoding = None;
         }
+    }
+    // A sample certificate stands in for the network input's Secrets, for the same reason.
+    if let Some(network) = spec.network.as_mut() {
+        render::network::with_sample_secrets(network);
     }
     Ok(spec)
 }
