@@ -351,6 +351,9 @@ pub(crate) struct Findings {
     pub(crate) read: BTreeSet<String>,
     /// `values` itself is read (`{{json values}}`): every variable counts as read.
     pub(crate) whole_values: bool,
+    /// The fields of `network` read (`network.proxy.http` reads `proxy`); `*` when `network`
+    /// itself is read (then every field counts as read).
+    pub(crate) network_read: BTreeSet<String>,
 }
 
 #[derive(Clone)]
@@ -766,6 +769,10 @@ impl Walk<'_> {
                     }
                     None => self.findings.whole_values = true,
                 },
+                "network" => {
+                    let field = segments.get(1).map_or("*", String::as_str);
+                    self.findings.network_read.insert(field.to_owned());
+                }
                 _ => {}
             }
         }
