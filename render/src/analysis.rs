@@ -127,7 +127,8 @@ pub(crate) fn context_type(declarations: &Declarations) -> Ty {
 
 /// `network` (see `network::context`). URLs may hold `$`, `&` and `;` (a URL allows them), and
 /// PEM and file texts are multi-line: free text. Hosts, CIDRs, names, digests and paths are
-/// checked to a narrow alphabet: fixed.
+/// checked to a narrow alphabet, and the proxy's lines are built from proxy URLs of scheme,
+/// host and port and checked `noProxy` entries only: fixed.
 fn network_type() -> Ty {
     let list = |t: Ty| Ty::List(Box::new(t));
     let file = || {
@@ -156,12 +157,12 @@ fn network_type() -> Ty {
             "proxy",
             object(vec![
                 ("enabled", Ty::Bool),
-                ("http", FREE),
-                ("https", FREE),
+                ("http", FIXED),
+                ("https", FIXED),
                 ("noProxy", list(FIXED)),
                 ("noProxyList", FIXED),
-                ("environment", FREE),
-                ("systemdEnvironment", FREE),
+                ("environment", FIXED),
+                ("systemdEnvironment", FIXED),
             ]),
         ),
         (

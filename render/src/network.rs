@@ -337,6 +337,14 @@ fn check_artifacts(artifacts: &[ArtifactSource], problems: &mut Vec<(String, Str
 /// An `http://` or `https://` URL with a host, without credentials, query or fragment. `proxy`:
 /// a proxy URL, which has no path either.
 pub fn check_url(text: &str, proxy: bool) -> Result<(), String> {
+    // The URI parser takes a few characters (`"`, `{`, `|`) for compatibility that no URL
+    // written by hand needs and that change the meaning of a quoted shell word or unit line.
+    if text
+        .chars()
+        .any(|c| !c.is_ascii_graphic() || "\"\\{}|^<>`".contains(c))
+    {
+        return Err(format!("{text:?} holds a character a URL does not"));
+    }
     let uri: http::Uri = text
         .parse()
         .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
@@ -359,6 +367,15 @@ pub fn check_url(text: &str, proxy: bool) -> Result<(), String> {
     }
     if proxy && !matches!(uri.path(), "" | "/") {
         return Err(format!("{text:?}: a proxy URL has no path"));
+    }
+    // A proxy URL goes into environment files and unit lines as it is: host and port only.
+    if proxy
+        && !authority
+            .as_str()
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))
+    {
+        return Err(format!("{text:?}: a proxy URL is scheme, host and port"));
     }
     Ok(())
 }
@@ -742,6 +759,31 @@ mod tests {
                 json!({"proxy": {"noProxy": ["a"]}}),
                 Source::Config,
                 Some("proxy"),
+            ),
+            (
+                json!({"proxy": {"http": "http://[::1]:3128"}}),
+                Source::Config,
+                None,
+            ),
+            (
+                json!({"proxy": {"http": "http://p%24x:3128"}}),
+                Source::Config,
+                Some("proxy.http"),
+            ),
+            (
+                json!({"proxy": {"http": "http://p$x;y:3128"}}),
+                Source::Config,
+                Some("proxy.http"),
+            ),
+            (
+                mirror("registry.k8s.io", "https://m.corp/a\"b"),
+                Source::Config,
+                Some("registryMirrors[0].endpoints[0].url"),
+            ),
+            (
+                mirror("registry.k8s.io", "https://m.corp/a b"),
+                Source::Config,
+                Some("registryMirrors[0].endpoints[0].url"),
             ),
             (
                 json!({"proxy": {"https": "http://proxy.corp:3128/path"}}),
