@@ -52,6 +52,8 @@ pub mod reason {
     pub const OUTPUT_TOO_LARGE: &str = "OutputTooLarge";
     /// A `contentFrom` Secret or key is missing or not valid UTF-8.
     pub const FILE_SOURCE_ERROR: &str = "FileSourceError";
+    /// The network input (mirrors, proxy, CAs, NTP, artifacts) is invalid or its Secret unreadable.
+    pub const INVALID_NETWORK: &str = "InvalidNetwork";
     /// The Cluster's certificates are missing or unreadable.
     pub const CERTIFICATES_ERROR: &str = "CertificatesError";
     /// The workload cluster could not be reached or the token could not be written.

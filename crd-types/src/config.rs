@@ -55,6 +55,11 @@ pub struct BootplateConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1048576))]
     pub max_output_bytes: Option<u64>,
+    /// Registry mirrors, proxy, extra CAs, NTP servers, kubeadm's image repository and
+    /// artifact sources for a restricted network (docs/air-gapped.md). Each field set here
+    /// replaces the template's default for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::NetworkConfig>,
 }
 
 /// Which template to render.

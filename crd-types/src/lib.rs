@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod config;
 pub mod crds;
 pub mod generator;
+pub mod network;
 pub mod payload;
 pub mod reference;
 pub mod schema;
@@ -24,6 +25,7 @@ pub use config::{
 pub use generator::{
     BootstrapGenerator, ClientConfig, GeneratorSecrets, GeneratorSpec, ServiceReference,
 };
+pub use network::NetworkConfig;
 pub use template::{
     BootReports, BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, Compression, DropIn, FileEncoding, ItemSchema, OsInfo,

@@ -67,6 +67,11 @@ pub struct TemplateSpec {
     /// steps and never reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_reports: Option<BootReports>,
+    /// Defaults of the network input (registry mirrors, proxy, extra CAs, NTP servers,
+    /// kubeadm's image repository, artifact sources; docs/air-gapped.md) for configs that do
+    /// not set them. CAs are inline here: a template names no Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::NetworkConfig>,
 }
 
 impl TemplateSpec {

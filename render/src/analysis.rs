@@ -121,6 +121,70 @@ pub(crate) fn context_type(declarations: &Declarations) -> Ty {
         ),
         ("preCommands", Ty::List(Box::new(FIXED))),
         ("postCommands", Ty::List(Box::new(FIXED))),
+        ("network", network_type()),
+    ])
+}
+
+/// `network` (see `network::context`). URLs may hold `$`, `&` and `;` (a URL allows them), and
+/// PEM and file texts are multi-line: free text. Hosts, CIDRs, names, digests and paths are
+/// checked to a narrow alphabet, and the proxy's lines are built from proxy URLs of scheme,
+/// host and port and checked `noProxy` entries only: fixed.
+fn network_type() -> Ty {
+    let list = |t: Ty| Ty::List(Box::new(t));
+    let file = || {
+        object(vec![
+            ("path", FIXED),
+            ("permissions", FIXED),
+            ("content", FREE),
+        ])
+    };
+    let source = || object(vec![("url", FREE), ("sha256", FIXED)]);
+    let artifacts = crd_types::network::ARTIFACTS
+        .iter()
+        .map(|a| (a.as_str().replace('-', "_"), source()))
+        .collect();
+    object(vec![
+        (
+            "registryMirrors",
+            list(object(vec![
+                ("registry", FIXED),
+                ("directory", FIXED),
+                ("hostsToml", FREE),
+                ("files", list(file())),
+            ])),
+        ),
+        (
+            "proxy",
+            object(vec![
+                ("enabled", Ty::Bool),
+                ("http", FIXED),
+                ("https", FIXED),
+                ("noProxy", list(FIXED)),
+                ("noProxyList", FIXED),
+                ("environment", FIXED),
+                ("systemdEnvironment", FIXED),
+            ]),
+        ),
+        (
+            "caBundles",
+            list(object(vec![
+                ("name", FIXED),
+                ("fileName", FIXED),
+                ("pem", FREE),
+            ])),
+        ),
+        ("caBundle", FREE),
+        ("ntpServers", list(FIXED)),
+        ("imageRepository", FIXED),
+        (
+            "artifacts",
+            list(object(vec![
+                ("name", FIXED),
+                ("url", FREE),
+                ("sha256", FIXED),
+            ])),
+        ),
+        ("artifact", Ty::Object(artifacts)),
     ])
 }
 
@@ -288,6 +352,9 @@ pub(crate) struct Findings {
     pub(crate) read: BTreeSet<String>,
     /// `values` itself is read (`{{json values}}`): every variable counts as read.
     pub(crate) whole_values: bool,
+    /// The fields of `network` read (`network.proxy.http` reads `proxy`); `*` when `network`
+    /// itself is read (then every field counts as read).
+    pub(crate) network_read: BTreeSet<String>,
 }
 
 #[derive(Clone)]
@@ -703,6 +770,10 @@ impl Walk<'_> {
                     }
                     None => self.findings.whole_values = true,
                 },
+                "network" => {
+                    let field = segments.get(1).map_or("*", String::as_str);
+                    self.findings.network_read.insert(field.to_owned());
+                }
                 _ => {}
             }
         }

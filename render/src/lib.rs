@@ -21,6 +21,7 @@ mod helpers;
 mod inplace;
 mod limit;
 mod lint;
+pub mod network;
 mod sample;
 mod tree;
 mod values;
@@ -62,6 +63,8 @@ pub struct CompiledTemplate {
     engine: Engine,
     declarations: Declarations,
     body: Body,
+    /// The template's defaults of the network input.
+    network: Option<crd_types::NetworkConfig>,
 }
 
 enum Body {
@@ -149,6 +152,15 @@ impl CompiledTemplate {
                 Body::Parts(Vec::new())
             }
         };
+        if let Some(network) = &spec.network {
+            problems.extend(
+                network::check(network, network::Source::Template)
+                    .into_iter()
+                    .map(|(field, message)| {
+                        Problem::template(format!("spec.network.{field}"), message)
+                    }),
+            );
+        }
         engine.check_partials(problems);
         if problems.is_empty() {
             engine.inline_partials();
@@ -163,6 +175,7 @@ impl CompiledTemplate {
             engine,
             declarations,
             body,
+            network: spec.network.clone(),
         }
     }
 
@@ -243,7 +256,7 @@ impl CompiledTemplate {
             limit.bytes
         };
         let mut budget = Budget::new(cap);
-        let context = self.context(config, self.context_json(ctx)?, values)?;
+        let context = self.machine_context(config, ctx, values)?;
         let text = match &self.body {
             Body::Raw(text) => {
                 if !config.skip_parts.is_empty() {
@@ -332,7 +345,7 @@ impl CompiledTemplate {
         let values = self.declarations.values(&self.object, &config.variables)?;
         let limit = Limit::new(self.max_output_bytes, config.max_output_bytes);
         let mut budget = Budget::new(limit.bytes * GZIP_EXPANSION);
-        let context = self.context(config, self.context_json(ctx)?, values)?;
+        let context = self.machine_context(config, ctx, values)?;
         let role = ctx.machine.role;
         let split = body::collect_split(
             parts,
@@ -509,7 +522,10 @@ impl CompiledTemplate {
         let generated = (|| {
             let _work = helpers::WorkBudget::start();
             let values = self.declarations.values(&self.object, &config.variables)?;
-            let context = self.context(&config, request.context.as_render_json(), values)?;
+            let network =
+                self.network_context(&config, &request.context.cluster, &request.context.machine)?;
+            let context =
+                self.context(&config, request.context.as_render_json(), network, values)?;
             let limit = Limit::new(self.max_output_bytes, None);
             let mut budget = Budget::new(limit.bytes);
             let role = request.context.machine.role;
@@ -584,12 +600,24 @@ impl CompiledTemplate {
         })
     }
 
-    /// The render context as JSON: `base` (the typed context) plus `values`, `files`,
+    /// The render context of the machine `ctx` describes.
+    fn machine_context(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+        values: Map<String, Value>,
+    ) -> Result<Context, RenderError> {
+        let network = self.network_context(config, &ctx.cluster, &ctx.machine)?;
+        self.context(config, self.context_json(ctx)?, network, values)
+    }
+
+    /// The render context as JSON: `base` (the typed context) plus `network`, `values`, `files`,
     /// `preCommands` and `postCommands`. Built once per render and shared by every field.
     fn context(
         &self,
         config: &BootplateConfigSpec,
         base: Value,
+        network: Value,
         values: Map<String, Value>,
     ) -> Result<Context, RenderError> {
         let Value::Object(mut map) = base else {
@@ -618,6 +646,7 @@ impl CompiledTemplate {
             })
             .collect();
         map.insert("values".to_owned(), Value::Object(values));
+        map.insert("network".to_owned(), network);
         map.insert("files".to_owned(), Value::Array(files));
         map.insert(
             "preCommands".to_owned(),
@@ -628,6 +657,29 @@ impl CompiledTemplate {
             serde_json::json!(config.post_commands),
         );
         Ok(Context::from(Value::Object(map)))
+    }
+
+    /// `network`: the template's defaults merged with the config's input, whose Secrets the
+    /// caller has read (like `files[].contentFrom`).
+    fn network_context(
+        &self,
+        config: &BootplateConfigSpec,
+        cluster: &ClusterInfo,
+        machine: &MachineInfo,
+    ) -> Result<Value, RenderError> {
+        let merged = network::merge(self.network.as_ref(), config.network.as_ref());
+        let problems: Vec<Problem> = network::check(&merged, network::Source::Resolved)
+            .into_iter()
+            .map(|(field, message)| {
+                Problem::config(format!("spec.network.{field}"), message)
+                    .with_reason(crd_types::conditions::reason::INVALID_NETWORK)
+                    .with_code("invalid-network")
+            })
+            .collect();
+        if let Some(first) = problems.into_iter().next() {
+            return Err(RenderError::failed(&self.object, first));
+        }
+        Ok(network::context(&merged, cluster, machine))
     }
 
     fn field_error(

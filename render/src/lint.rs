@@ -268,6 +268,7 @@ fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
             }
         }
     }
+    problems.extend(network_ignored(t.network.is_some(), &findings.network_read));
     let included: BTreeSet<String> = t.engine.uses_of_partials().into_iter().collect();
     for name in t.engine.partial_names() {
         if !included.contains(name) {
@@ -284,6 +285,40 @@ fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// The fields of the network input, each with the context names that write it out.
+const NETWORK_FIELDS: [(&str, &[&str]); 6] = [
+    ("registryMirrors", &["registryMirrors"]),
+    ("proxy", &["proxy"]),
+    ("caBundles", &["caBundles", "caBundle"]),
+    ("ntpServers", &["ntpServers"]),
+    ("imageRepository", &["imageRepository"]),
+    ("artifacts", &["artifacts", "artifact"]),
+];
+
+/// A warning for each field of the network input that a template taking the input (it sets
+/// defaults or reads `network`) never reads: a config that sets it would see it ignored.
+fn network_ignored(has_defaults: bool, read: &BTreeSet<String>) -> Vec<Problem> {
+    if (!has_defaults && read.is_empty()) || read.contains("*") {
+        return Vec::new();
+    }
+    let field = if has_defaults { "spec.network" } else { "spec" };
+    NETWORK_FIELDS
+        .iter()
+        .filter(|(_, names)| !names.iter().any(|n| read.contains(*n)))
+        .map(|(input, names)| {
+            Problem::template(
+                field,
+                format!(
+                    "the template takes the network input but never reads `network.{}`: a config's `network.{input}` would be ignored (see docs/air-gapped.md)",
+                    names[0]
+                ),
+            )
+            .warning()
+            .with_code("network-ignored")
+        })
+        .collect()
 }
 
 /// The roles a text renders for and what its output is read as, from its field.
@@ -330,4 +365,127 @@ fn where_text_goes<'a>(
         Output::Other
     };
     (roles, output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A script template whose one command is `text`, with `network` defaults when given.
+    fn template(text: &str, network: Option<&str>) -> TemplateSpec {
+        let defaults = network.map_or(String::new(), |n| format!("network: {n}\n"));
+        let yaml = format!(
+            "os: {{name: linux}}\nformat: script\n{defaults}parts:\n- name: p\n  commands:\n  - {}\n",
+            serde_json::to_string(text).unwrap()
+        );
+        serde_yaml::from_str(&yaml).unwrap()
+    }
+
+    /// Each case: a template's command text, its network defaults, and the network fields lint
+    /// calls ignored (and on which field), in order.
+    #[test]
+    fn a_template_that_takes_the_network_input_but_ignores_part_of_it_is_warned() {
+        let reads = [
+            "{{#each network.registryMirrors}}{{hostsToml}}{{/each}}",
+            "{{shell_quote network.proxy.http}}",
+            "{{network.caBundle}}",
+            "{{#each network.ntpServers}}{{this}}{{/each}}",
+            "{{network.imageRepository}}",
+            "{{shell_quote network.artifact.kubeadm.url}}",
+        ];
+        let all = reads.join(" ");
+        let everything_but = |gone: &str| {
+            let kept: Vec<&str> = reads
+                .iter()
+                .copied()
+                .filter(|t| !t.contains(gone))
+                .collect();
+            kept.join(" ")
+        };
+        let cases: Vec<(String, Option<&str>, &str, Vec<&str>)> = vec![
+            ("echo no network".into(), None, "spec", vec![]),
+            (all.clone(), None, "spec", vec![]),
+            (
+                all.clone(),
+                Some("{ntpServers: [ntp.corp]}"),
+                "spec.network",
+                vec![],
+            ),
+            ("{{json network}}".into(), None, "spec", vec![]),
+            (
+                "{{#each network.caBundles}}{{pem}}{{/each}}".into(),
+                None,
+                "spec",
+                vec![
+                    "registryMirrors",
+                    "proxy",
+                    "ntpServers",
+                    "imageRepository",
+                    "artifacts",
+                ],
+            ),
+            (
+                "echo defaults only".into(),
+                Some("{imageRepository: m.corp/k8s}"),
+                "spec.network",
+                vec![
+                    "registryMirrors",
+                    "proxy",
+                    "caBundles",
+                    "ntpServers",
+                    "imageRepository",
+                    "artifacts",
+                ],
+            ),
+            (everything_but("proxy"), None, "spec", vec!["proxy"]),
+            (everything_but("artifact"), None, "spec", vec!["artifacts"]),
+            (
+                everything_but("registryMirrors"),
+                None,
+                "spec",
+                vec!["registryMirrors"],
+            ),
+            (
+                format!(
+                    "{{{{#each network.ntpServers}}}}{{{{@root.network.proxy.noProxyList}}}}{{{{/each}}}} {}",
+                    everything_but("proxy")
+                ),
+                None,
+                "spec",
+                vec![],
+            ),
+        ];
+        for (text, defaults, field, expected) in cases {
+            let problems = lint("BootstrapTemplate t", &template(&text, defaults), None);
+            let errors: Vec<_> = problems
+                .iter()
+                .filter(|p| p.severity == crate::Severity::Error)
+                .collect();
+            assert!(errors.is_empty(), "{text}: {errors:?}");
+            let ignored: Vec<&Problem> = problems
+                .iter()
+                .filter(|p| p.code == "network-ignored")
+                .collect();
+            let named: Vec<&str> = ignored
+                .iter()
+                .map(|p| {
+                    p.message
+                        .split("`network.")
+                        .nth(2)
+                        .unwrap()
+                        .split('`')
+                        .next()
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(named, expected, "{text}: {ignored:?}");
+            for p in ignored {
+                assert_eq!(
+                    (p.field.as_str(), p.severity),
+                    (field, crate::Severity::Warning),
+                    "{text}"
+                );
+            }
+        }
+    }
 }

@@ -131,6 +131,7 @@ pub fn full_template_spec() -> TemplateSpec {
         compression: Some(Compression::Gzip),
         max_output_bytes: Some(65536),
         boot_reports: Some(crd_types::BootReports::Enabled),
+        network: Some(full_network(false)),
     }
 }
 
@@ -250,6 +251,7 @@ pub fn full_config_spec() -> BootplateConfigSpec {
         pre_commands: vec!["echo pre".into()],
         post_commands: vec!["echo post".into()],
         max_output_bytes: Some(524288),
+        network: Some(full_network(true)),
     }
 }
 
@@ -419,4 +421,37 @@ pub fn probe_template_spec(marker: &str) -> TemplateSpec {
         )),
         ..Default::default()
     }
+}
+
+/// A network input with every field set; `secrets`: the client key and one CA bundle come from
+/// Secrets (a config's), else everything is inline (a template's defaults).
+pub fn full_network(secrets: bool) -> crd_types::NetworkConfig {
+    let ca = render::network::SAMPLE_CA_PEM;
+    let key = if secrets {
+        json!({"secret": {"name": "mirror-client", "key": "tls.key"}})
+    } else {
+        json!({"inline": "-----BEGIN PRIVATE KEY-----\nc2FtcGxl\n-----END PRIVATE KEY-----\n"})
+    };
+    let second = if secrets {
+        json!({"name": "team", "secret": {"name": "team-ca", "key": "ca.crt"}})
+    } else {
+        json!({"name": "team", "inline": ca})
+    };
+    serde_json::from_value(json!({
+        "registryMirrors": [{"registry": "registry.k8s.io", "endpoints": [{
+            "url": "https://mirror.example.com:5000/v2/k8s",
+            "overridePath": true,
+            "capabilities": ["pull", "resolve"],
+            "ca": {"inline": ca},
+            "clientCertificate": {"certificate": {"inline": ca}, "key": key},
+        }]}],
+        "proxy": {"http": "http://proxy.example.com:3128", "https": "http://proxy.example.com:3128",
+            "noProxy": [".example.com", "10.0.0.0/8"]},
+        "caBundles": [{"name": "corp", "inline": ca}, second],
+        "ntpServers": ["ntp.example.com"],
+        "imageRepository": "mirror.example.com:5000/k8s",
+        "artifacts": [{"name": "kubeadm", "url": "https://files.example.com/kubeadm",
+            "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}],
+    }))
+    .expect("a network input")
 }

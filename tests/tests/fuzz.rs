@@ -323,6 +323,7 @@ fn template_spec() -> impl Strategy<Value = TemplateSpec> {
                     compression,
                     max_output_bytes: max,
                     boot_reports: None,
+                    network: None,
                 }
             },
         )
@@ -392,6 +393,7 @@ fn config_spec() -> impl Strategy<Value = BootplateConfigSpec> {
                 pre_commands: pre,
                 post_commands: post,
                 max_output_bytes: max,
+                network: None,
             },
         )
 }

@@ -2,7 +2,8 @@
 //! named by a config of fleet gives it no data (the condition says why), a Secret name without
 //! a namespace is looked up in the config's own namespace only, and a BootstrapTemplate of
 //! team-b is never rendered for a config of fleet, by name or by `templateRef.namespace`.
-//! bootplate's admission webhook refuses the two configs that name team-b at `kubectl apply`;
+//! The network input's CA bundles from Secrets (`spec.network`) obey the same rule.
+//! bootplate's admission webhook refuses the configs that name team-b at `kubectl apply`;
 //! the test then removes the webhook's configuration (a cluster installed without it, or
 //! configs older than it) and shows the controller refuses them too.
 //!
@@ -16,8 +17,8 @@ use std::collections::BTreeMap;
 use crd_types::conditions::reason;
 use crd_types::{
     BootplateConfig, BootplateConfigSpec, BootstrapTemplate, ClusterBootstrapTemplate,
-    ClusterBootstrapTemplateSpec, ConfigFile, FileSource, OsInfo, OutputFormat, Part, SecretKeyRef,
-    TemplateKind, TemplateRef, TemplateSpec,
+    ClusterBootstrapTemplateSpec, ConfigFile, FileSource, NetworkConfig, OsInfo, OutputFormat,
+    Part, SecretKeyRef, TemplateKind, TemplateRef, TemplateSpec,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -67,7 +68,7 @@ async fn try_machine(env: &CapiEnv, name: &str, spec: BootplateConfigSpec) -> an
 
 /// The two configs that reach into team-b: a Secret of team-b by namespace, a template of
 /// team-b by `templateRef.namespace`, with the field bootplate's refusal names.
-fn reaching_into_team_b() -> [(&'static str, BootplateConfigSpec, &'static str); 2] {
+fn reaching_into_team_b() -> [(&'static str, BootplateConfigSpec, &'static str); 3] {
     [
         (
             "reads-b",
@@ -90,7 +91,24 @@ fn reaching_into_team_b() -> [(&'static str, BootplateConfigSpec, &'static str);
             },
             "spec.templateRef.namespace",
         ),
+        (
+            "ca-from-b",
+            BootplateConfigSpec {
+                template_ref: cluster_template("files"),
+                network: Some(ca_bundle_from("creds", "password", Some(OTHER_NS))),
+                ..Default::default()
+            },
+            "spec.network.caBundles[0].secret.namespace",
+        ),
     ]
+}
+
+/// A network input whose one CA bundle comes from Secret key `name`/`key`.
+fn ca_bundle_from(name: &str, key: &str, namespace: Option<&str>) -> NetworkConfig {
+    serde_json::from_value(json!({"caBundles": [{"name": "corp", "secret": {
+        "name": name, "key": key, "namespace": namespace,
+    }}]}))
+    .unwrap()
 }
 
 /// bootplate's admission webhook refuses both configs at the door, naming the field; then its
@@ -195,7 +213,7 @@ async fn a_config_never_reaches_into_another_namespace() {
     webhook_refuses_then_is_removed(&env).await;
 
     // 1. A Secret of team-b, named with its namespace: refused, and the condition says why.
-    let [(name, spec, _), names_b_template] = reaching_into_team_b();
+    let [(name, spec, _), names_b_template, ca_from_b] = reaching_into_team_b();
     // The apiserver drops the removed webhook configuration from its cache a moment later.
     eventually("the config admitted without the webhook", WAIT, || async {
         try_machine(&env, name, spec.clone()).await.ok()
@@ -210,6 +228,16 @@ async fn a_config_never_reaches_into_another_namespace() {
         assert!(message.contains(fragment), "{message}");
     }
     assert!(env.data_secret("reads-b").await.is_none(), "no data Secret");
+    // The same for a CA bundle of the network input taken from team-b's Secret.
+    let (name, spec, _) = ca_from_b;
+    machine(&env, name, spec).await;
+    let message = env.wait_reason(name, reason::INVALID_REFERENCE).await;
+    for fragment in [
+        "spec.network.caBundles[0].secret.namespace",
+        "a config in namespace fleet may not read Secret team-b/creds",
+    ] {
+        assert!(message.contains(fragment), "{message}");
+    }
 
     // 2. The same Secret name without a namespace is looked up in fleet only ...
     machine(
@@ -297,6 +325,7 @@ async fn a_config_never_reaches_into_another_namespace() {
     for (name, why) in [
         ("reads-b", reason::INVALID_REFERENCE),
         ("names-b-template", reason::INVALID_REFERENCE),
+        ("ca-from-b", reason::INVALID_REFERENCE),
     ] {
         let ready = env.ready_condition(name).await;
         assert_eq!(

@@ -327,7 +327,8 @@ fn located(
 }
 
 /// A BootplateConfig's spec, or a BootplateConfigTemplate's `spec.template.spec`, read
-/// strictly. Files read from Secrets get a placeholder: nothing is read from a cluster offline.
+/// strictly. Files read from Secrets get a placeholder, PEM from Secrets a sample certificate:
+/// nothing is read from a cluster offline.
 fn read_config(path: &Path) -> Result<ConfigInput, Failure> {
     let mut input = ConfigInput::read(path)?;
     let spec = &mut input.spec;
@@ -339,6 +340,10 @@ fn read_config(path: &Path) -> Result<ConfigInput, Failure> {
             ));
             f.encoding = None;
         }
+    }
+    // A sample certificate stands in for the network input's Secrets, for the same reason.
+    if let Some(network) = spec.network.as_mut() {
+        render::network::with_sample_secrets(network);
     }
     Ok(input)
 }

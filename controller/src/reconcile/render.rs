@@ -198,7 +198,13 @@ fn inputs_digest(
     role: Role,
     template: &ResolvedTemplate,
 ) -> Option<String> {
-    if config.spec.files.iter().any(|f| f.content_from.is_some()) {
+    if config.spec.files.iter().any(|f| f.content_from.is_some())
+        || config
+            .spec
+            .network
+            .as_ref()
+            .is_some_and(|n| n.names_secrets())
+    {
         return None;
     }
     let namespace = config.namespace().unwrap_or_default();
@@ -381,10 +387,11 @@ fn report_target(
     token: &Token,
 ) -> BootReport {
     // The content of the files that came from Secrets is redacted from the reported output.
-    let from_secrets = (scene.config.spec.files.iter().zip(&spec.files))
+    let mut from_secrets: Vec<String> = (scene.config.spec.files.iter().zip(&spec.files))
         .filter(|(original, _)| original.content_from.is_some())
         .filter_map(|(_, resolved)| resolved.content.clone())
         .collect();
+    from_secrets.extend(network_secret_values(&scene.config.spec, spec));
     BootReport {
         server: format!("https://{}", scene.endpoint.address()),
         ca_pem: ca_pem.to_owned(),
@@ -394,6 +401,23 @@ fn report_target(
         secrets: from_secrets,
         min_interval_seconds: ctx.settings.boot_report_interval.as_secs() as u32,
     }
+}
+
+/// The PEM texts of `resolved`'s network input that came from Secrets (`original` names them).
+fn network_secret_values(
+    original: &crd_types::BootplateConfigSpec,
+    resolved: &crd_types::BootplateConfigSpec,
+) -> Vec<String> {
+    let (Some(mut original), Some(mut resolved)) =
+        (original.network.clone(), resolved.network.clone())
+    else {
+        return Vec::new();
+    };
+    (original.pem_fields_mut().into_iter())
+        .zip(resolved.pem_fields_mut())
+        .filter(|(before, _)| before.secret.is_some())
+        .filter_map(|(_, after)| after.inline.clone())
+        .collect()
 }
 
 /// Sets up the report objects for the config's new token.

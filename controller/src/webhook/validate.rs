@@ -86,6 +86,7 @@ pub fn config(
             }
         }
     }
+    problems.extend(network(field, namespace, spec));
     if let Some((display, template)) = template {
         // Render with the config's variables and sample context.
         let sample = sample_spec(spec);
@@ -108,6 +109,8 @@ pub fn config(
                 .into_iter()
                 .filter(|p| p.severity == Severity::Error)
                 .filter(|p| p.origin == Origin::Config || (values_too_large && too_large(p)))
+                // Already reported, with the field as the config names it.
+                .filter(|p| p.code != "invalid-network")
                 .map(|p| {
                     format!(
                         "{field}: {}",
@@ -247,7 +250,37 @@ fn sample_spec(spec: &BootplateConfigSpec) -> BootplateConfigSpec {
             file.content = Some(String::new());
         }
     }
+    if let Some(network) = sample.network.as_mut() {
+        render::network::with_sample_secrets(network);
+    }
     sample
+}
+
+/// The problems of a config's network input at `field`: its content, and Secrets only of the
+/// config's own namespace.
+fn network(field: &str, namespace: &str, spec: &BootplateConfigSpec) -> Vec<String> {
+    let Some(network) = &spec.network else {
+        return Vec::new();
+    };
+    let mut problems: Vec<String> =
+        render::network::check(network, render::network::Source::Config)
+            .into_iter()
+            .map(|(at, message)| format!("{field}.network.{at}: {message}"))
+            .collect();
+    let mut copy = network.clone();
+    for pem in copy.pem_fields_mut() {
+        let Some(secret) = pem.secret.as_ref() else {
+            continue;
+        };
+        let at = format!("{field}.network.{}.secret", pem.field);
+        if let Err(e) = check_secret_namespace(&at, secret, namespace) {
+            problems.push(e.to_string());
+        }
+        if secret.name.is_empty() || secret.name.contains('/') {
+            problems.push(format!("{at}.name: {:?} is not a Secret name", secret.name));
+        }
+    }
+    problems
 }
 
 #[cfg(test)]
@@ -562,5 +595,59 @@ parts:
             Some(("BootstrapTemplate team-a/t", &t)),
         );
         assert!(!problems.is_empty());
+    }
+
+    /// Each case: a config's network input and the one denial expected (a fragment), or none.
+    /// The config renders with the template, so a Secret named in the config's own namespace is
+    /// admitted (a sample certificate stands in for it).
+    #[test]
+    fn a_configs_network_input_is_checked_and_names_secrets_of_its_own_namespace_only() {
+        let t = template(TEMPLATE);
+        let ca_from = |namespace: Option<&str>| json!({"caBundles": [{"name": "corp", "secret": {"name": "ca", "key": "ca.crt", "namespace": namespace}}]});
+        let key = "-----BEGIN PRIVATE KEY-----\nc2FtcGxl\n-----END PRIVATE KEY-----\n";
+        let inline_key = json!({"registryMirrors": [{"registry": "registry.k8s.io", "endpoints": [{
+            "url": "https://mirror.corp",
+            "clientCertificate": {"certificate": {"inline": render::network::SAMPLE_CA_PEM}, "key": {"inline": key}}}]}]});
+        let cases = [
+            (ca_from(None), None),
+            (ca_from(Some("team-a")), None),
+            (
+                ca_from(Some("team-b")),
+                Some(
+                    "spec.network.caBundles[0].secret.namespace: a config in namespace team-a may not read Secret team-b/ca",
+                ),
+            ),
+            (
+                inline_key,
+                Some(
+                    "spec.network.registryMirrors[0].endpoints[0].clientCertificate.key: a private key comes from a Secret",
+                ),
+            ),
+            (
+                json!({"artifacts": [{"name": "kubelet", "url": "https://f.corp/kubelet", "sha256": "00"}]}),
+                Some("spec.network.artifacts[0].sha256: must be 64 lower-case hex digits"),
+            ),
+            (
+                json!({"proxy": {"http": "http://p.corp:3128", "noProxy": ["10.0.0.0/40"]}}),
+                Some("spec.network.proxy.noProxy[0]"),
+            ),
+        ];
+        for (network, expected) in cases {
+            let mut spec = config("t", json!({}), None).spec;
+            spec.network = Some(serde_json::from_value(network.clone()).unwrap());
+            let problems = super::config(
+                "spec",
+                "team-a",
+                &spec,
+                Some(("BootstrapTemplate team-a/t", &t)),
+            );
+            match expected {
+                None => assert!(problems.is_empty(), "{network}: {problems:?}"),
+                Some(fragment) => assert!(
+                    problems.len() == 1 && problems[0].contains(fragment),
+                    "{network}: {problems:?}"
+                ),
+            }
+        }
     }
 }
