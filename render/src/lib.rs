@@ -547,7 +547,6 @@ impl CompiledTemplate {
         }
     }
 
-    /// The typed render context as JSON.
     /// The literal texts (without a mustache) and their sizes, by field.
     pub(crate) fn literal_sizes(&self) -> Vec<(String, u64)> {
         match &self.body {
@@ -570,7 +569,7 @@ impl CompiledTemplate {
         let context = self
             .declarations
             .values(&self.object, &config.variables)
-            .and_then(|values| self.context(config, self.context_json(ctx)?, values));
+            .and_then(|values| self.machine_context(config, ctx, values));
         let Ok(context) = context else {
             return Vec::new();
         };

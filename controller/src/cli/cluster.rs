@@ -52,7 +52,10 @@ pub struct Wanted {
 #[derive(Clone, Debug)]
 pub enum Found {
     /// The template: its name in messages (`BootstrapTemplate team-a/workers`) and spec.
-    Template { object: String, spec: TemplateSpec },
+    Template {
+        object: String,
+        spec: Box<TemplateSpec>,
+    },
     /// A config (only its existence matters: a Cluster API object's reference to it holds).
     Config,
     /// No such template (in that namespace).
@@ -204,5 +207,8 @@ fn decode(w: &Wanted, namespace: Option<&str>, body: &[u8]) -> Result<Found, Str
             (format!("BootstrapTemplate {ns}/{}", w.name), t.spec)
         }
     };
-    Ok(Found::Template { object, spec })
+    Ok(Found::Template {
+        object,
+        spec: Box::new(spec),
+    })
 }
