@@ -88,17 +88,20 @@ build_kube() {
 
 build_kube kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubeadm kubelet kubectl
 build etcd "$etcd_version" etcd . "-s -w"
-build capi-manager "$capi_version" capi sigs.k8s.io/cluster-api/core "$(capi_ldflags "$capi_version")"
-build clusterctl "$capi_version" capi sigs.k8s.io/cluster-api/cmd/clusterctl "$(capi_ldflags "$capi_version")"
-build cabpk-manager "$capi_version" capi sigs.k8s.io/cluster-api/bootstrap/kubeadm "$(capi_ldflags "$capi_version")"
+# Cluster API's manager is built once, static (its image needs that, see below), and serves as
+# the host process too; clusterctl and the kubeadm provider are static as well so that the three
+# share one set of compiled packages (a cgo and a static build compile everything twice).
+CGO_ENABLED=0 build capi-manager-static "$capi_version" capi sigs.k8s.io/cluster-api/core "$(capi_ldflags "$capi_version")"
+echo "capi-manager=$cache/bin/capi-manager-static-$capi_version"
+CGO_ENABLED=0 build clusterctl "$capi_version" capi sigs.k8s.io/cluster-api/cmd/clusterctl "$(capi_ldflags "$capi_version")"
+CGO_ENABLED=0 build cabpk-manager "$capi_version" capi sigs.k8s.io/cluster-api/bootstrap/kubeadm "$(capi_ldflags "$capi_version")"
 # Releases before v1.14 keep the core manager's main package at the module's root.
 build capi-manager "$capi_oldest_version" capi-oldest sigs.k8s.io/cluster-api \
   "$(capi_ldflags "$capi_oldest_version")" capi-manager-oldest
-# The binaries of the images tests/scripts/build-images.sh builds: Cluster API's manager and
+# The binaries of the images tests/scripts/build-images.sh builds: Cluster API's manager (above) and
 # cert-manager's controller, webhook and CA injector (github.com/cert-manager/cert-manager), and
 # `pause` (tests/tools/pause, the repo's own sandbox program). They run on an empty base: static,
 # with Go's own resolver (CGO_ENABLED=0), as those projects build their own images.
-CGO_ENABLED=0 build capi-manager-static "$capi_version" capi sigs.k8s.io/cluster-api/core "$(capi_ldflags "$capi_version")"
 for command in controller webhook cainjector; do
   CGO_ENABLED=0 build "cert-manager-$command" "$cert_manager_version" cert-manager \
     "github.com/cert-manager/cert-manager/cmd/$command" "$cert_manager_ldflags"
