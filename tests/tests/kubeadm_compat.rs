@@ -21,7 +21,7 @@ use std::io::Read;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -363,19 +363,27 @@ async fn migrate_a_machine_deployment(env: &CapiEnv) {
         "the workers' KubeadmConfigs"
     );
 
-    let imported = bootplate::core::import::import(&kubeadm).expect("imports");
-    assert_eq!(imported.lost, vec![]);
-    env.apply(
-        &objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
-        imported.object(),
-    )
-    .await
-    .unwrap();
-    let patch = bootplate::core::import::machine_deployment_patch(&imported.name);
-    env.capi("MachineDeployment", "machinedeployments")
-        .patch("md-0", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
+    // As a user does: `kubectl get … -o yaml | bootplate import --machine-deployment md-0
+    // --patch-output FILE`, then `kubectl apply` its output and `kubectl patch` with its patch.
+    let dir = tempfile::tempdir().unwrap();
+    let patch = dir.path().join("md-0-patch.yaml");
+    let output = import_with_binary(
+        &serde_yaml::to_string(&kubeadm).unwrap(),
+        &["--machine-deployment", "md-0", "--patch-output"],
+        &patch,
+    );
+    let kubeconfig = env.management.kubeconfig_path().unwrap();
+    let applied = testenv::kubectl_apply(&kubeconfig, &[], &output);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let patched = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--namespace", NS, "patch", "machinedeployment", "md-0"])
+        .args(["--type", "merge", "--patch-file"])
+        .arg(&patch)
+        .output()
         .unwrap();
+    assert!(patched.status.success(), "{}", text(&patched.stderr));
     let new = wait_workers(env, "BootplateConfig").await;
     assert!(
         new.iter().all(|n| !old.contains(n)),
@@ -386,6 +394,39 @@ async fn migrate_a_machine_deployment(env: &CapiEnv) {
         migrated_kubeadm_configs(env).await.is_empty().then_some(())
     })
     .await;
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `bootplate import ARGS PATCH` with `input` on standard input: its standard output, once it
+/// succeeded without a word on standard error (nothing is lost).
+fn import_with_binary(input: &str, args: &[&str], patch: &std::path::Path) -> String {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(testenv::controller::binary().unwrap())
+        .arg("import")
+        .args(args)
+        .arg(patch)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "bootplate import: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
 }
 
 /// The KubeadmConfigs Cluster API made from the template (the corpus's are named `k-…`).
