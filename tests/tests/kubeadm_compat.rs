@@ -372,6 +372,7 @@ async fn migrate_a_machine_deployment(env: &CapiEnv) {
         &["--machine-deployment", "md-0", "--patch-output"],
         &patch,
     );
+    import_from_the_cluster(env, &output, &std::fs::read_to_string(&patch).unwrap());
     let kubeconfig = env.management.kubeconfig_path().unwrap();
     let applied = testenv::kubectl_apply(&kubeconfig, &[], &output);
     assert!(applied.status.success(), "{}", text(&applied.stderr));
@@ -427,6 +428,81 @@ fn import_with_binary(input: &str, args: &[&str], patch: &std::path::Path) -> St
         text(&out.stderr)
     );
     text(&out.stdout)
+}
+
+/// The one right `bootplate import --kubeconfig` needs, for ServiceAccount `fleet/importer`.
+const IMPORTER_RBAC: &str = "\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: bootplate-import, namespace: fleet}
+rules:
+  - apiGroups: [bootstrap.cluster.x-k8s.io]
+    resources: [kubeadmconfigtemplates, kubeadmconfigs]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bootplate-import, namespace: fleet}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: bootplate-import}
+subjects:
+  - {kind: ServiceAccount, name: importer, namespace: fleet}
+";
+
+/// `bootplate import --kubeconfig` reads KubeadmConfigTemplate `workers` from the cluster as an
+/// identity that may only get it (any other request would be refused and fail the import),
+/// and writes what the import of the file wrote (`from_file`, `patch_from_file`). An absent
+/// object and an identity without the right: exit 2, said once.
+fn import_from_the_cluster(env: &CapiEnv, from_file: &str, patch_from_file: &str) {
+    use std::process::Command;
+    assert_eq!(NS, "fleet", "IMPORTER_RBAC's namespace");
+    let admin = env.management.kubeconfig_path().unwrap();
+    let applied = testenv::kubectl_apply(&admin, &[], IMPORTER_RBAC);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let reader =
+        testenv::rbac::impersonating_kubeconfig(&env.management, NS, "importer", "importer")
+            .unwrap();
+    let nobody =
+        testenv::rbac::impersonating_kubeconfig(&env.management, NS, "nobody", "nobody").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let patch = dir.path().join("patch.yaml");
+    let import = |kubeconfig: &std::path::Path, object: &str| {
+        Command::new(testenv::controller::binary().unwrap())
+            .arg("import")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--namespace", NS, object, "--machine-deployment", "md-0"])
+            .arg("--patch-output")
+            .arg(&patch)
+            .output()
+            .unwrap()
+    };
+    let read = import(&reader, "kubeadmconfigtemplate/workers");
+    assert!(
+        read.status.success() && read.stderr.is_empty(),
+        "{}",
+        text(&read.stderr)
+    );
+    assert_eq!(text(&read.stdout), from_file);
+    assert_eq!(std::fs::read_to_string(&patch).unwrap(), patch_from_file);
+
+    let absent = import(&reader, "KubeadmConfigTemplate/nowhere");
+    let why = text(&absent.stderr);
+    assert_eq!(absent.status.code(), Some(2), "{why}");
+    assert_eq!(why.matches("--kubeconfig:").count(), 1, "{why}");
+    assert!(
+        why.contains("no KubeadmConfigTemplate `nowhere` in namespace fleet"),
+        "{why}"
+    );
+    let forbidden = import(&nobody, "kubeadmconfigtemplates/workers");
+    let why = text(&forbidden.stderr);
+    assert_eq!(forbidden.status.code(), Some(2), "{why}");
+    assert!(
+        why.contains(
+            "may not get kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io in namespace fleet"
+        ),
+        "{why}"
+    );
+    assert!(forbidden.stdout.is_empty(), "nothing imported");
 }
 
 /// The KubeadmConfigs Cluster API made from the template (the corpus's are named `k-…`).
