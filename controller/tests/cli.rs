@@ -964,7 +964,7 @@ fn import_carries_names_what_it_cannot_and_writes_the_patch() {
         &lossy,
         "apiVersion: bootstrap.cluster.x-k8s.io/v1beta1\nkind: KubeadmConfigTemplate\n\
          metadata: {name: workers, namespace: team-a}\nspec:\n  template:\n    spec:\n      \
-         files: [{path: /etc/a, content: x, append: true}]\n",
+         files: [{path: /etc/a, content: x, append: true}]\n      format: ignition\n",
     )
     .expect("write");
     let out = bootplate(&["import", &lossy.to_string_lossy()]);
@@ -972,6 +972,13 @@ fn import_carries_names_what_it_cannot_and_writes_the_patch() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("KubeadmConfigTemplate workers: spec.template.spec.files[0].append"),
+        "{stderr}"
+    );
+    // kubeadm-compat writes cloud-config only: an Ignition spec is named, not imported.
+    assert!(
+        stderr.contains(
+            "KubeadmConfigTemplate workers: spec.template.spec.format: not carried: kubeadm-compat writes cloud-config"
+        ),
         "{stderr}"
     );
     assert!(
@@ -1011,4 +1018,29 @@ fn import_carries_names_what_it_cannot_and_writes_the_patch() {
         text(&out.stderr)
     );
     assert_exit(&bootplate(&["import", "examples/cluster.yaml"]), 2);
+
+    // --kubeconfig reads KIND/NAME (kubeadm_compat reads it from a real cluster): anything else
+    // is refused before the kubeconfig is opened; --context and --namespace need --kubeconfig.
+    let out = bootplate(&[
+        "import",
+        "--kubeconfig",
+        "/nonexistent",
+        "examples/kubeadm-config-template.yaml",
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        text(&out.stderr).contains("give it as kubeadmconfigtemplate/NAME or kubeadmconfig/NAME"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bootplate(&["import", "--kubeconfig", "/nonexistent", "kubeadmconfig/m1"]);
+    assert_exit(&out, 2);
+    assert!(
+        text(&out.stderr).contains("/nonexistent: cannot read"),
+        "{}",
+        text(&out.stderr)
+    );
+    for flag in ["--context", "--namespace"] {
+        assert_exit(&bootplate(&["import", flag, "x", "kubeadmconfig/m1"]), 2);
+    }
 }

@@ -21,7 +21,7 @@ use std::io::Read;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -363,19 +363,28 @@ async fn migrate_a_machine_deployment(env: &CapiEnv) {
         "the workers' KubeadmConfigs"
     );
 
-    let imported = bootplate::core::import::import(&kubeadm).expect("imports");
-    assert_eq!(imported.lost, vec![]);
-    env.apply(
-        &objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
-        imported.object(),
-    )
-    .await
-    .unwrap();
-    let patch = bootplate::core::import::machine_deployment_patch(&imported.name);
-    env.capi("MachineDeployment", "machinedeployments")
-        .patch("md-0", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
+    // As a user does: `kubectl get … -o yaml | bootplate import --machine-deployment md-0
+    // --patch-output FILE`, then `kubectl apply` its output and `kubectl patch` with its patch.
+    let dir = tempfile::tempdir().unwrap();
+    let patch = dir.path().join("md-0-patch.yaml");
+    let output = import_with_binary(
+        &serde_yaml::to_string(&kubeadm).unwrap(),
+        &["--machine-deployment", "md-0", "--patch-output"],
+        &patch,
+    );
+    import_from_the_cluster(env, &output, &std::fs::read_to_string(&patch).unwrap());
+    let kubeconfig = env.management.kubeconfig_path().unwrap();
+    let applied = testenv::kubectl_apply(&kubeconfig, &[], &output);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let patched = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--namespace", NS, "patch", "machinedeployment", "md-0"])
+        .args(["--type", "merge", "--patch-file"])
+        .arg(&patch)
+        .output()
         .unwrap();
+    assert!(patched.status.success(), "{}", text(&patched.stderr));
     let new = wait_workers(env, "BootplateConfig").await;
     assert!(
         new.iter().all(|n| !old.contains(n)),
@@ -386,6 +395,114 @@ async fn migrate_a_machine_deployment(env: &CapiEnv) {
         migrated_kubeadm_configs(env).await.is_empty().then_some(())
     })
     .await;
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `bootplate import ARGS PATCH` with `input` on standard input: its standard output, once it
+/// succeeded without a word on standard error (nothing is lost).
+fn import_with_binary(input: &str, args: &[&str], patch: &std::path::Path) -> String {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(testenv::controller::binary().unwrap())
+        .arg("import")
+        .args(args)
+        .arg(patch)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "bootplate import: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// The one right `bootplate import --kubeconfig` needs, for ServiceAccount `fleet/importer`.
+const IMPORTER_RBAC: &str = "\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: bootplate-import, namespace: fleet}
+rules:
+  - apiGroups: [bootstrap.cluster.x-k8s.io]
+    resources: [kubeadmconfigtemplates, kubeadmconfigs]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bootplate-import, namespace: fleet}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: bootplate-import}
+subjects:
+  - {kind: ServiceAccount, name: importer, namespace: fleet}
+";
+
+/// `bootplate import --kubeconfig` reads KubeadmConfigTemplate `workers` from the cluster as an
+/// identity that may only get it (any other request would be refused and fail the import),
+/// and writes what the import of the file wrote (`from_file`, `patch_from_file`). An absent
+/// object and an identity without the right: exit 2, said once.
+fn import_from_the_cluster(env: &CapiEnv, from_file: &str, patch_from_file: &str) {
+    use std::process::Command;
+    assert_eq!(NS, "fleet", "IMPORTER_RBAC's namespace");
+    let admin = env.management.kubeconfig_path().unwrap();
+    let applied = testenv::kubectl_apply(&admin, &[], IMPORTER_RBAC);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let reader =
+        testenv::rbac::impersonating_kubeconfig(&env.management, NS, "importer", "importer")
+            .unwrap();
+    let nobody =
+        testenv::rbac::impersonating_kubeconfig(&env.management, NS, "nobody", "nobody").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let patch = dir.path().join("patch.yaml");
+    let import = |kubeconfig: &std::path::Path, object: &str| {
+        Command::new(testenv::controller::binary().unwrap())
+            .arg("import")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--namespace", NS, object, "--machine-deployment", "md-0"])
+            .arg("--patch-output")
+            .arg(&patch)
+            .output()
+            .unwrap()
+    };
+    let read = import(&reader, "kubeadmconfigtemplate/workers");
+    assert!(
+        read.status.success() && read.stderr.is_empty(),
+        "{}",
+        text(&read.stderr)
+    );
+    assert_eq!(text(&read.stdout), from_file);
+    assert_eq!(std::fs::read_to_string(&patch).unwrap(), patch_from_file);
+
+    let absent = import(&reader, "KubeadmConfigTemplate/nowhere");
+    let why = text(&absent.stderr);
+    assert_eq!(absent.status.code(), Some(2), "{why}");
+    assert_eq!(why.matches("--kubeconfig:").count(), 1, "{why}");
+    assert!(
+        why.contains("no KubeadmConfigTemplate `nowhere` in namespace fleet"),
+        "{why}"
+    );
+    let forbidden = import(&nobody, "kubeadmconfigtemplates/workers");
+    let why = text(&forbidden.stderr);
+    assert_eq!(forbidden.status.code(), Some(2), "{why}");
+    assert!(
+        why.contains(
+            "may not get kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io in namespace fleet"
+        ),
+        "{why}"
+    );
+    assert!(forbidden.stdout.is_empty(), "nothing imported");
 }
 
 /// The KubeadmConfigs Cluster API made from the template (the corpus's are named `k-…`).

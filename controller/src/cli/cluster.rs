@@ -80,11 +80,15 @@ pub fn look_up(target: &Target, wanted: BTreeSet<Wanted>) -> Result<ClusterTempl
             wanted.len()
         )));
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    runtime()?.block_on(look_up_all(target, wanted))
+}
+
+/// The single-threaded runtime the look-ups run on.
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, InputError> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| InputError(format!("--kubeconfig: cannot start a runtime: {e}")))?;
-    runtime.block_on(look_up_all(target, wanted))
+        .map_err(|e| InputError(format!("--kubeconfig: cannot start a runtime: {e}")))
 }
 
 async fn look_up_all(
@@ -110,7 +114,7 @@ async fn look_up_all(
 }
 
 /// A client for the kubeconfig's context, with [`REQUEST_TIMEOUT`]; and the cluster in words.
-async fn client(target: &Target) -> Result<(kube::Client, String), InputError> {
+pub(super) async fn client(target: &Target) -> Result<(kube::Client, String), InputError> {
     let shown_path = target.kubeconfig.display();
     // Bounded like every file lint reads.
     let (_, text) = super::input::read_text(&target.kubeconfig)?;
@@ -153,26 +157,7 @@ async fn get(client: &kube::Client, w: &Wanted, namespace: &str) -> Result<Found
             "bootplateconfigtemplates",
         ),
     };
-    let request = kube::core::Request::new(url)
-        .get(&w.name, &kube::api::GetParams::default())
-        .map_err(|e| format!("cannot ask for {} `{}`: {e}", w.kind, w.name))?
-        .map(kube::client::Body::from);
-    let exchange = async {
-        let response = client
-            .send(request)
-            .await
-            .map_err(|e| format!("cannot reach it: {e}"))?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| format!("reading {} `{}`: {e}", w.kind, w.name))?
-            .to_bytes();
-        Ok::<_, String>((status, body))
-    };
-    let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))??;
+    let (status, body) = get_bounded(client, &url, &w.kind, &w.name).await?;
     let at = if cluster_scoped {
         None
     } else {
@@ -192,6 +177,36 @@ async fn get(client: &kube::Client, w: &Wanted, namespace: &str) -> Result<Found
             w.kind, w.name
         )),
     }
+}
+
+/// The `get` of object `name` of kind `kind` under `url` (its collection's path): the status
+/// and the body, read up to [`MAX_RESPONSE_BYTES`], within [`REQUEST_TIMEOUT`]. Err: no answer.
+pub(super) async fn get_bounded(
+    client: &kube::Client,
+    url: &str,
+    kind: &str,
+    name: &str,
+) -> Result<(http::StatusCode, bytes::Bytes), String> {
+    let request = kube::core::Request::new(url)
+        .get(name, &kube::api::GetParams::default())
+        .map_err(|e| format!("cannot ask for {kind} `{name}`: {e}"))?
+        .map(kube::client::Body::from);
+    let exchange = async {
+        let response = client
+            .send(request)
+            .await
+            .map_err(|e| format!("cannot reach it: {e}"))?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading {kind} `{name}`: {e}"))?
+            .to_bytes();
+        Ok::<_, String>((status, body))
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))?
 }
 
 /// A template as the apiserver sent it.

@@ -2,7 +2,8 @@
 //! read YAML files, use the
 //! render engine exactly as the controller does, and talk to no cluster (only to the generators
 //! given with `--generator`, and with `lint --kubeconfig`, read-only, to the cluster that holds
-//! the templates configs reference). And `bootplate generator serve`, the reference generator.
+//! the templates configs reference, and with `import --kubeconfig`, one `get`, to the cluster
+//! that holds the KubeadmConfigTemplate to import). And `bootplate generator serve`, the reference generator.
 //!
 //! Exit codes: 0 success, 1 the template failed (render or lint), 2 bad usage or unreadable
 //! input (clap's usage errors exit with 2 too).

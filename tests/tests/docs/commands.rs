@@ -91,6 +91,8 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/migrating.md", "bootplate import examples/kubeadm-config-template.yaml", Run),
     // Needs the user's own KubeadmConfigTemplate file.
     ("docs/migrating.md", "bootplate import --allow-lossy --machine-deployment md-0 --patch-output md-0-patch.yaml workers.yaml", Help),
+    // Needs a cluster with the user's KubeadmConfigTemplate (tests/tests/kubeadm_compat.rs runs it).
+    ("docs/migrating.md", "bootplate import --kubeconfig ~/.kube/config --namespace team-a kubeadmconfigtemplate/workers", Help),
     ("docs/templates/kubeadm-debian-12.md", "bootplate lint templates/kubeadm-debian-12.yaml", Run),
     ("docs/templates/kubeadm-debian-12.md", "bootplate render --template templates/kubeadm-debian-12.yaml --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml --role worker", Run),
     ("docs/templates/kubeadm-flatcar.md", "bootplate lint templates/kubeadm-flatcar.yaml", Run),
