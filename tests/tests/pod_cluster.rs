@@ -17,7 +17,11 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
+use kube::api::DynamicObject;
+use testenv::capi::boot::{BootRecord, BootRole};
+use testenv::capi::objects;
 use testenv::eventually;
+use testenv::pod_cluster::fleet::Fleet;
 use testenv::pod_cluster::{PodCluster, clusterctl, host, images};
 
 const NS: &str = "probe";
@@ -345,6 +349,9 @@ const SHIPPED_IMAGES: [&str; 6] = [
 /// bootplate's namespace and Deployment as `deploy/` ships them.
 const BOOTPLATE_NS: &str = "bootplate-system";
 const BOOTPLATE_DEPLOYMENT: &str = "bootplate-controller-manager";
+/// The labels of its Pods.
+const BOOTPLATE_SELECTOR: &str =
+    "app.kubernetes.io/name=bootplate,app.kubernetes.io/component=controller-manager";
 
 /// As it ships (issue 30, items 3 and 4): one pod cluster, installed as a platform team does,
 /// then the scenarios that share it, in sequence (one management cluster keeps CI's budget).
@@ -357,6 +364,10 @@ async fn as_it_ships_clusterctl_installs_bootplate_and_the_scenarios_run() {
     clusterctl_init(&cluster);
     scenario_a_two_ready_replicas_one_leader_and_metrics(&cluster).await;
     scenario_b_the_webhook_through_its_service_with_cert_managers_ca(&cluster).await;
+    let fleet = Fleet::start(&cluster).await.expect("the test cloud starts");
+    scenario_c_workers_get_their_data_from_bootplates_pod(&cluster, &fleet).await;
+    scenario_d_the_leader_deleted_while_the_workers_scale_to_ten(&cluster, &fleet).await;
+    scenario_e_a_rollout_restart_hands_over_and_renders_nothing_again(&cluster, &fleet).await;
 }
 
 /// `clusterctl init --core cluster-api --bootstrap bootplate` with a configuration whose
@@ -463,8 +474,7 @@ fn kubectl_text(cluster: &PodCluster, args: &[&str]) -> String {
 async fn scenario_a_two_ready_replicas_one_leader_and_metrics(cluster: &PodCluster) {
     let client = cluster.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), BOOTPLATE_NS);
-    let selector =
-        "app.kubernetes.io/name=bootplate,app.kubernetes.io/component=controller-manager";
+    let selector = BOOTPLATE_SELECTOR;
     let list = pods
         .list(&kube::api::ListParams::default().labels(selector))
         .await
@@ -596,6 +606,380 @@ async fn scenario_b_the_webhook_through_its_service_with_cert_managers_ca(cluste
         "the broken template was not refused by the webhook: {stderr}"
     );
     assert!(stderr.contains("spec.template"), "{stderr}");
+}
+
+/// The shipped template the scenarios' workers render, and its name.
+const SHIPPED_TEMPLATE: (&str, &str) =
+    ("templates/kubeadm-ubuntu-2404.yaml", "kubeadm-ubuntu-2404");
+/// The Cluster of scenarios c to e, and its MachineDeployment.
+const FLEET_CLUSTER: &str = "shipped";
+const FLEET_MD: &str = "shipped-md";
+
+/// Scenario c: a Cluster and a MachineDeployment of three workers. Cluster API (in its Pod)
+/// makes the Machines and configs, bootplate (in its Pod) renders each worker's data with a join
+/// token of its own, the test cloud boots a machine only from data that joins this cluster with
+/// that token and CA, and the Machines run with a nodeRef. The renders are the leader Pod's: its
+/// metrics (read from the Pod's address) count the three Secrets and tokens, the standby's none.
+async fn scenario_c_workers_get_their_data_from_bootplates_pod(
+    cluster: &PodCluster,
+    fleet: &Fleet,
+) {
+    let kubeconfig = cluster.kubeconfig_path();
+    let template = std::fs::read_to_string(repo_file(SHIPPED_TEMPLATE.0)).unwrap();
+    let out = testenv::kubectl_apply(kubeconfig, &[], &template);
+    assert!(
+        out.status.success(),
+        "publishing the shipped template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fleet
+        .cluster_with_workers(FLEET_CLUSTER, SHIPPED_TEMPLATE.1, 3)
+        .await
+        .unwrap();
+    each_machine_running_rendered_once(cluster, fleet, 3).await;
+    let (leader, standby) = leader_and_standby(cluster).await;
+    assert_rendered_by_the_leader_only(&leader, &standby, 3.0);
+}
+
+/// The leader Pod's metrics (read from its address) count `count` data Secrets written and
+/// `count` join tokens made since it started; the standby's count none.
+fn assert_rendered_by_the_leader_only(
+    leader: &(String, String),
+    standby: &(String, String),
+    count: f64,
+) {
+    let written = "bootplate_data_secrets_written_total";
+    let created = "bootplate_bootstrap_tokens_total{action=\"created\"}";
+    let of = |pod: &(String, String), series| pod_metric(pod, series).unwrap_or(0.0);
+    let counts = [of(leader, written), of(leader, created)];
+    assert_eq!(
+        counts, [count; 2],
+        "the leader {}: written, created",
+        leader.0
+    );
+    let counts = [of(standby, written), of(standby, created)];
+    assert_eq!(
+        counts, [0.0; 2],
+        "the standby {}: written, created",
+        standby.0
+    );
+}
+
+/// Scenario d: `kubectl delete pod` of the leader while the MachineDeployment scales from 3 to
+/// 10. Another replica (the standby, or the Pod started in the leader's place) takes the Lease
+/// within its duration (the leader drains and releases it on SIGTERM), the ten Machines run, and each got its data exactly once: no data Secret ever held
+/// a second user-data, and the workload cluster saw exactly one join token per Machine.
+async fn scenario_d_the_leader_deleted_while_the_workers_scale_to_ten(
+    cluster: &PodCluster,
+    fleet: &Fleet,
+) {
+    let client = &fleet.client;
+    let (leader, standby) = leader_and_standby(cluster).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), BOOTPLATE_NS);
+    let lease = leases.get("bootplate-leader").await.unwrap().spec.unwrap();
+    let duration = Duration::from_secs(lease.lease_duration_seconds.unwrap_or(15) as u64);
+    scale(fleet, 10).await;
+    let deleted_at = std::time::Instant::now();
+    let out = kubectl_text(
+        cluster,
+        &[
+            "delete",
+            "pod",
+            "-n",
+            BOOTPLATE_NS,
+            leader.0.as_str(),
+            "--wait=false",
+        ],
+    );
+    assert!(!out.starts_with("kubectl failed"), "{out}");
+    let holder = eventually(
+        "another holder of the Lease",
+        Duration::from_secs(90),
+        || async { Some(lease_holder(client).await).filter(|h| *h != leader.0 && !h.is_empty()) },
+    )
+    .await;
+    let took = deleted_at.elapsed();
+    assert!(
+        took < duration,
+        "the takeover took {took:?}, the lease is {duration:?}"
+    );
+    // The standby, or the Pod the ReplicaSet started in the leader's place: whichever asked
+    // first after the leader released the Lease.
+    let running: Vec<String> = bootplate_pods(client)
+        .await
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
+    assert!(
+        running.contains(&holder),
+        "the new holder {holder} is a running replica ({running:?}; the standby was {})",
+        standby.0
+    );
+    each_machine_running_rendered_once(cluster, fleet, 10).await;
+    let deployment = format!("{BOOTPLATE_NS}/{BOOTPLATE_DEPLOYMENT}");
+    eventually(
+        "two bootplate replicas ready again",
+        Duration::from_secs(120),
+        || async { (ready_replicas(cluster, &deployment) == "2").then_some(()) },
+    )
+    .await;
+}
+
+/// Scales the fleet's MachineDeployment to `replicas`.
+async fn scale(fleet: &Fleet, replicas: u32) {
+    let deployments = Api::<DynamicObject>::namespaced_with(
+        fleet.client.clone(),
+        testenv::capi::NS,
+        &objects::machine_deployment_resource(),
+    );
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    deployments
+        .patch(
+            FLEET_MD,
+            &Default::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+}
+
+/// Scenario e: `kubectl rollout restart` of bootplate's Deployment. Both old Pods stop, new ones
+/// take over the Lease; neither old Pod's log nor the new ones' holds a failed reconcile; the
+/// new leader renders nothing again (its metrics count no Secret written and no token made for
+/// the ten ready configs), and renders the one Machine the MachineDeployment then adds.
+async fn scenario_e_a_rollout_restart_hands_over_and_renders_nothing_again(
+    cluster: &PodCluster,
+    fleet: &Fleet,
+) {
+    let old: Vec<String> = bootplate_pods(&fleet.client)
+        .await
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
+    let followed: Vec<_> = old.iter().map(|pod| follow_log(cluster, pod)).collect();
+    let deployment = format!("deployment/{BOOTPLATE_DEPLOYMENT}");
+    let deployment = deployment.as_str();
+    for args in [
+        vec!["rollout", "restart", "-n", BOOTPLATE_NS, deployment],
+        vec![
+            "rollout",
+            "status",
+            "-n",
+            BOOTPLATE_NS,
+            deployment,
+            "--timeout=180s",
+        ],
+    ] {
+        let out = kubectl_text(cluster, &args);
+        assert!(!out.starts_with("kubectl failed"), "{out}");
+    }
+    eventually(
+        "two new bootplate Pods, one holding the Lease",
+        Duration::from_secs(120),
+        || async {
+            let pods = bootplate_pods(&fleet.client).await;
+            let holder = lease_holder(&fleet.client).await;
+            let new = pods.iter().all(|(name, _)| !old.contains(name));
+            (new && pods.len() == 2 && pods.iter().any(|(name, _)| *name == holder)).then_some(())
+        },
+    )
+    .await;
+    let mut logs: Vec<(String, String)> = old
+        .iter()
+        .cloned()
+        .zip(followed.into_iter().map(finish_log))
+        .collect();
+    scale(fleet, 11).await;
+    each_machine_running_rendered_once(cluster, fleet, 11).await;
+    let (leader, standby) = leader_and_standby(cluster).await;
+    assert_rendered_by_the_leader_only(&leader, &standby, 1.0);
+    for pod in [leader.0, standby.0] {
+        let log = kubectl_text(cluster, &["logs", "-n", BOOTPLATE_NS, pod.as_str()]);
+        logs.push((pod, log));
+    }
+    assert_no_failed_reconcile(&logs);
+}
+
+/// Each (Pod, log) is a JSON log without a failed reconcile.
+fn assert_no_failed_reconcile(logs: &[(String, String)]) {
+    for (pod, log) in logs {
+        assert!(
+            log.contains("\"level\""),
+            "{pod}'s log is empty or not JSON: {log}"
+        );
+        let failed: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("reconcile failed"))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{pod} logged failed reconciles:\n{}",
+            failed.join("\n")
+        );
+    }
+}
+
+/// `kubectl logs -f` of bootplate Pod `pod`, into a file of the cluster's directory: the log of
+/// a Pod that is about to go, read to its end.
+fn follow_log(cluster: &PodCluster, pod: &str) -> (std::process::Child, std::path::PathBuf) {
+    let path = cluster.dir().join(format!("{pod}.followed.log"));
+    let file = std::fs::File::create(&path).unwrap();
+    let child = std::process::Command::new(testenv::tools::path("kubectl").unwrap())
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["logs", "-f", "-n", BOOTPLATE_NS, pod])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    (child, path)
+}
+
+/// The followed log once its Pod's container ended (the stream ends with it; 30 s at most).
+fn finish_log((mut child, path): (std::process::Child, std::path::PathBuf)) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn repo_file(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+/// Waits until the fleet's Cluster has `count` Machines, each Running with a nodeRef; returns
+/// them. On timeout the panic shows each Machine's phase and its infrastructure's Ready.
+async fn wait_running(cluster: &PodCluster, fleet: &Fleet, count: usize) -> Vec<DynamicObject> {
+    let machines = Api::<DynamicObject>::namespaced_with(
+        fleet.client.clone(),
+        testenv::capi::NS,
+        &objects::machine_resource(),
+    );
+    let selector = format!("cluster.x-k8s.io/cluster-name={FLEET_CLUSTER}");
+    let params = kube::api::ListParams::default().labels(&selector);
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let list = machines.list(&params).await.unwrap().items;
+        let running = |m: &DynamicObject| {
+            m.data["status"]["phase"] == "Running"
+                && m.data["status"]["nodeRef"]["name"].is_string()
+        };
+        if list.len() == count && list.iter().all(running) {
+            return list;
+        }
+        if std::time::Instant::now() > deadline {
+            let all = kubectl_text(
+                cluster,
+                &[
+                    "get",
+                    "machines,devmachines,bootplateconfigs",
+                    "-A",
+                    "-o",
+                    "wide",
+                ],
+            );
+            panic!("{count} Machines Running with a nodeRef: not in 240 s\n{all}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until the fleet's Cluster has `count` Machines Running with a nodeRef, then checks each
+/// joined with a token of its own ([`assert_each_joined_with_its_own_token`]) and that each of
+/// the `count` data Secrets only ever held one user-data.
+async fn each_machine_running_rendered_once(cluster: &PodCluster, fleet: &Fleet, count: usize) {
+    let machines = wait_running(cluster, fleet, count).await;
+    assert_each_joined_with_its_own_token(fleet, &machines).await;
+    let seen = fleet.renders.seen();
+    assert_eq!(seen.values.len(), count, "data Secrets: {seen:?}");
+    assert!(seen.rendered_twice().is_empty(), "rendered twice: {seen:?}");
+}
+
+/// Each Machine's DevMachine booted as a worker with a join token the workload apiserver took
+/// for `system:bootstrap:<id>`, no two with the same token, each token one the watch saw made.
+async fn assert_each_joined_with_its_own_token(fleet: &Fleet, machines: &[DynamicObject]) {
+    let dev_machines = Api::<DynamicObject>::namespaced_with(
+        fleet.client.clone(),
+        testenv::capi::NS,
+        &objects::dev_machine_resource(),
+    );
+    let seen = fleet.renders.seen();
+    let mut ids = std::collections::BTreeSet::new();
+    for machine in machines {
+        let infra = machine.data["spec"]["infrastructureRef"]["name"]
+            .as_str()
+            .unwrap();
+        let record = BootRecord::of(&dev_machines.get(infra).await.unwrap());
+        let record = record.unwrap_or_else(|| panic!("{infra} has no boot record"));
+        assert_eq!(record.role, Some(BootRole::Worker), "{infra}");
+        let id = record.token_id.clone().unwrap_or_default();
+        assert_eq!(
+            record.authenticated_as,
+            Some(format!("system:bootstrap:{id}")),
+            "{infra}"
+        );
+        assert!(
+            seen.token_ids.contains(&id),
+            "{infra}: token {id} not seen made"
+        );
+        assert!(ids.insert(id.clone()), "{infra} shares token {id}");
+    }
+    assert_eq!(
+        seen.token_ids.len(),
+        machines.len(),
+        "one token per Machine, no more: {seen:?}"
+    );
+}
+
+/// bootplate's Pods: (name, Pod IP) of the Lease holder and of the other replica.
+async fn leader_and_standby(cluster: &PodCluster) -> ((String, String), (String, String)) {
+    let client = cluster.client().await.unwrap();
+    let holder = lease_holder(&client).await;
+    let pods = bootplate_pods(&client).await;
+    assert_eq!(pods.len(), 2, "bootplate's Pods: {pods:?}");
+    let (leader, standby): (Vec<_>, Vec<_>) =
+        pods.into_iter().partition(|(name, _)| *name == holder);
+    assert_eq!(leader.len(), 1, "the holder {holder} is a running Pod");
+    (leader[0].clone(), standby[0].clone())
+}
+
+/// The holder of bootplate's Lease.
+async fn lease_holder(client: &kube::Client) -> String {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), BOOTPLATE_NS);
+    let lease = leases.get("bootplate-leader").await.unwrap();
+    lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default()
+}
+
+/// bootplate's running Pods that are not being deleted: (name, Pod IP).
+async fn bootplate_pods(client: &kube::Client) -> Vec<(String, String)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), BOOTPLATE_NS);
+    let params = kube::api::ListParams::default().labels(BOOTPLATE_SELECTOR);
+    let list = pods.list(&params).await.unwrap().items;
+    list.into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let status = p.status?;
+            (status.phase.as_deref() == Some("Running"))
+                .then_some((p.metadata.name?, status.pod_ip?))
+        })
+        .collect()
+}
+
+/// The value of series `series` (name and labels, as exposed) on a bootplate Pod's metrics port.
+fn pod_metric((name, ip): &(String, String), series: &str) -> Option<f64> {
+    let body = http_get(ip, 8080, "/metrics");
+    let body = body.unwrap_or_else(|| panic!("no metrics from {name} at {ip}"));
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The runtime's files in fixed host directories (shim sockets, cached CNI results) for the

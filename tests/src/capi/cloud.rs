@@ -157,10 +157,17 @@ pub fn capi_resource(kind: &str, plural: &str) -> ApiResource {
 pub struct CloudConfig {
     pub management: Client,
     pub workload: Client,
+    /// The workload apiserver's address as the machines and Cluster API reach it (`127.0.0.1`
+    /// when Cluster API runs on the host; the node's address when it runs in a Pod).
+    pub workload_host: String,
     pub workload_port: u16,
     pub cluster_ca: TestCa,
     /// Real kubelets register the Nodes: the cloud only gives each its provider ID.
     pub real_kubelets: bool,
+    /// The Nodes the cloud registers are cordoned (`spec.unschedulable`): when the workload
+    /// cluster is a management cluster that runs Pods, its scheduler must never place a Pod on
+    /// a Node that is only a record.
+    pub cordon_nodes: bool,
 }
 
 /// The running cloud, kubelets and control-plane stand-in; stopped on drop.
@@ -226,7 +233,7 @@ async fn provision_clusters(config: &CloudConfig) -> anyhow::Result<()> {
         }
         let namespace = cluster.namespace().unwrap_or_default();
         let api = api(&config.management, &namespace, INFRA_GROUP, "DevCluster");
-        let endpoint = json!({"host": "127.0.0.1", "port": config.workload_port});
+        let endpoint = json!({"host": config.workload_host, "port": config.workload_port});
         api.patch(
             &cluster.name_any(),
             &PatchParams::default(),
@@ -367,7 +374,8 @@ fn b64(text: &str) -> String {
 /// `user` (the user's fields, YAML at an indent of four).
 pub(super) fn workload_kubeconfig(config: &CloudConfig, cluster: &str, user: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: {cluster}-user\n  user:\n    {user}\ncontexts:\n- name: {cluster}\n  context: {{cluster: {cluster}, user: {cluster}-user}}\ncurrent-context: {cluster}\n",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: https://{host}:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: {cluster}-user\n  user:\n    {user}\ncontexts:\n- name: {cluster}\n  context: {{cluster: {cluster}, user: {cluster}-user}}\ncurrent-context: {cluster}\n",
+        host = config.workload_host,
         port = config.workload_port,
         ca = b64(&config.cluster_ca.cert_pem),
     )
@@ -570,19 +578,20 @@ async fn register_machine(
     if nodes.get_opt(&node_name).await?.is_some() {
         return Ok(());
     }
-    register_node(nodes, &node_name, provider_id).await
+    register_node(nodes, &node_name, provider_id, config.cordon_nodes).await
 }
 
-/// What a healthy kubelet does when it starts: registers Node `name` with `provider_id` and
-/// reports it Ready, with none of the pressure conditions.
+/// What a healthy kubelet does when it starts: registers Node `name` with `provider_id` (cordoned
+/// with `cordon`) and reports it Ready, with none of the pressure conditions.
 pub(super) async fn register_node(
     nodes: &Api<Node>,
     node_name: &str,
     provider_id: &str,
+    cordon: bool,
 ) -> anyhow::Result<()> {
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": node_name},
-        "spec": {"providerID": provider_id},
+        "spec": {"providerID": provider_id, "unschedulable": cordon},
     }))?;
     nodes.create(&PostParams::default(), &node).await?;
     let now = k8s_openapi::jiff::Timestamp::now().to_string();

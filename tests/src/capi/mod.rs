@@ -252,9 +252,11 @@ impl CapiEnv {
         let cloud = cloud::Cloud::start(cloud::CloudConfig {
             management: client.clone(),
             workload: workload_client.clone(),
+            workload_host: "127.0.0.1".into(),
             workload_port: workload.port(),
             cluster_ca: cluster_ca.clone(),
             real_kubelets: options.real_joins,
+            cordon_nodes: false,
         });
         Ok(CapiEnv {
             _cloud: cloud,
@@ -421,19 +423,7 @@ impl CapiEnv {
         version: &str,
         endpoint: Option<(&str, u16)>,
     ) -> anyhow::Result<()> {
-        self.apply(
-            &objects::dev_control_plane_resource(),
-            objects::dev_control_plane(name, version),
-        )
-        .await?;
-        self.apply(&objects::dev_cluster_resource(), objects::dev_cluster(name))
-            .await?;
-        let mut cluster = objects::cluster(name, Some(name), false);
-        if let Some((host, port)) = endpoint {
-            cluster["spec"]["controlPlaneEndpoint"] = json!({"host": host, "port": port});
-        }
-        self.apply(&objects::cluster_resource(), cluster).await?;
-        Ok(())
+        apply_provider_cluster(&self.client, name, version, endpoint).await
     }
 
     /// Waits until Cluster API reports `cluster`'s control plane initialized
@@ -568,6 +558,33 @@ impl CapiEnv {
     ) -> anyhow::Result<DynamicObject> {
         cloud::apply(&self.client, resource, Some(NS), &object).await
     }
+}
+
+/// What [`CapiEnv::provider_cluster`] applies, through `client`: a Cluster `name` in [`NS`] on a
+/// DevCluster, its control plane managed by the stand-in provider at `version`, naming
+/// `endpoint` when given.
+pub async fn apply_provider_cluster(
+    client: &Client,
+    name: &str,
+    version: &str,
+    endpoint: Option<(&str, u16)>,
+) -> anyhow::Result<()> {
+    let plane = objects::dev_control_plane(name, version);
+    cloud::apply(
+        client,
+        &objects::dev_control_plane_resource(),
+        Some(NS),
+        &plane,
+    )
+    .await?;
+    let infra = objects::dev_cluster(name);
+    cloud::apply(client, &objects::dev_cluster_resource(), Some(NS), &infra).await?;
+    let mut cluster = objects::cluster(name, Some(name), false);
+    if let Some((host, port)) = endpoint {
+        cluster["spec"]["controlPlaneEndpoint"] = json!({"host": host, "port": port});
+    }
+    cloud::apply(client, &objects::cluster_resource(), Some(NS), &cluster).await?;
+    Ok(())
 }
 
 /// bootplate's CRDs as `clusterctl init` installs them: with the clusterctl component label.

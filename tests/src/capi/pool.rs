@@ -247,7 +247,7 @@ async fn boot(
         let provider_id = format!("dev-pool:///{namespace}/{name}");
         if authenticated_as.is_some() {
             let nodes: Api<Node> = Api::all(config.workload.clone());
-            cloud::register_node(&nodes, name, &provider_id).await?;
+            cloud::register_node(&nodes, name, &provider_id, config.cordon_nodes).await?;
         }
         return Ok(Some(Instance {
             name: name.to_owned(),

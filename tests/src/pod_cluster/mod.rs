@@ -19,6 +19,7 @@
 
 pub mod clusterctl;
 pub mod config;
+pub mod fleet;
 pub mod host;
 pub mod images;
 
@@ -50,6 +51,8 @@ pub struct PodCluster {
     processes: Vec<Process>,
     _dir: tempfile::TempDir,
     admin_kubeconfig: PathBuf,
+    /// The cluster's CA, written at boot.
+    ca: Option<TestCa>,
 }
 
 impl PodCluster {
@@ -74,6 +77,7 @@ impl PodCluster {
             processes: Vec::new(),
             _dir: dir,
             admin_kubeconfig,
+            ca: None,
         };
         host::save_tunables();
         cluster.boot(images, pause_image).await?;
@@ -91,6 +95,7 @@ impl PodCluster {
         host::make_network(&layout)?;
         host::make_cgroups(&layout)?;
         let pki = self.write_files(pause_image)?;
+        self.ca = Some(pki.authority.clone());
         self.start_control_plane(&pki)?;
         let client = self.wait_for_apiserver().await?;
         self.start_runtime()?;
@@ -99,6 +104,15 @@ impl PodCluster {
         }
         self.start_node_components(&pki)?;
         self.wait_until_ready(&client).await
+    }
+
+    /// The cluster's CA: it signed the apiserver's serving certificate and the kubelet's, and
+    /// the apiserver takes client certificates it signed. As a workload cluster's CA (the
+    /// `<cluster>-ca` pair) it lets this cluster be the workload cluster of its own Machines.
+    pub fn cluster_ca(&self) -> &TestCa {
+        self.ca
+            .as_ref()
+            .expect("the CA is written before the cluster starts")
     }
 
     /// The cluster's names and addresses.
@@ -395,6 +409,7 @@ fn node_is_ready(node: &Node) -> bool {
 struct Pki {
     dir: PathBuf,
     ca: PathBuf,
+    authority: TestCa,
 }
 
 impl Pki {
@@ -423,6 +438,7 @@ impl Pki {
         Ok(Pki {
             dir: dir.to_owned(),
             ca: dir.join("ca.crt"),
+            authority: ca,
         })
     }
 
@@ -453,6 +469,9 @@ fn apiserver_args(layout: &Layout, pki: &Pki, dirs: &Dirs) -> Vec<String> {
         format!("--service-account-signing-key-file={}", pki.file("sa.key")),
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
         format!("--token-auth-file={}", dirs.path("tokens.csv").display()),
+        // The join tokens bootplate makes for the Machines of a Cluster whose workload cluster
+        // is this one (the pod cluster scenarios): the test cloud joins with them.
+        "--enable-bootstrap-token-auth=true".into(),
         "--authorization-mode=Node,RBAC".into(),
         // The kubelet by the Node's address: its name resolves nowhere.
         "--kubelet-preferred-address-types=InternalIP".into(),
