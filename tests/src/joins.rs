@@ -343,7 +343,10 @@ pub struct ShippedTemplate {
     pub os: String,
 }
 
-/// Every shipped template that runs kubeadm (`templates/kubeadm-*.yaml`), by name.
+/// Every shipped template of the catalogue that runs kubeadm (`templates/kubeadm-*.yaml`), by
+/// name. Not `kubeadm-compat`: its variables are a KubeadmConfigSpec's (what `bootplate import`
+/// writes), not the catalogue's, and tests/tests/kubeadm_compat.rs proves it against the kubeadm
+/// bootstrap provider instead.
 pub fn kubeadm_templates() -> Vec<ShippedTemplate> {
     let mut out: Vec<ShippedTemplate> = std::fs::read_dir(workspace().join("templates"))
         .expect("templates/")
@@ -352,6 +355,7 @@ pub fn kubeadm_templates() -> Vec<ShippedTemplate> {
             p.extension().is_some_and(|e| e == "yaml")
                 && p.file_name()
                     .is_some_and(|n| n.to_string_lossy().starts_with("kubeadm-"))
+                && p.file_stem().is_some_and(|n| n != "kubeadm-compat")
         })
         .map(|file| {
             let object: Value =
