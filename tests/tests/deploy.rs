@@ -2,7 +2,7 @@
 //! `kubectl kustomize` builds them and the real kube-apiserver accepts them (`--dry-run=server`),
 //! the ServiceAccount gets exactly the permissions the ClusterRole lists, `promtool` checks and
 //! unit-tests the alerts, the clusterctl components are current and equal the kustomization,
-//! the dashboard and alerts use only metrics that controller/src/runtime/metrics.rs exports, and
+//! the dashboard and alerts use only metrics that controller/src/metrics.rs exports, and
 //! docs/operations.md lists every flag of `bootplate run --help` and every metric.
 //!
 //! Needs kubectl and promtool (tests/scripts/install-tools.sh); a missing tool fails the test.
@@ -917,9 +917,9 @@ fn clusterctl_metadata_maps_this_release_series_to_the_crds_contract() {
     }
 }
 
-/// The metrics controller/src/runtime/metrics.rs registers: name → (label names, is a histogram).
+/// The metrics controller/src/metrics.rs registers: name → (label names, is a histogram).
 fn exported_metrics() -> BTreeMap<String, (Vec<String>, bool)> {
-    let source = read("controller/src/runtime/metrics.rs");
+    let source = read("controller/src/metrics.rs");
     let mut metrics = BTreeMap::new();
     let mut rest = source.as_str();
     while let Some(start) = rest.find("\"bootplate_") {
@@ -947,7 +947,7 @@ fn exported_metrics() -> BTreeMap<String, (Vec<String>, bool)> {
     }
     assert!(
         metrics.len() >= 10,
-        "parsed the metrics of controller/src/runtime/metrics.rs: {metrics:?}"
+        "parsed the metrics of controller/src/metrics.rs: {metrics:?}"
     );
     metrics
 }
@@ -1009,7 +1009,7 @@ fn grafana_dashboard_shows_every_exported_metric_and_no_other() {
         for name in names {
             assert!(
                 exported.contains_key(&name),
-                "dashboard query {expr:?} uses {name}, which controller/src/runtime/metrics.rs does not export"
+                "dashboard query {expr:?} uses {name}, which controller/src/metrics.rs does not export"
             );
             used.insert(name);
         }
@@ -1077,7 +1077,7 @@ fn alerts_use_exported_metrics_and_each_has_a_runbook_in_the_operations_guide() 
             for name in names {
                 assert!(
                     exported.contains_key(&name),
-                    "{alert} uses {name}, which controller/src/runtime/metrics.rs does not export"
+                    "{alert} uses {name}, which controller/src/metrics.rs does not export"
                 );
             }
             assert!(
