@@ -51,15 +51,6 @@ rules:
     resources: [bootstraptemplates, clusterbootstraptemplates, bootplateconfigs, bootplateconfigtemplates]
     verbs: [get]
 ---
-apiVersion: bootstrap.bootplate.dev/v1alpha1
-kind: BootplateConfigTemplate
-metadata: {name: applied, namespace: team-a}
-spec:
-  template:
-    spec:
-      templateRef: {kind: BootstrapTemplate, name: workers}
-      variables: {proxy: \"http://proxy.example.com:3128\"}
----
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {name: bootplate-lint}
