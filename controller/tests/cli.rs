@@ -1044,3 +1044,105 @@ fn import_carries_names_what_it_cannot_and_writes_the_patch() {
         assert_exit(&bootplate(&["import", flag, "x", "kubeadmconfig/m1"]), 2);
     }
 }
+
+/// A template whose one file holds `size` bytes of text, and whose worker render adds a second
+/// file of the same size (so the roles differ), optionally gzip-compressed.
+fn sized_template(size: usize, compression: &str) -> String {
+    let filler = "abcdefghij".repeat(size / 10);
+    format!(
+        "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootstrapTemplate
+metadata:
+  name: sized
+  namespace: team-a
+spec:
+  os: {{name: ubuntu}}
+  format: cloud-config
+  compression: {compression}
+  parts:
+    - name: configure
+      files:
+        - path: /etc/filler
+          content: \"{filler}\"
+        - path: /etc/worker-filler
+          content: \"{{{{#if (eq machine.role \\\"worker\\\")}}}}{filler}{{{{/if}}}}\"
+"
+    )
+}
+
+/// `--max-user-data` measures each role's render as the named cloud counts it (raw bytes, or
+/// the base64 text), says which role is over at the text that writes the most, and names
+/// compression as the way out; a compressed render that fits passes.
+#[test]
+fn max_user_data_refuses_renders_a_cloud_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    // About 20 KB for init and control-plane-join, 40 KB for the worker.
+    let body = sized_template(20_000, "none");
+    let (shown, out) = lint_body(dir.path(), &body, &["--max-user-data", "aws"]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("user-data")).collect();
+    assert_eq!(lines.len(), 3, "one per role:\n{stdout}");
+    for role in ["init", "control-plane-join", "worker"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("the {role} render is "))),
+            "{role}:\n{stdout}"
+        );
+    }
+    let worker = lines
+        .iter()
+        .find(|l| l.contains("the worker render"))
+        .unwrap();
+    assert!(worker.starts_with(&format!("{shown}:")), "{worker}");
+    assert!(
+        worker.contains("aws's user-data limit of 16384 bytes (--max-user-data aws)")
+            && worker.contains("spec.parts[0].files[")
+            && worker.contains("`compression: gzip`"),
+        "{worker}"
+    );
+    // Hetzner's 32 KiB: only the worker is over. Azure's 65,535 raw bytes: none; OpenStack's
+    // 65,535 of base64 at 40 KB raw (about 53 KB of base64): none; with 50 KB raw, the
+    // worker's 100 KB is over both, and the control plane's 50 KB over OpenStack's only.
+    let (_, out) = lint_body(dir.path(), &body, &["--max-user-data", "hetzner"]);
+    assert_exit(&out, 1);
+    let over: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("user-data"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        over.len() == 1 && over[0].contains("the worker render"),
+        "{over:?}"
+    );
+    for cloud in ["azure", "openstack"] {
+        let (_, out) = lint_body(dir.path(), &body, &["--max-user-data", cloud]);
+        assert_exit(&out, 0);
+    }
+    let body = sized_template(50_000, "none");
+    let count = |cloud: &str| {
+        let (_, out) = lint_body(dir.path(), &body, &["--max-user-data", cloud]);
+        text(&out.stdout).matches("user-data limit").count()
+    };
+    assert_eq!((count("azure"), count("openstack")), (1, 3));
+    // gzip: the filler compresses to almost nothing, and the limit applies to what is sent.
+    let (_, out) = lint_body(
+        dir.path(),
+        &sized_template(20_000, "gzip"),
+        &["--max-user-data", "aws"],
+    );
+    assert_exit(&out, 0);
+    // A byte count, and a target lint does not know (usage error, exit 2, the choices named).
+    let (_, out) = lint_body(dir.path(), &body, &["--max-user-data", "60000"]);
+    assert_eq!(
+        text(&out.stdout)
+            .matches("the limit of 60000 bytes")
+            .count(),
+        1
+    );
+    let (_, out) = lint_body(dir.path(), &body, &["--max-user-data", "gcp"]);
+    assert_exit(&out, 2);
+    assert!(text(&out.stderr).contains("aws, azure, openstack, vsphere, hetzner"));
+}

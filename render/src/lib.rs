@@ -24,6 +24,7 @@ mod lint;
 pub mod network;
 mod sample;
 mod tree;
+pub mod user_data;
 mod values;
 
 use crd_types::{
@@ -38,11 +39,12 @@ pub use error::{Origin, Position, Problem, RenderError, Severity};
 pub use helpers::MAX_WORK;
 pub use inplace::{PartsRender, RenderedPart, UpdatePlan};
 pub use limit::{GZIP_EXPANSION, Limit, SECRET_LIMIT_BYTES};
-pub use lint::lint;
+pub use lint::{lint, user_data_problems};
 pub use sample::{
     SAMPLE_CA_HASH, SAMPLE_CLUSTER, SAMPLE_TOKEN, machine_shapes, sample_certificates,
     sample_context,
 };
+pub use user_data::UserDataLimit;
 
 use body::CompiledPart;
 use engine::{Engine, FieldError, Text};

@@ -3,10 +3,12 @@
 
 use std::collections::BTreeSet;
 
+use crd_types::conditions::reason;
 use crd_types::{BootplateConfigSpec, OutputFormat, Role, TemplateSpec};
 
 use crate::analysis::{self, Entry, Output};
 use crate::error::Problem;
+use crate::user_data::UserDataLimit;
 use crate::{CompiledTemplate, machine_shapes, sample_context};
 
 /// Lints `spec` (named `object` in messages): compile problems first; when it compiles, the
@@ -170,6 +172,39 @@ pub(crate) fn lint_compiled(
                 problems.push(p.clone());
             }
         }
+    }
+    problems
+}
+
+/// The sample renders (with `config`, or sample values) of every role measured against a
+/// cloud's user-data cap: one error per role over it, at the text that writes the most, with
+/// the largest texts named and, where the format allows it, compression suggested. Empty when
+/// the template does not render (its own problems say why).
+pub fn user_data_problems(
+    t: &CompiledTemplate,
+    config: Option<&BootplateConfigSpec>,
+    limit: &UserDataLimit,
+) -> Vec<Problem> {
+    let Ok(config) = sample_config(t, config) else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for role in Role::ALL {
+        let Ok(rendered) = t.render(&config, &sample_context(role)) else {
+            continue;
+        };
+        let Some(size) = limit.exceeded_by(&rendered.data) else {
+            continue;
+        };
+        let mut p = Problem::template(
+            "spec",
+            format!("the {role} render is {size} bytes, over {limit}"),
+        )
+        .with_reason(reason::OUTPUT_TOO_LARGE)
+        .with_code("user-data-too-large");
+        p.role = Some(role);
+        largest_texts(&mut p, t, &config, role);
+        problems.push(p);
     }
     problems
 }

@@ -37,7 +37,8 @@ field, a value of the wrong type or outside its allowed values is an error namin
     written unquoted into shell, YAML or JSON and unused variables and partials are warnings;
   - a render with sample values succeeds for each role and its output reads as its consumer
     reads it; its shell passes `bash -n`; with --tools, cloud-init schema, ignition-validate
-    and shellcheck where installed;
+    and shellcheck where installed; with --max-user-data, each role's render is no larger
+    than that cloud accepts as user-data (docs/templates.md has the caps and their sources);
   - every BootplateConfig and BootplateConfigTemplate is rendered with the template its
     templateRef names, when that template is among the files (or, with --kubeconfig, in the
     cluster: read-only, one `get` per template): its variables, files and commands are
@@ -117,6 +118,12 @@ pub struct LintArgs {
     /// namespace looks in the context's namespace.
     #[arg(long, value_name = "NAME", requires = "kubeconfig")]
     pub context: Option<String>,
+    /// Refuse a template whose render for any role is larger than a cloud accepts as
+    /// user-data: `aws` (16384 bytes), `azure` (65535), `openstack` (65535 of base64),
+    /// `vsphere` (65536 of base64), `hetzner` (32768), or a byte count. Measured on the sample
+    /// renders (with --config's values when given), after the template's compression.
+    #[arg(long, value_name = "CLOUD|BYTES")]
+    pub max_user_data: Option<render::UserDataLimit>,
 }
 
 /// Runs `bootplate lint`.
@@ -164,6 +171,7 @@ pub fn run(args: &LintArgs) -> ExitCode {
         filter,
         strict_kinds: args.strict_kinds,
         cluster: cluster.as_ref(),
+        max_user_data: args.max_user_data.as_ref(),
     };
     let mut own = OwnProblems::new();
     for file in &files {
@@ -290,6 +298,8 @@ struct Checks<'a> {
     strict_kinds: bool,
     /// What `--kubeconfig`'s cluster holds of the objects the files reference.
     cluster: Option<&'a ClusterTemplates>,
+    /// `--max-user-data`.
+    max_user_data: Option<&'a render::UserDataLimit>,
 }
 
 /// Each template's own problems (by file and document), so that a config's render reports
@@ -360,7 +370,10 @@ fn lint_object(
     match kind {
         "BootstrapTemplate" | "ClusterBootstrapTemplate" => {
             let (object, spec) = template(file, index)?;
-            let problems = render::lint(&object, &spec, checks.config.map(|c| &c.spec));
+            let mut problems = render::lint(&object, &spec, checks.config.map(|c| &c.spec));
+            if let Some(limit) = checks.max_user_data {
+                problems.extend(user_data(&object, &spec, checks, limit, &problems));
+            }
             let mut out: Vec<Diagnostic> = problems
                 .iter()
                 .map(|p| locate(file, index, checks.config, p))
@@ -542,6 +555,23 @@ fn check_against_file(
             message,
         )
     })
+}
+
+/// The sample renders of a template that lints clean, measured against `--max-user-data`.
+fn user_data(
+    object: &str,
+    spec: &crd_types::TemplateSpec,
+    checks: &Checks<'_>,
+    limit: &render::UserDataLimit,
+    found: &[Problem],
+) -> Vec<Problem> {
+    if found.iter().any(|p| p.severity == Severity::Error) {
+        return Vec::new();
+    }
+    let Ok(compiled) = render::CompiledTemplate::compile(object, spec) else {
+        return Vec::new();
+    };
+    render::user_data_problems(&compiled, checks.config.map(|c| &c.spec), limit)
 }
 
 /// `bash -n`, and with `--tools` the consumers' validators, on the sample renders of a template
