@@ -1146,3 +1146,52 @@ fn max_user_data_refuses_renders_a_cloud_would_refuse() {
     assert_exit(&out, 2);
     assert!(text(&out.stderr).contains("aws, azure, openstack, vsphere, hetzner"));
 }
+
+/// A config linted beside its template is measured with its own values: a file it adds that
+/// takes a render over the cap is an error the template alone does not have, said at that file.
+#[test]
+fn max_user_data_measures_each_config_with_its_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let body = format!(
+        "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfig
+metadata: {{name: big-files, namespace: default}}
+spec:
+  templateRef: {{kind: ClusterBootstrapTemplate, name: ubuntu-2404}}
+  files:
+    - path: /etc/filler
+      content: \"{}\"
+",
+        "0123456789".repeat(2_000)
+    );
+    std::fs::write(&config, &body).unwrap();
+    let shown = config.to_string_lossy().to_string();
+    let lint = |files: &[&str]| {
+        let mut args = vec!["lint", "--format", "short", "--max-user-data", "aws"];
+        args.extend_from_slice(files);
+        bootplate(&args)
+    };
+    let out = lint(&["examples/ubuntu-2404.yaml"]);
+    assert_exit(&out, 0);
+    let out = lint(&["examples/ubuntu-2404.yaml", &shown]);
+    assert_exit(&out, 1);
+    let stdout = text(&out.stdout);
+    let over: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("user-data limit"))
+        .collect();
+    assert!(!over.is_empty(), "{stdout}");
+    // Said at the config's file, which is what makes it too large, once per role.
+    let (line, column) = find(&body, "\"0123456789");
+    assert_eq!(over.len(), 3, "{stdout}");
+    for line_text in over {
+        assert!(
+            line_text.starts_with(&format!(
+                "{shown}:{line}:{column}: error: spec.files[0].content: the "
+            )) && line_text.contains("the config's spec.files[0].content alone is 20000 bytes"),
+            "{line_text}"
+        );
+    }
+}

@@ -203,7 +203,16 @@ pub fn user_data_problems(
         .with_reason(reason::OUTPUT_TOO_LARGE)
         .with_code("user-data-too-large");
         p.role = Some(role);
-        largest_texts(&mut p, t, &config, role);
+        let template_largest = largest_texts(&mut p, t, &config, role);
+        if let Some((field, n)) = largest_config_file(&config)
+            && n > template_largest
+        {
+            // The config's own file is what makes the render too large: say it at the config.
+            p.origin = crate::Origin::Config;
+            p.message = format!("{}; the config's {field} alone is {n} bytes", p.message);
+            p.field = field;
+            p.position = None;
+        }
         problems.push(p);
     }
     problems
@@ -212,16 +221,37 @@ pub fn user_data_problems(
 /// An output too large for its limit, said at `spec` (the template's first line) with no way
 /// out: moved to the text that writes the most, with the largest texts named and, where the
 /// format allows it, `compression: gzip` suggested.
-fn largest_texts(p: &mut Problem, t: &CompiledTemplate, config: &BootplateConfigSpec, role: Role) {
+/// The config's largest inline file: its field and size.
+fn largest_config_file(config: &BootplateConfigSpec) -> Option<(String, u64)> {
+    config
+        .files
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            Some((
+                format!("spec.files[{i}].content"),
+                f.content.as_ref()?.len() as u64,
+            ))
+        })
+        .max_by_key(|(_, n)| *n)
+}
+
+/// Returns the largest text's size (0 when no text writes anything).
+fn largest_texts(
+    p: &mut Problem,
+    t: &CompiledTemplate,
+    config: &BootplateConfigSpec,
+    role: Role,
+) -> u64 {
     let mut sizes: std::collections::BTreeMap<String, u64> =
         t.literal_sizes().into_iter().collect();
     sizes.extend(t.text_sizes(config, &sample_context(role)));
     let mut sizes: Vec<(String, u64)> = sizes.into_iter().filter(|(_, n)| *n > 0).collect();
     sizes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let Some((largest, _)) = sizes.first() else {
-        return;
+    let Some((largest, largest_size)) = sizes.first().cloned() else {
+        return 0;
     };
-    p.field = largest.clone();
+    p.field = largest;
     let named: Vec<String> = sizes
         .iter()
         .take(3)
@@ -237,6 +267,7 @@ fn largest_texts(p: &mut Problem, t: &CompiledTemplate, config: &BootplateConfig
             "; `compression: gzip` compresses the output (the limit then applies to the compressed bytes)",
         );
     }
+    largest_size
 }
 
 /// Adds `problems`, found rendering for `role`, to `found` (one entry per problem, with the

@@ -372,7 +372,8 @@ fn lint_object(
             let (object, spec) = template(file, index)?;
             let mut problems = render::lint(&object, &spec, checks.config.map(|c| &c.spec));
             if let Some(limit) = checks.max_user_data {
-                problems.extend(user_data(&object, &spec, checks, limit, &problems));
+                let config = checks.config.map(|c| &c.spec);
+                problems.extend(user_data(&object, &spec, config, limit, &problems));
             }
             let mut out: Vec<Diagnostic> = problems
                 .iter()
@@ -420,7 +421,7 @@ fn check_configs(
         };
         report
             .diagnostics
-            .extend(check_config(&config, tree, own, checks.cluster));
+            .extend(check_config(&config, tree, own, checks));
     }
 }
 
@@ -429,19 +430,20 @@ fn check_config(
     config: &super::references::FoundConfig<'_>,
     tree: &[YamlFile],
     own: &OwnProblems,
-    cluster: Option<&ClusterTemplates>,
+    checks: &Checks<'_>,
 ) -> Vec<Diagnostic> {
+    let limit = checks.max_user_data;
     let wanted = match resolve(config, tree) {
         Ok((template_file, template_index)) => {
-            return check_against_file(config, template_file, template_index, own);
+            return check_against_file(config, template_file, template_index, own, limit);
         }
         Err(wanted) => wanted,
     };
     let reference = &config.spec.template_ref;
     let kind = reference.kind.as_str();
-    let message = match cluster.map(|c| (c.found.get(&wanted), &c.shown)) {
+    let message = match checks.cluster.map(|c| (c.found.get(&wanted), &c.shown)) {
         Some((Some(Found::Template { object, spec }), shown)) => {
-            return check_against_cluster(config, object, spec, shown);
+            return check_against_cluster(config, object, spec, shown, limit);
         }
         Some((absent, shown)) => {
             let namespace = match absent {
@@ -482,9 +484,13 @@ fn check_against_cluster(
     object: &str,
     spec: &crd_types::TemplateSpec,
     shown: &str,
+    limit: Option<&render::UserDataLimit>,
 ) -> Vec<Diagnostic> {
-    let known = render::lint(object, spec, None);
-    config_problems(config, object, spec, &known, |p| {
+    let mut known = render::lint(object, spec, None);
+    if let Some(limit) = limit {
+        known.extend(user_data(object, spec, None, limit, &known));
+    }
+    config_problems(config, object, spec, (&known, limit), |p| {
         let message = format!("{object} in {shown}: {}: {}{}", p.field, p.message, role(p));
         config
             .at
@@ -499,10 +505,14 @@ fn config_problems(
     config: &super::references::FoundConfig<'_>,
     object: &str,
     spec: &crd_types::TemplateSpec,
-    known: &[Problem],
+    (known, limit): (&[Problem], Option<&render::UserDataLimit>),
     at_template: impl Fn(&Problem) -> Diagnostic,
 ) -> Vec<Diagnostic> {
-    render::lint(object, spec, Some(&config.spec))
+    let mut found = render::lint(object, spec, Some(&config.spec));
+    if let Some(limit) = limit {
+        found.extend(user_data(object, spec, Some(&config.spec), limit, &found));
+    }
+    found
         .into_iter()
         .filter(|p| p.origin == Origin::Config || !known.contains(p))
         .map(|p| match p.origin {
@@ -529,6 +539,7 @@ fn check_against_file(
     template_file: &YamlFile,
     template_index: usize,
     own: &OwnProblems,
+    limit: Option<&render::UserDataLimit>,
 ) -> Vec<Diagnostic> {
     let Ok((object, spec)) = template(template_file, template_index) else {
         return Vec::new();
@@ -536,7 +547,7 @@ fn check_against_file(
     let known = own
         .get(&(template_file.shown.clone(), template_index))
         .map_or(&[][..], Vec::as_slice);
-    config_problems(config, &object, &spec, known, |p| {
+    config_problems(config, &object, &spec, (known, limit), |p| {
         let message = format!(
             "{}{} (with the values of {})",
             p.message,
@@ -561,7 +572,7 @@ fn check_against_file(
 fn user_data(
     object: &str,
     spec: &crd_types::TemplateSpec,
-    checks: &Checks<'_>,
+    config: Option<&crd_types::BootplateConfigSpec>,
     limit: &render::UserDataLimit,
     found: &[Problem],
 ) -> Vec<Problem> {
@@ -571,7 +582,7 @@ fn user_data(
     let Ok(compiled) = render::CompiledTemplate::compile(object, spec) else {
         return Vec::new();
     };
-    render::user_data_problems(&compiled, checks.config.map(|c| &c.spec), limit)
+    render::user_data_problems(&compiled, config, limit)
 }
 
 /// `bash -n`, and with `--tools` the consumers' validators, on the sample renders of a template
