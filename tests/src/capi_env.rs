@@ -10,7 +10,6 @@
 //! each test module using it says which. Scenarios that need no such fault run under the real
 //! Cluster API manager ([`crate::capi`]).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -102,15 +101,8 @@ impl Env {
             .create(&PostParams::default(), &cluster)
             .await
             .unwrap();
-        let kubeconfig = Secret {
-            metadata: fixtures::cluster_secret_meta(NS, name, "kubeconfig"),
-            string_data: Some(BTreeMap::from([(
-                "value".to_owned(),
-                self.workload.kubeconfig_yaml().to_owned(),
-            )])),
-            type_: Some("cluster.x-k8s.io/secret".into()),
-            ..Default::default()
-        };
+        let value = self.workload.kubeconfig_yaml().to_owned();
+        let kubeconfig = fixtures::cluster_secret(NS, name, "kubeconfig", [("value", value)]);
         Api::<Secret>::namespaced(self.client.clone(), NS)
             .create(&PostParams::default(), &kubeconfig)
             .await
@@ -128,15 +120,8 @@ impl Env {
     /// The cluster CA Secret, as a control-plane provider (or the init machine) leaves it.
     pub async fn cluster_ca(&self, name: &str) {
         let ca = bootplate::pki::generate_ca("kubernetes").unwrap();
-        let secret = Secret {
-            metadata: fixtures::cluster_secret_meta(NS, name, "ca"),
-            string_data: Some(BTreeMap::from([
-                ("tls.crt".to_owned(), ca.cert),
-                ("tls.key".to_owned(), ca.key),
-            ])),
-            type_: Some("cluster.x-k8s.io/secret".into()),
-            ..Default::default()
-        };
+        let data = [("tls.crt", ca.cert), ("tls.key", ca.key)];
+        let secret = fixtures::cluster_secret(NS, name, "ca", data);
         Api::<Secret>::namespaced(self.client.clone(), NS)
             .create(&PostParams::default(), &secret)
             .await

@@ -41,6 +41,22 @@ pub fn cluster_secret_meta(namespace: &str, cluster: &str, purpose: &str) -> Obj
     }
 }
 
+/// The Secret `<cluster>-<purpose>` of type `cluster.x-k8s.io/secret` holding `data`, as Cluster
+/// API (or a control-plane provider) writes a cluster's CA, kubeconfig and key Secrets.
+pub fn cluster_secret(
+    namespace: &str,
+    cluster: &str,
+    purpose: &str,
+    data: impl IntoIterator<Item = (&'static str, String)>,
+) -> k8s_openapi::api::core::v1::Secret {
+    k8s_openapi::api::core::v1::Secret {
+        metadata: cluster_secret_meta(namespace, cluster, purpose),
+        string_data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        ..Default::default()
+    }
+}
+
 /// A template spec with every field set, so a round trip shows any pruned field.
 pub fn full_template_spec() -> TemplateSpec {
     TemplateSpec {

@@ -184,15 +184,8 @@ async fn control_plane_secrets(env: &CapiEnv, cluster: &str) {
             bootplate::pki::generate_service_account_key().unwrap(),
         ),
     ] {
-        let secret = Secret {
-            metadata: fixtures::cluster_secret_meta(NS, cluster, purpose),
-            string_data: Some(BTreeMap::from([
-                ("tls.crt".to_owned(), pair.cert),
-                ("tls.key".to_owned(), pair.key),
-            ])),
-            type_: Some("cluster.x-k8s.io/secret".into()),
-            ..Default::default()
-        };
+        let data = [("tls.crt", pair.cert), ("tls.key", pair.key)];
+        let secret = fixtures::cluster_secret(NS, cluster, purpose, data);
         create(&Api::<Secret>::namespaced(env.client.clone(), NS), &secret).await;
     }
 }

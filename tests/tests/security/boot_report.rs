@@ -21,7 +21,6 @@
 //!   shows the phase `Unreadable`, and the others are still served;
 //! - once the machine joined, its report objects go with its token.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -71,15 +70,11 @@ async fn cluster(env: &Env, ca: &TestCa) {
         .await
         .unwrap();
     env.set_cluster_status("c1", true, true).await;
-    let secret = Secret {
-        metadata: fixtures::cluster_secret_meta(NS, "c1", "ca"),
-        string_data: Some(BTreeMap::from([
-            ("tls.crt".to_owned(), ca.cert_pem.clone()),
-            ("tls.key".to_owned(), ca.key_pem.clone()),
-        ])),
-        type_: Some("cluster.x-k8s.io/secret".into()),
-        ..Default::default()
-    };
+    let data = [
+        ("tls.crt", ca.cert_pem.clone()),
+        ("tls.key", ca.key_pem.clone()),
+    ];
+    let secret = fixtures::cluster_secret(NS, "c1", "ca", data);
     Api::<Secret>::namespaced(env.client.clone(), NS)
         .create(&PostParams::default(), &secret)
         .await

@@ -10,7 +10,6 @@
 //! Secret, owner references; `testenv::capi_env`): what is under test is a Secret the tenant
 //! writes, and CAPI's behaviour has no part in how the controller reads it.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -83,12 +82,7 @@ async fn cluster_with_kubeconfig(env: &Env, name: &str, value: String) {
         .create(&PostParams::default(), &fixtures::cluster(NS, name))
         .await
         .unwrap();
-    let secret = Secret {
-        metadata: fixtures::cluster_secret_meta(NS, name, "kubeconfig"),
-        string_data: Some(BTreeMap::from([("value".to_owned(), value)])),
-        type_: Some("cluster.x-k8s.io/secret".into()),
-        ..Default::default()
-    };
+    let secret = fixtures::cluster_secret(NS, name, "kubeconfig", [("value", value)]);
     Api::<Secret>::namespaced(env.client.clone(), NS)
         .create(&PostParams::default(), &secret)
         .await
