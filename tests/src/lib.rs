@@ -15,6 +15,7 @@ pub mod fixtures;
 pub mod generator;
 pub mod images;
 pub mod joins;
+pub mod machine_script;
 pub mod pki;
 pub mod pod_cluster;
 pub mod rbac;

@@ -12,12 +12,13 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use testenv::capi::boot::{BootRecord, BootRole, KubeadmBoot};
+use testenv::capi::cloud;
 use testenv::capi::objects::{self, KUBERNETES_VERSION};
 use testenv::capi::pool::{self, Instance};
 use testenv::capi::token_watch::{TokenWatch, handed_out};
 use testenv::capi::{CapiEnv, NS, Options};
 use testenv::tools::CapiRelease;
-use testenv::{eventually, joins};
+use testenv::{eventually, joins, machine_script};
 
 /// How long a scenario waits for Cluster API and bootplate together.
 const WAIT: Duration = Duration::from_secs(180);
@@ -630,7 +631,8 @@ async fn d_a_paused_cluster_renders_nothing_until_unpaused() {
 }
 
 /// (f) A worker whose Node never appears is remediated by Cluster API's MachineHealthCheck;
-/// its config, data Secret and join token go with it.
+/// its config, data Secret and join token go with it. Then a worker whose boot fails is
+/// remediated at once, on its boot report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f_a_machine_health_check_remediation_takes_the_token_and_secret_along() {
     let env = CapiEnv::start(Options::default()).await.unwrap();
@@ -726,7 +728,128 @@ async fn f_a_machine_health_check_remediation_takes_the_token_and_secret_along()
         },
     )
     .await;
+    a_failed_boot_is_remediated_at_once(&env).await;
 }
+
+/// (f, continued) A worker that reports a failed boot is replaced at once. Its machine runs its
+/// user-data (the rendered script, run by the test as the machine: the cloud does not run
+/// user-data), whose `join` part fails; bootplate's `Ready=False` reason `BootFailed` is what
+/// Cluster API mirrors into the Machine's `BootstrapConfigReady`, and a MachineHealthCheck on
+/// that condition (docs/boot-channel.md) remediates the Machine long before its 20-minute
+/// `nodeStartupTimeout` could. The check is created once the condition shows, so the test sees
+/// the mirrored condition before the Machine goes.
+async fn a_failed_boot_is_remediated_at_once(env: &CapiEnv) {
+    let resource =
+        objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates");
+    let template = machine_script::failing_join_template("boot-fails");
+    cloud::apply(&env.client, &resource, None, &template)
+        .await
+        .unwrap();
+    create_config_template(env, "zeta-fails", "boot-fails").await;
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template("zeta-fails", "small"),
+    )
+    .await
+    .unwrap();
+    let mut deployment = objects::machine_deployment(
+        "zeta-fails",
+        "zeta",
+        1,
+        "zeta-fails",
+        "zeta-fails",
+        KUBERNETES_VERSION,
+    );
+    let labels = &mut deployment["spec"]["template"]["metadata"]["labels"];
+    labels[cloud::NO_NODE_LABEL] = json!("true");
+    labels[cloud::PLAIN_MACHINE_LABEL] = json!("true");
+    env.apply(&objects::machine_deployment_resource(), deployment)
+        .await
+        .unwrap();
+    let of_deployment = |m: &DynamicObject| {
+        m.labels().get(DEPLOYMENT_LABEL).map(String::as_str) == Some("zeta-fails")
+    };
+    let machine = wait_machines(
+        env,
+        "zeta",
+        "the failing deployment's Machine with its data",
+        |ms| {
+            ms.iter().any(|m| {
+                of_deployment(m) && m.data["spec"]["bootstrap"]["dataSecretName"].is_string()
+            })
+        },
+    )
+    .await
+    .into_iter()
+    .find(|m| of_deployment(m))
+    .unwrap();
+    let name = machine.name_any();
+    let secret = machine.data["spec"]["bootstrap"]["dataSecretName"]
+        .as_str()
+        .unwrap();
+    let user_data = user_data(&data_secret(env, secret).await.unwrap());
+    let root = tempfile::tempdir().unwrap();
+    let status = machine_script::run_script(&user_data, root.path());
+    assert_eq!(
+        status,
+        Some(machine_script::FAILING_STATUS),
+        "the machine's boot fails"
+    );
+    wait_machines(
+        env,
+        "zeta",
+        "BootstrapConfigReady False, reason BootFailed",
+        |ms| {
+            ms.iter().any(|m| {
+                m.name_any() == name
+                    && condition(m, "BootstrapConfigReady")
+                        .is_some_and(|c| c["status"] == "False" && c["reason"] == "BootFailed")
+            })
+        },
+    )
+    .await;
+    let checked = std::time::Instant::now();
+    env.apply(
+        &objects::machine_health_check_resource(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "MachineHealthCheck",
+            "metadata": {"name": "zeta-boot", "namespace": NS},
+            "spec": {
+                "clusterName": "zeta",
+                "selector": {"matchLabels": {DEPLOYMENT_LABEL: "zeta-fails"}},
+                "checks": {
+                    "nodeStartupTimeoutSeconds": 1200,
+                    "unhealthyMachineConditions": [{"type": "BootstrapConfigReady",
+                        "status": "False", "timeoutSeconds": 0}],
+                },
+            },
+        }),
+    )
+    .await
+    .unwrap();
+    wait_machines(
+        env,
+        "zeta",
+        "the Machine that failed to boot replaced",
+        |ms| ms.iter().any(of_deployment) && ms.iter().all(|m| m.name_any() != name),
+    )
+    .await;
+    let event =
+        testenv::events::wait_reason(&env.client, NS, &name, "MachineMarkedUnhealthy").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("zeta-boot"),
+        "remediated by the boot check: {note}"
+    );
+    eprintln!(
+        "remediated {:?} after the check was created",
+        checked.elapsed()
+    );
+}
+
+/// The label the scenarios' MachineDeployments select their Machines by.
+const DEPLOYMENT_LABEL: &str = "test.bootplate.dev/deployment";
 
 /// (h) The usual production shape: a control-plane provider reports the control plane
 /// initialized and owns the cluster CA; bootplate workers join and nothing renders `init`.

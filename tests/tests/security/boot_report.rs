@@ -33,27 +33,12 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use testenv::capi_env::{self, Env, NS, WAIT, cluster_template};
 use testenv::pki::TestCa;
-use testenv::{ApiServer, eventually, fixtures};
+use testenv::{ApiServer, eventually, fixtures, machine_script};
 
 /// A worker template whose `join` part fails, printing the machine's token first.
 async fn publish_failing_template(client: &Client) {
-    let template: ClusterBootstrapTemplate = serde_json::from_value(json!({
-        "apiVersion": "bootstrap.bootplate.dev/v1alpha1",
-        "kind": "ClusterBootstrapTemplate",
-        "metadata": {"name": "boot"},
-        "spec": {
-            "os": {"name": "linux"},
-            "format": "script",
-            "parts": [
-                {"name": "install", "commands": ["echo installing"]},
-                {"name": "join", "commands": [
-                    "echo \"kubeadm join --token {{join.token}}: preflight failed\" >&2; exit 7",
-                    "echo never",
-                ]},
-            ],
-        },
-    }))
-    .unwrap();
+    let template: ClusterBootstrapTemplate =
+        serde_json::from_value(machine_script::failing_join_template("boot")).unwrap();
     Api::<ClusterBootstrapTemplate>::all(client.clone())
         .create(&PostParams::default(), &template)
         .await
@@ -129,21 +114,6 @@ fn patch_as(env: &Env, ca: &Path, token: &str, name: &str, body: &str) -> String
         .output()
         .expect("curl runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs the rendered script as the machine would, with its paths under `root`.
-fn boot(user_data: &str, root: &Path) -> Option<i32> {
-    let root = root.to_string_lossy();
-    let script = user_data
-        .replace("/etc/bootplate/", &format!("{root}/etc/bootplate/"))
-        .replace("/run/", &format!("{root}/run/"));
-    let path = format!("{root}/user-data.sh");
-    std::fs::write(&path, script).unwrap();
-    let status = Command::new("timeout")
-        .args(["60", "bash", &path])
-        .status()
-        .expect("bash runs");
-    status.code()
 }
 
 /// The `Ready` condition's reason and message, and the boot phase, of config `name`.
@@ -223,7 +193,7 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
 
     // w-0 boots: its `join` part fails with status 7, after printing its token.
     assert_eq!(
-        boot(&data0, dir.path()),
+        machine_script::run_script(&data0, dir.path()),
         Some(7),
         "the failing step's status ends the boot"
     );
