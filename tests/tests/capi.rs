@@ -120,19 +120,42 @@ async fn create_config_template(env: &CapiEnv, name: &str, template: &str) {
 /// A MachineDeployment named `name` with a BootplateConfigTemplate and a DevMachineTemplate of
 /// the same name, its Machines at `version`.
 async fn create_workers(env: &CapiEnv, cluster: &str, name: &str, replicas: u32, version: &str) {
-    create_config_template(env, name, TEMPLATE).await;
+    let shape = Workers {
+        replicas,
+        version,
+        template: TEMPLATE,
+        labels: &[],
+    };
+    create_workers_shaped(env, cluster, name, shape).await;
+}
+
+/// What a scenario's MachineDeployment is made of besides its names.
+struct Workers<'a> {
+    replicas: u32,
+    version: &'a str,
+    /// The bootstrap template its BootplateConfigTemplate references.
+    template: &'a str,
+    /// Labels its Machines carry (the cloud's, such as [`cloud::NO_NODE_LABEL`]), each `true`.
+    labels: &'a [&'a str],
+}
+
+/// [`create_workers`] of another shape.
+async fn create_workers_shaped(env: &CapiEnv, cluster: &str, name: &str, shape: Workers<'_>) {
+    create_config_template(env, name, shape.template).await;
     env.apply(
         &objects::dev_machine_template_resource(),
         objects::dev_machine_template(name, "small"),
     )
     .await
     .unwrap();
-    env.apply(
-        &objects::machine_deployment_resource(),
-        objects::machine_deployment(name, cluster, replicas, name, name, version),
-    )
-    .await
-    .unwrap();
+    let mut deployment =
+        objects::machine_deployment(name, cluster, shape.replicas, name, name, shape.version);
+    for label in shape.labels {
+        deployment["spec"]["template"]["metadata"]["labels"][*label] = json!("true");
+    }
+    env.apply(&objects::machine_deployment_resource(), deployment)
+        .await
+        .unwrap();
 }
 
 fn phase(machine: &DynamicObject) -> &str {
@@ -644,26 +667,13 @@ async fn f_a_machine_health_check_remediation_takes_the_token_and_secret_along()
         false,
     )
     .await;
-    create_config_template(&env, "zeta-md", TEMPLATE).await;
-    env.apply(
-        &objects::dev_machine_template_resource(),
-        objects::dev_machine_template("zeta-md", "small"),
-    )
-    .await
-    .unwrap();
-    let mut deployment = objects::machine_deployment(
-        "zeta-md",
-        "zeta",
-        1,
-        "zeta-md",
-        "zeta-md",
-        KUBERNETES_VERSION,
-    );
-    deployment["spec"]["template"]["metadata"]["labels"][testenv::capi::cloud::NO_NODE_LABEL] =
-        json!("true");
-    env.apply(&objects::machine_deployment_resource(), deployment)
-        .await
-        .unwrap();
+    let shape = Workers {
+        replicas: 1,
+        version: KUBERNETES_VERSION,
+        template: TEMPLATE,
+        labels: &[cloud::NO_NODE_LABEL],
+    };
+    create_workers_shaped(&env, "zeta", "zeta-md", shape).await;
     env.apply(
         &objects::machine_health_check_resource(),
         json!({
@@ -745,27 +755,13 @@ async fn a_failed_boot_is_remediated_at_once(env: &CapiEnv) {
     cloud::apply(&env.client, &resource, None, &template)
         .await
         .unwrap();
-    create_config_template(env, "zeta-fails", "boot-fails").await;
-    env.apply(
-        &objects::dev_machine_template_resource(),
-        objects::dev_machine_template("zeta-fails", "small"),
-    )
-    .await
-    .unwrap();
-    let mut deployment = objects::machine_deployment(
-        "zeta-fails",
-        "zeta",
-        1,
-        "zeta-fails",
-        "zeta-fails",
-        KUBERNETES_VERSION,
-    );
-    let labels = &mut deployment["spec"]["template"]["metadata"]["labels"];
-    labels[cloud::NO_NODE_LABEL] = json!("true");
-    labels[cloud::PLAIN_MACHINE_LABEL] = json!("true");
-    env.apply(&objects::machine_deployment_resource(), deployment)
-        .await
-        .unwrap();
+    let shape = Workers {
+        replicas: 1,
+        version: KUBERNETES_VERSION,
+        template: "boot-fails",
+        labels: &[cloud::NO_NODE_LABEL, cloud::PLAIN_MACHINE_LABEL],
+    };
+    create_workers_shaped(env, "zeta", "zeta-fails", shape).await;
     let of_deployment = |m: &DynamicObject| {
         m.labels().get(DEPLOYMENT_LABEL).map(String::as_str) == Some("zeta-fails")
     };
