@@ -187,6 +187,40 @@ fn the_network_input_lands_where_the_os_reads_it() {
     });
 }
 
+/// The drill: a download that does not match its digest fails the boot, naming the artifact,
+/// and is not installed.
+#[test]
+fn a_tampered_download_fails_the_boot() {
+    let wrong = "0".repeat(64);
+    let cases: Vec<Case> = CATALOGUE
+        .iter()
+        .filter(|e| e.kubeadm)
+        .map(|e| {
+            let mut case = network_case(*e, Role::Worker);
+            case.config.network = Some(network_input(&wrong));
+            // A pre-baked image: nothing but the artifact could put kubeadm in place.
+            case.config.skip_parts = vec!["install".to_owned()];
+            case
+        })
+        .collect();
+    in_parallel(&cases, |case| {
+        let what = case.entry.name;
+        let (sandbox, run) = boot_with_real_digests(case, false);
+        assert!(!run.status.success(), "{what}: booted with a wrong digest");
+        let message =
+            format!("bootplate: artifacts: kubeadm from {ARTIFACT_URL} does not match its sha256");
+        assert!(run.output.contains(&message), "{what}: {}", run.output);
+        assert!(
+            sandbox.read(artifact_path(case.entry.image)).is_none(),
+            "{what}: installed"
+        );
+        assert!(
+            sandbox
+                .read("/run/cluster-api/bootstrap-success.complete")
+                .is_none()
+        );
+    });
+}
 
 /// The render of `case`'s machine split by part, as the in-place comparison sees it.
 fn parts(case: &Case) -> render::PartsRender {
@@ -245,3 +279,35 @@ fn network_changes_are_applied_in_place() {
     }
 }
 
+/// Lint's `network-ignored`: silent for the shipped kubeadm templates (each reads every field
+/// of the input), and it still speaks for one of them without its part `network`: the mirrors,
+/// the CA bundles and the time servers would be ignored.
+#[test]
+fn lint_sees_every_network_field_read() {
+    let ignored = |spec: &TemplateSpec, name: &str| -> Vec<String> {
+        let object = format!("ClusterBootstrapTemplate {name}");
+        render::lint(&object, spec, None)
+            .into_iter()
+            .filter(|p| p.code == "network-ignored")
+            .map(|p| p.to_string())
+            .collect()
+    };
+    for entry in CATALOGUE.iter().filter(|e| e.kubeadm) {
+        let mut spec = spec(entry.name);
+        assert_eq!(
+            ignored(&spec, entry.name),
+            Vec::<String>::new(),
+            "{}",
+            entry.name
+        );
+        spec.parts.retain(|p| p.name != "network");
+        let found = ignored(&spec, entry.name);
+        for field in ["registryMirrors", "caBundles", "ntpServers"] {
+            let said = found
+                .iter()
+                .any(|p| p.contains(&format!("`network.{field}`")));
+            assert!(said, "{}: no warning for {field}: {found:?}", entry.name);
+        }
+        assert_eq!(found.len(), 3, "{}: {found:?}", entry.name);
+    }
+}
