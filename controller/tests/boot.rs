@@ -39,6 +39,9 @@ const KUBEADM_CONFIG: [&str; 2] = [
 /// Package managers among the stubs: the packages are installed before kubeadm runs.
 const PACKAGE_MANAGERS: [&str; 6] = ["apt-get", "apt", "dnf", "yum", "microdnf", "zypper"];
 
+#[path = "boot/network.rs"]
+mod network;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -123,6 +126,16 @@ fn prove(out: &Path, templates: &[PathBuf]) -> Proof {
 
 /// [`prove`], every render with `config` when given.
 fn prove_with(out: &Path, templates: &[PathBuf], config: Option<&Path>) -> Proof {
+    prove_versions(out, templates, config, &VERSIONS)
+}
+
+/// [`prove_with`] for the Kubernetes `versions` given.
+fn prove_versions(
+    out: &Path,
+    templates: &[PathBuf],
+    config: Option<&Path>,
+    versions: &[&str],
+) -> Proof {
     let mut command = Command::new(repo().join("tests/boot/prove.sh"));
     if let Some(config) = config {
         command.arg("--config").arg(config);
@@ -133,7 +146,7 @@ fn prove_with(out: &Path, templates: &[PathBuf], config: Option<&Path>) -> Proof
         .arg("--out")
         .arg(out)
         .arg("--versions")
-        .arg(VERSIONS.join(" "))
+        .arg(versions.join(" "))
         .args(templates)
         .output()
         .expect("tests/boot/prove.sh runs");
