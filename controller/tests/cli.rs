@@ -964,7 +964,8 @@ fn import_carries_names_what_it_cannot_and_writes_the_patch() {
         &lossy,
         "apiVersion: bootstrap.cluster.x-k8s.io/v1beta1\nkind: KubeadmConfigTemplate\n\
          metadata: {name: workers, namespace: team-a}\nspec:\n  template:\n    spec:\n      \
-         files: [{path: /etc/a, content: x, append: true}]\n      format: ignition\n",
+         files: [{path: /etc/a, content: x, append: true}]\n      format: ignition\n      \
+         bootCommands: [echo]\n",
     )
     .expect("write");
     let out = bootplate(&["import", &lossy.to_string_lossy()]);
@@ -974,10 +975,11 @@ fn import_carries_names_what_it_cannot_and_writes_the_patch() {
         stderr.contains("KubeadmConfigTemplate workers: spec.template.spec.files[0].append"),
         "{stderr}"
     );
-    // kubeadm-compat writes cloud-config only: an Ignition spec is named, not imported.
+    // An Ignition spec imports to kubeadm-compat-ignition; what the provider refuses with
+    // Ignition is named.
     assert!(
         stderr.contains(
-            "KubeadmConfigTemplate workers: spec.template.spec.format: not carried: kubeadm-compat writes cloud-config"
+            "KubeadmConfigTemplate workers: spec.template.spec.bootCommands: not carried: the kubeadm bootstrap provider refuses bootCommands with format ignition"
         ),
         "{stderr}"
     );

@@ -405,21 +405,26 @@ fn check_unit(what: &str, path: &str, unit: &str, files: &[(String, u32, Vec<u8>
         if !key.trim().starts_with("Exec") || value.trim().is_empty() {
             continue;
         }
-        let program = value
+        let mut words = value
             .trim()
             .trim_start_matches(['-', '@', ':', '+', '!', '|'])
-            .split_whitespace()
-            .next()
-            .unwrap_or_default();
+            .split_whitespace();
+        let mut program = words.next().unwrap_or_default();
         assert!(
             program.starts_with('/'),
             "{what}: {path}: `{line}` does not run an absolute path"
         );
         let name = program.rsplit('/').next().unwrap_or_default();
-        assert!(
-            !matches!(name, "sh" | "bash" | "dash"),
-            "{what}: {path}: `{line}` runs inline shell; put it in a script file the tests check"
-        );
+        if matches!(name, "sh" | "bash" | "dash") {
+            // A shell may run a script file the output writes (as kubeadm-compat-ignition's
+            // `/bin/bash /etc/kubeadm.sh`), never inline text.
+            let script = words.next().unwrap_or_default();
+            assert!(
+                script.starts_with('/') && files.iter().any(|(p, _, _)| p == script),
+                "{what}: {path}: `{line}` runs inline shell; put it in a script file the tests check"
+            );
+            program = script;
+        }
         if let Some((_, _, content)) = files.iter().find(|(p, _, _)| p == program) {
             assert!(
                 content.starts_with(b"#!"),
@@ -535,13 +540,14 @@ fn ignition_boot(config: &Value) -> Boot {
         boot.files
             .push((path.clone(), 0o644, content.as_bytes().to_vec()));
     }
-    // The oneshot unit the Ignition writer adds runs the commands script.
+    // The oneshot unit the Ignition writer adds runs the commands script; kubeadm-compat-
+    // ignition's kubeadm.service runs /etc/kubeadm.sh, as the kubeadm bootstrap provider's does.
     let script = boot
         .files
         .iter()
-        .find(|(p, _, _)| p == "/etc/bootplate/bootstrap.sh")
+        .find(|(p, _, _)| p == "/etc/bootplate/bootstrap.sh" || p == "/etc/kubeadm.sh")
         .map(|(p, _, c)| (p.clone(), String::from_utf8(c.clone()).expect("UTF-8")))
-        .expect("the Ignition writer's commands script");
+        .expect("the oneshot unit's commands script");
     boot.script = Some(script);
     boot
 }
@@ -1488,7 +1494,7 @@ fn kustomization_lists_every_template() {
     assert_eq!(names, files, "kubectl kustomize templates/");
     let mut known: Vec<String> = CATALOGUE
         .iter()
-        .chain([&COMPAT])
+        .chain([&COMPAT, &COMPAT_IGNITION])
         .map(|e| format!("{}.yaml", e.name))
         .collect();
     known.sort();
@@ -1533,7 +1539,7 @@ fn every_variable_is_documented_typed_and_defaulted() {
 /// variable is declared, every role renders with the sample context).
 #[test]
 fn lint_finds_nothing() {
-    for entry in CATALOGUE.iter().chain([&COMPAT]) {
+    for entry in CATALOGUE.iter().chain([&COMPAT, &COMPAT_IGNITION]) {
         let object = format!("ClusterBootstrapTemplate {}", entry.name);
         let problems = render::lint(&object, &spec(entry.name), None);
         let listed: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -2147,6 +2153,7 @@ fn no_stale_golden_files() {
         .chain(configured_cases().iter())
         .chain(compat_cases().iter())
         .chain(network::cases().iter())
+        .chain(compat_ignition_cases().iter())
         .map(golden_path)
         .collect();
     wanted.sort();
@@ -2252,8 +2259,8 @@ fn bootplate_lint_prints_nothing() {
         .map(|n| format!("templates/{n}"))
         .collect();
     files.sort();
-    // The catalogue and kubeadm-compat.
-    let shipped = CATALOGUE.len() + 1;
+    // The catalogue, kubeadm-compat and kubeadm-compat-ignition.
+    let shipped = CATALOGUE.len() + 2;
     assert_eq!(files.len(), shipped);
     let mut args = vec!["lint"];
     args.extend(files.iter().map(String::as_str));
@@ -2568,5 +2575,173 @@ fn check_compat_modules(what: &str, case: &Case) {
         doc["mounts"],
         json!([["LABEL=data", "/var/lib/data"]]),
         "{what}"
+    );
+}
+
+// kubeadm-compat-ignition: kubeadm-compat for a KubeadmConfigSpec with `format: ignition`, in
+// the kubeadm bootstrap provider's layout (/etc/kubeadm.yml, /etc/kubeadm.sh, kubeadm.service).
+
+const COMPAT_IGNITION: Entry = Entry {
+    name: "kubeadm-compat-ignition",
+    kubeadm: false,
+    image: Image::Flatcar,
+};
+
+/// An imported KubeadmConfigSpec with `format: ignition` and every field the template carries.
+fn compat_ignition_imported() -> BootplateConfigSpec {
+    let source = json!({
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+        "kind": "KubeadmConfigTemplate",
+        "metadata": {"name": "flatcar-workers", "namespace": "team-a"},
+        "spec": {"template": {"spec": {
+            "format": "ignition",
+            "ignition": {"containerLinuxConfig": {}},
+            "files": [
+                {"path": "/etc/app/env", "content": "A=1 B=\"two words\"\n", "owner": "core:core", "permissions": "0640"},
+                {"path": "/etc/app/blob", "content": "aGVsbG8K", "encoding": "base64"},
+            ],
+            "preKubeadmCommands": ["echo pre-kubeadm", "echo 'a|b' > /tmp/pre"],
+            "postKubeadmCommands": ["echo post-kubeadm"],
+            "users": [{"name": "ops", "groups": "docker, wheel", "sudo": "ALL=(ALL) NOPASSWD:ALL",
+                "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBootplateExampleKeyOnly ops@example"]}],
+            "ntp": {"servers": ["time.example.com"], "enabled": true},
+            "verbosity": 4,
+            "joinConfiguration": {"nodeRegistration": {
+                "ignorePreflightErrors": ["NumCPU"],
+                "kubeletExtraArgs": [{"name": "node-labels", "value": "tier=web"}],
+                "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}],
+            }},
+        }}},
+    });
+    let imported = bootplate::core::import::import(&source).expect("imports");
+    assert_eq!(imported.lost, vec![], "every field carried");
+    assert_eq!(imported.spec.template_ref.name, "kubeadm-compat-ignition");
+    imported.spec
+}
+
+/// Every role at both kubeadm API versions with the defaults, and the imported spec above for
+/// a worker at v1.31.
+fn compat_ignition_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for role in Role::ALL {
+        for version in VERSIONS {
+            cases.push(Case::new(COMPAT_IGNITION, role, version));
+        }
+    }
+    let mut case = Case::new(COMPAT_IGNITION, Role::Worker, "v1.31");
+    case.config = compat_ignition_imported();
+    case.tag = "configured";
+    cases.push(case);
+    cases
+}
+
+/// ignition-validate, the golden files and a sandbox boot of /etc/kubeadm.sh (kubeadm with
+/// /etc/kubeadm.yml, the sentinel, the file moved to /tmp), and for the configured case the
+/// files, the commands in order around kubeadm, the JoinConfiguration, users and NTP.
+#[test]
+fn kubeadm_compat_ignition_renders_passes_its_tools_and_boots() {
+    in_parallel(&compat_ignition_cases(), |case| {
+        let what = format!("kubeadm-compat-ignition {}", case.label());
+        let sandbox = boot_case(case);
+        let verb = if case.role == Role::Init {
+            "init"
+        } else {
+            "join"
+        };
+        let mut expected = vec!["kubeadm", verb, "--config", "/etc/kubeadm.yml"];
+        if !case.tag.is_empty() {
+            expected.extend_from_slice(&["--v", "4"]);
+        }
+        assert!(sandbox.called(&expected), "{what}: {:?}", sandbox.calls());
+        assert!(
+            sandbox.read("/etc/kubeadm.yml").is_none(),
+            "{what}: moved away"
+        );
+        let text = sandbox.read("/tmp/kubeadm.yml").expect("/tmp/kubeadm.yml");
+        let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+            .filter_map(|d| {
+                let v: serde_yaml::Value = serde::Deserialize::deserialize(d).ok()?;
+                (!v.is_null()).then(|| serde_json::to_value(v).expect("JSON-compatible YAML"))
+            })
+            .collect();
+        let api = if case.version == "v1.31" {
+            "v1beta4"
+        } else {
+            "v1beta3"
+        };
+        assert_eq!(
+            docs[0]["apiVersion"],
+            format!("kubeadm.k8s.io/{api}"),
+            "{what}"
+        );
+        assert_eq!(
+            docs.len(),
+            if case.role == Role::Init { 2 } else { 1 },
+            "{what}"
+        );
+        if !case.tag.is_empty() {
+            check_compat_ignition_configured(&what, case, &sandbox, &docs[0]);
+        }
+    });
+}
+
+fn check_compat_ignition_configured(what: &str, case: &Case, sandbox: &Sandbox, join: &Value) {
+    assert_eq!(
+        sandbox.read("/etc/app/env").as_deref(),
+        Some("A=1 B=\"two words\"\n")
+    );
+    assert_eq!(sandbox.mode("/etc/app/env"), 0o640, "{what}");
+    assert_eq!(sandbox.read("/etc/app/blob").as_deref(), Some("hello\n"));
+    assert_eq!(sandbox.read("/tmp/pre").as_deref(), Some("a|b\n"));
+    let script = sandbox.read("/etc/kubeadm.sh").expect("the script");
+    let lines: Vec<&str> = script.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        lines,
+        [
+            "#!/bin/bash",
+            "set -e",
+            "echo pre-kubeadm",
+            "echo 'a|b' > /tmp/pre",
+            "kubeadm join --config /etc/kubeadm.yml --v 4",
+            "mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete",
+            "mv /etc/kubeadm.yml /tmp/",
+            "echo post-kubeadm",
+        ],
+        "{what}"
+    );
+    let registration = &join["nodeRegistration"];
+    assert_eq!(registration["ignorePreflightErrors"], json!(["NumCPU"]));
+    assert_eq!(
+        registration["kubeletExtraArgs"],
+        json!([{"name": "node-labels", "value": "tier=web"}])
+    );
+    assert_eq!(
+        registration["taints"],
+        json!([{"key": "dedicated", "value": "web", "effect": "NoSchedule"},
+            {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}])
+    );
+    assert_eq!(join["discovery"]["bootstrapToken"]["token"], TOKEN);
+    let doc: Value = serde_json::from_slice(&case.render().expect("renders")).expect("JSON");
+    assert_eq!(
+        doc["passwd"]["users"],
+        json!([{"name": "ops", "groups": ["docker", "wheel"],
+            "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBootplateExampleKeyOnly ops@example"]}]),
+        "{what}"
+    );
+    let units: Vec<&str> = doc["systemd"]["units"]
+        .as_array()
+        .expect("units")
+        .iter()
+        .filter_map(|u| u["name"].as_str())
+        .collect();
+    assert_eq!(units, ["ntpd.service", "kubeadm.service"], "{what}");
+    let ntp = sandbox.read("/etc/ntp.conf").expect("ntp.conf");
+    assert!(
+        ntp.starts_with("# Common pool\nserver time.example.com\n"),
+        "{ntp}"
+    );
+    assert_eq!(
+        sandbox.read("/etc/sudoers.d/ops").as_deref(),
+        Some("ops ALL=(ALL) NOPASSWD:ALL\n")
     );
 }

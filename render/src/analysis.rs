@@ -249,7 +249,7 @@ impl Output {
 
 /// Helpers whose result cannot break out of the syntax it is written into (`shell_quote` but
 /// in a systemd unit, where the line breaks it keeps start a new setting).
-const QUOTING: [&str; 8] = [
+const QUOTING: [&str; 10] = [
     "shell_quote",
     "systemd_quote",
     "systemd_env_quote",
@@ -258,6 +258,8 @@ const QUOTING: [&str; 8] = [
     "base64",
     "gzip_base64",
     "sha256",
+    "url_encode",
+    "octal",
 ];
 
 /// The handlebars built-ins bootplate keeps: name, smallest and largest number of parameters.

@@ -182,7 +182,7 @@ impl HelperDef for Step {
 }
 
 /// bootplate's helpers: name, usage, number of parameters, function.
-pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 19] = [
+pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 23] = [
     ("shell_quote", "shell_quote VALUE", 1, shell_quote),
     ("systemd_quote", "systemd_quote VALUE", 1, systemd_quote),
     (
@@ -216,6 +216,10 @@ pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 19] = [
         kubernetes_minor,
     ),
     ("starts_with", "starts_with TEXT PREFIX", 2, starts_with),
+    ("split", "split TEXT SEPARATOR", 2, split),
+    ("url_encode", "url_encode TEXT", 1, url_encode),
+    ("octal", "octal TEXT", 1, octal),
+    ("concat", "concat TEXT TEXT", 2, concat),
     ("fail", "fail MESSAGE", 1, fail),
 ];
 
@@ -759,6 +763,59 @@ fn starts_with(args: &[&Value]) -> Result<Value, HelperError> {
     Ok(Value::Bool(text(args[0])?.starts_with(&*text(args[1])?)))
 }
 
+/// The pieces of a text between its separators (`root:wheel` → `[root, wheel]`).
+fn split(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    let separator = text(args[1])?;
+    if separator.is_empty() {
+        return Err(HelperError::Invalid("the separator is empty".to_owned()));
+    }
+    fits(t.len() as u64)?;
+    Ok(Value::Array(
+        t.split(&*separator)
+            .map(|p| Value::String(p.to_owned()))
+            .collect(),
+    ))
+}
+
+/// Percent-encoding of every byte but `A-Z a-z 0-9 - . _ ~ /`: the data of a `data:,` URL
+/// (Ignition's file contents). Unlike base64, encoded pieces concatenate to the encoding of
+/// the whole, so a template can build one file from literal text and values.
+fn url_encode(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    let keep = |b: u8| b.is_ascii_alphanumeric() || b"-._~/".contains(&b);
+    fits(t.bytes().map(|b| if keep(b) { 1 } else { 3 }).sum())?;
+    let mut out = String::with_capacity(t.len());
+    for b in t.bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Ok(Value::String(out))
+}
+
+/// Two texts as one (`{{json (concat "data:;base64," content)}}`).
+fn concat(args: &[&Value]) -> Result<Value, HelperError> {
+    let (a, b) = (text(args[0])?, text(args[1])?);
+    fits(a.len() as u64 + b.len() as u64)?;
+    Ok(Value::String(format!("{a}{b}")))
+}
+
+/// The number octal digits stand for: a file mode as Ignition's JSON takes it (`0644` → 420).
+fn octal(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    match u32::from_str_radix(&t, 8) {
+        Ok(n) if !t.is_empty() && t.len() <= 8 && t.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(Value::from(n))
+        }
+        _ => Err(HelperError::Invalid(
+            "expects one to eight octal digits, for example 0644".to_owned(),
+        )),
+    }
+}
+
 /// Refuses the render: the template found the config's variables unusable together (a check
 /// a variable's own schema cannot express, such as "an http:// URL needs a digest"). The
 /// message is the template's own words; the engine reports it as the config's problem.
@@ -906,6 +963,40 @@ mod tests {
             ),
             "v1beta3"
         );
+        assert_eq!(
+            ok("{{lookup (split \"core:wheel\" \":\") 1}}", json!({})),
+            "wheel"
+        );
+        assert_eq!(
+            ok("{{json (split \"root\" \":\")}}", json!({})),
+            r#"["root"]"#
+        );
+        assert_eq!(
+            ok("\"source\": \"data:,{{url_encode \"a b\"}}%0A\"", json!({})),
+            r#""source": "data:,a%20b%0A""#
+        );
+        assert_eq!(
+            ok("{{url_encode s}}", json!({"s": "é\"%/x"})),
+            "%C3%A9%22%25/x"
+        );
+        assert_eq!(
+            ok(
+                "{{json (concat \"data:;base64,\" s)}}",
+                json!({"s": "YQ=="})
+            ),
+            r#""data:;base64,YQ==""#
+        );
+        assert_eq!(
+            ok("\"mode\": {{octal \"0644\"}}", json!({})),
+            r#""mode": 420"#
+        );
+        assert_eq!(ok("{{octal \"4755\"}}", json!({})), "2541");
+        for bad in ["\"0648\"", "\"\"", "\"-1\"", "\"+7\""] {
+            assert!(
+                render(&format!("{{{{octal {bad}}}}}"), json!({})).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -355,7 +355,8 @@ pub fn kubeadm_templates() -> Vec<ShippedTemplate> {
             p.extension().is_some_and(|e| e == "yaml")
                 && p.file_name()
                     .is_some_and(|n| n.to_string_lossy().starts_with("kubeadm-"))
-                && p.file_stem().is_some_and(|n| n != "kubeadm-compat")
+                && p.file_stem()
+                    .is_some_and(|n| !n.to_string_lossy().starts_with("kubeadm-compat"))
         })
         .map(|file| {
             let object: Value =

@@ -2,12 +2,17 @@
 //! KubeadmConfigSpec of `tests/corpus/kubeadm-specs.yaml`, the real provider (CABPK, its
 //! manager built from Cluster API's module) renders the data Secret of one worker Machine under
 //! the real Cluster API manager, bootplate renders the imported BootplateConfig (template
-//! `kubeadm-compat`) for another Machine of the same Cluster, and the two cloud-configs are
+//! `kubeadm-compat`, or `kubeadm-compat-ignition` for the `format: ignition` specs) for another
+//! Machine of the same Cluster, and the two cloud-configs (or Ignition configs) are
 //! compared as cloud-init and kubeadm read them: the files (path, content after decoding,
 //! permissions, owner), the commands in order, bootcmd, users, NTP, mounts, disk setup, and the
 //! JoinConfiguration after parsing. The differences allowed are the ones docs/migrating.md
 //! lists: the token's value, the kubeadm file's mode (0600, not 0640), the placeholder file's
 //! text, the quoting of mount fields and partition numbers, and the user-data's first line.
+//! An Ignition config is compared as Ignition reads it, whatever its spec version (the
+//! provider writes 2.3, bootplate 3.3): files (data URL decoded, mode, user:group), units
+//! (enabled, contents), passwd.users, disks; /etc/kubeadm.yml parsed without the token,
+//! /etc/kubeadm.sh as its non-empty lines in order.
 //! One environment, every Machine at once.
 //!
 //! In the same environment, the migration docs/migrating.md describes: a MachineDeployment of
@@ -169,8 +174,11 @@ fn join_configuration(content: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-/// What cloud-init does with `user_data`, in comparable form.
+/// What cloud-init (or Ignition) does with `user_data`, in comparable form.
 fn semantic(user_data: &str) -> BTreeMap<String, Value> {
+    if user_data.trim_start().starts_with('{') {
+        return semantic_ignition(user_data);
+    }
     let doc: Value = serde_yaml::from_str(user_data).expect("YAML user-data");
     let mut out = BTreeMap::new();
     for file in doc["write_files"].as_array().into_iter().flatten() {
@@ -226,6 +234,90 @@ fn semantic(user_data: &str) -> BTreeMap<String, Value> {
     out
 }
 
+const IGNITION_KUBEADM_FILE: &str = "/etc/kubeadm.yml";
+const IGNITION_KUBEADM_SCRIPT: &str = "/etc/kubeadm.sh";
+
+/// The bytes of a `data:` URL (percent-encoded or base64).
+fn data_url(source: &str) -> Vec<u8> {
+    let (meta, data) = source
+        .strip_prefix("data:")
+        .and_then(|s| s.split_once(','))
+        .unwrap_or_else(|| panic!("not a data URL: {source}"));
+    if meta.ends_with(";base64") {
+        return base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .expect("base64");
+    }
+    percent_encoding::percent_decode_str(data).collect()
+}
+
+/// A storage.files entry of Ignition 2.3 (the provider's) or 3.x (bootplate's): content,
+/// mode, owner. The kubeadm file parsed without the token, the script as its non-empty lines.
+fn ignition_file(file: &Value) -> (String, Value) {
+    let path = file["path"].as_str().expect("a path").to_owned();
+    let mut content = data_url(file["contents"]["source"].as_str().unwrap_or("data:,"));
+    if file["contents"]["compression"] == "gzip" {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&content[..])
+            .read_to_end(&mut out)
+            .expect("gzip");
+        content = out;
+    }
+    let content = match path.as_str() {
+        IGNITION_KUBEADM_FILE => json!(join_configuration(&content)),
+        IGNITION_KUBEADM_SCRIPT => json!(
+            String::from_utf8_lossy(&content)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+        ),
+        _ => json!(String::from_utf8_lossy(&content)),
+    };
+    let mode = format!("{:04o}", file["mode"].as_u64().unwrap_or(0o644));
+    let name = |key: &str| file[key]["name"].as_str().unwrap_or("root").to_owned();
+    let owner = format!("{}:{}", name("user"), name("group"));
+    (format!("file {path}"), json!([content, mode, owner]))
+}
+
+/// What Ignition does with `config`, in comparable form: files, units, users, disks.
+fn semantic_ignition(config: &str) -> BTreeMap<String, Value> {
+    let doc: Value = serde_json::from_str(config).expect("Ignition JSON");
+    let mut out = BTreeMap::new();
+    for file in doc["storage"]["files"].as_array().into_iter().flatten() {
+        let (key, value) = ignition_file(file);
+        out.insert(key, value);
+    }
+    for unit in doc["systemd"]["units"].as_array().into_iter().flatten() {
+        let name = unit["name"].as_str().expect("a unit name");
+        let enabled = unit["enabled"].as_bool().unwrap_or(false);
+        let dropins = unit["dropins"].as_array().cloned().unwrap_or_default();
+        out.insert(
+            format!("unit {name}"),
+            json!([enabled, unit["contents"], dropins]),
+        );
+    }
+    let users: Vec<Value> = doc["passwd"]["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|user| {
+            let mut fields = user.as_object().cloned().unwrap_or_default();
+            // Ignition 2.x could nest a user's fields under `create`.
+            if let Some(Value::Object(create)) = fields.remove("create") {
+                fields.extend(create);
+            }
+            fields.retain(|_, v| !(v.is_null() || v == &json!([]) || v == &json!("")));
+            Value::Object(fields)
+        })
+        .collect();
+    out.insert("users".into(), json!(users));
+    for key in ["disks", "filesystems", "directories", "links", "raid"] {
+        out.insert(format!("storage.{key}"), doc["storage"][key].clone());
+    }
+    out
+}
+
 fn as_text(value: &Value) -> Value {
     match value {
         Value::String(_) => value.clone(),
@@ -236,12 +328,17 @@ fn as_text(value: &Value) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn imported_configs_render_what_the_kubeadm_provider_renders() {
     let env = CapiEnv::start(Options::default()).await.unwrap();
-    env.publish_shipped_template("templates/kubeadm-compat.yaml")
-        .await
-        .unwrap();
+    for template in ["kubeadm-compat", "kubeadm-compat-ignition"] {
+        env.publish_shipped_template(&format!("templates/{template}.yaml"))
+            .await
+            .unwrap();
+    }
     let cabpk = KubeadmBootstrap::install(&env).await.unwrap();
+    // Its Ignition format is behind a feature gate (off in its Deployment); the flag given
+    // again sets that gate and keeps the others.
+    let ignition = "--feature-gates=KubeadmBootstrapFormatIgnition=true".to_owned();
     let _cabpk = cabpk
-        .start(&env, &[], "kubeadm-bootstrap.log")
+        .start(&env, &[ignition], "kubeadm-bootstrap.log")
         .await
         .unwrap();
     let mut secret = Secret::default();

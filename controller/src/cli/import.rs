@@ -26,9 +26,9 @@ KubeadmConfigs into bootplate's BootplateConfigTemplates and BootplateConfigs.
 Each object of kind KubeadmConfigTemplate or KubeadmConfig (bootstrap.cluster.x-k8s.io v1beta1 \
 or v1beta2) in FILE (`-` or no FILE: standard input) becomes the object of the same name and \
 namespace that references the shipped ClusterBootstrapTemplate kubeadm-compat \
-(templates/kubeadm-compat.yaml, which must be installed), with its files, commands, users, NTP, \
-mounts, disk setup and join configuration carried as the config's files, preCommands, \
-postCommands and variables. The objects are written as YAML to standard output (or --output).
+(templates/kubeadm-compat.yaml, which must be installed; kubeadm-compat-ignition for a spec with \
+format ignition), with its files, commands, users, NTP, mounts, disk setup and join \
+configuration carried as the config's files, preCommands, postCommands and variables. The objects are written as YAML to standard output (or --output).
 
 A field kubeadm-compat cannot carry (docs/migrating.md lists them) is named on standard error, \
 and the import fails unless --allow-lossy is given; with it, those fields are left out and named \

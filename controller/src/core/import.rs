@@ -17,6 +17,28 @@ use serde_json::{Map, Value, json};
 
 /// The shipped template imported configs reference.
 pub const COMPAT_TEMPLATE: &str = "kubeadm-compat";
+/// The shipped template imported configs with `format: ignition` reference.
+pub const COMPAT_IGNITION_TEMPLATE: &str = "kubeadm-compat-ignition";
+/// The fields the kubeadm bootstrap provider's Ignition does not write (its webhook refuses
+/// some; it ignores the others), so kubeadm-compat-ignition declares no variable for them.
+const NOT_WITH_IGNITION: &[(&str, &str)] = &[
+    (
+        "bootCommands",
+        "the kubeadm bootstrap provider refuses bootCommands with format ignition",
+    ),
+    (
+        "useExperimentalRetryJoin",
+        "the kubeadm bootstrap provider's Ignition ignores it (kubeadm join runs once)",
+    ),
+    (
+        "mounts",
+        "mounts are not carried for format ignition: declare the mount units in a template of your own",
+    ),
+    (
+        "diskSetup",
+        "disk setup is not carried for format ignition: declare storage.disks and filesystems in a template of your own",
+    ),
+];
 /// The kubeadm bootstrap provider's API group.
 const KUBEADM_GROUP: &str = "bootstrap.cluster.x-k8s.io/";
 /// bootplate's API version.
@@ -168,17 +190,29 @@ fn convert_spec(
         Value::Null => &empty,
         _ => return Err(walk.error(at, "not an object (a KubeadmConfigSpec)")),
     };
+    let ignition = fields.get("format").and_then(Value::as_str) == Some("ignition");
     let mut spec = BootplateConfigSpec {
         template_ref: TemplateRef {
             kind: TemplateKind::ClusterBootstrapTemplate,
-            name: COMPAT_TEMPLATE.to_owned(),
+            name: if ignition {
+                COMPAT_IGNITION_TEMPLATE
+            } else {
+                COMPAT_TEMPLATE
+            }
+            .to_owned(),
             namespace: None,
         },
         ..Default::default()
     };
     for (key, value) in fields {
         let field = format!("{at}.{key}");
-        convert_field(key, value, &field, &mut spec, walk)?;
+        match NOT_WITH_IGNITION.iter().find(|(k, _)| k == key) {
+            Some((_, why)) if ignition => lose_unless_empty(value, &field, walk, why),
+            _ => convert_field(key, value, &field, &mut spec, walk)?,
+        }
+    }
+    if ignition && let Some(users) = spec.variables.get_mut("users") {
+        lose_ignition_user_fields(users, &format!("{at}.users"), walk);
     }
     Ok(spec)
 }
@@ -215,12 +249,7 @@ fn convert_field(
             walk,
             "the first control-plane machine's kubeadm configuration: keep KubeadmControlPlane for the control plane (kubeadm-compat writes a minimal init only)",
         ),
-        "ignition" => lose_unless_empty(
-            value,
-            field,
-            walk,
-            "kubeadm-compat writes cloud-config; Ignition options are not carried",
-        ),
+        "ignition" => convert_ignition(value, field, walk),
         _ => walk.lose(field, "a field kubeadm-compat does not know"),
     }
     Ok(())
@@ -245,11 +274,48 @@ fn lose_unless_empty(value: &Value, field: &str, walk: &mut Walk, why: &str) {
 
 fn convert_format(value: &Value, field: &str, walk: &mut Walk) {
     match value.as_str() {
-        None | Some("") | Some("cloud-config") => {}
+        None | Some("") | Some("cloud-config") | Some("ignition") => {}
         Some(_) => walk.lose(
             field,
-            "kubeadm-compat writes cloud-config; an Ignition image needs a template of its own (docs/migrating.md)",
+            "a format the kubeadm bootstrap provider does not know",
         ),
+    }
+}
+
+/// `ignition.containerLinuxConfig`: the provider transpiles its additionalConfig (a Container
+/// Linux Config) and merges it in; bootplate transpiles nothing, so a non-empty one is lost.
+fn convert_ignition(value: &Value, field: &str, walk: &mut Walk) {
+    let clc = &value["containerLinuxConfig"];
+    let additional = clc["additionalConfig"].as_str().unwrap_or_default();
+    if !additional.trim().is_empty() {
+        walk.lose(
+            format!("{field}.containerLinuxConfig.additionalConfig"),
+            "a Container Linux Config is not transpiled: write its files and units as the config's files or in a template of your own",
+        );
+    }
+    if let Value::Object(m) = value {
+        for key in m.keys().filter(|k| *k != "containerLinuxConfig") {
+            walk.lose(
+                format!("{field}.{key}"),
+                "a field kubeadm-compat-ignition does not know",
+            );
+        }
+    }
+}
+
+/// users[].inactive (the provider refuses it with Ignition) and lockPassword (its sshd_config
+/// for password logins is not written by kubeadm-compat-ignition) are lost and left out.
+fn lose_ignition_user_fields(users: &mut Value, field: &str, walk: &mut Walk) {
+    for (i, user) in users.as_array_mut().into_iter().flatten().enumerate() {
+        let Value::Object(m) = user else { continue };
+        for key in ["inactive", "lockPassword"] {
+            if m.remove(key).is_some() {
+                walk.lose(
+                    format!("{field}[{i}].{key}"),
+                    "not carried for format ignition: kubeadm-compat-ignition writes Ignition's passwd.users, SSH keys and sudo",
+                );
+            }
+        }
     }
 }
 
@@ -730,11 +796,7 @@ mod tests {
                 json!({"users": [{"name": "u", "shelll": "/bin/sh"}]}),
                 "users[0].shelll",
             ),
-            (json!({"format": "ignition"}), "format"),
-            (
-                json!({"ignition": {"containerLinuxConfig": {"additionalConfig": "x"}}}),
-                "ignition",
-            ),
+            (json!({"format": "yaml"}), "format"),
             (
                 json!({"clusterConfiguration": {"apiServer": {}}}),
                 "clusterConfiguration",
@@ -773,15 +835,52 @@ mod tests {
             ),
             (json!({"somethingNew": 1}), "somethingNew"),
         ];
+        assert_lost(cases);
+        // A Jinja node name is left out, not carried as text kubeadm would refuse.
+        let jinja = json!({"joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}});
+        assert!(import(&template(jinja)).unwrap().spec.variables.is_empty());
+    }
+
+    fn assert_lost(cases: &[(Value, &str)]) {
         for (spec, field) in cases {
             let imported =
                 import(&template(spec.clone())).unwrap_or_else(|e| panic!("{field}: {e}"));
             let fields: Vec<&str> = imported.lost.iter().map(|l| l.field.as_str()).collect();
             assert_eq!(fields, vec![format!("{AT}.{field}")], "{spec}");
         }
-        // A Jinja node name is left out, not carried as text kubeadm would refuse.
-        let jinja = json!({"joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}});
-        assert!(import(&template(jinja)).unwrap().spec.variables.is_empty());
+    }
+
+    /// With `format: ignition`, what the provider refuses or ignores there, and what
+    /// kubeadm-compat-ignition does not write, is named.
+    #[test]
+    fn ignition_lost_fields_are_named() {
+        let cases: &[(Value, &str)] = &[
+            (
+                json!({"format": "ignition", "ignition": {"containerLinuxConfig": {"additionalConfig": "x"}}}),
+                "ignition.containerLinuxConfig.additionalConfig",
+            ),
+            (
+                json!({"format": "ignition", "bootCommands": ["echo"]}),
+                "bootCommands",
+            ),
+            (
+                json!({"format": "ignition", "useExperimentalRetryJoin": true}),
+                "useExperimentalRetryJoin",
+            ),
+            (
+                json!({"format": "ignition", "mounts": [["a", "/b"]]}),
+                "mounts",
+            ),
+            (
+                json!({"format": "ignition", "diskSetup": {"partitions": [{"device": "/dev/sdb"}]}}),
+                "diskSetup",
+            ),
+            (
+                json!({"format": "ignition", "users": [{"name": "u", "lockPassword": false}]}),
+                "users[0].lockPassword",
+            ),
+        ];
+        assert_lost(cases);
     }
 
     /// Each case: an object that cannot be imported, and the field the error names.
@@ -829,6 +928,45 @@ mod tests {
                 other => panic!("{spec}: {other:?}"),
             }
         }
+    }
+
+    /// `format: ignition` imports to kubeadm-compat-ignition, with the variables it declares.
+    #[test]
+    fn ignition_specs_import_to_the_ignition_template() {
+        let spec = json!({
+            "format": "ignition",
+            "ignition": {"containerLinuxConfig": {}},
+            "users": [{"name": "core", "sudo": "ALL=(ALL) NOPASSWD:ALL", "groups": "docker, wheel"}],
+            "ntp": {"servers": ["a.example"], "enabled": true},
+            "verbosity": 4,
+            "files": [{"path": "/a", "content": "x"}],
+        });
+        let imported = import(&template(spec)).unwrap();
+        assert_eq!(imported.lost, vec![]);
+        assert_eq!(imported.spec.template_ref.name, COMPAT_IGNITION_TEMPLATE);
+        assert_eq!(
+            json!(imported.spec.variables),
+            json!({
+                "users": [{"name": "core", "sudo": "ALL=(ALL) NOPASSWD:ALL", "groups": "docker, wheel"}],
+                "ntp": {"servers": ["a.example"], "enabled": true},
+                "verbosity": 4,
+            })
+        );
+        assert_eq!(imported.spec.files.len(), 1);
+        let template = shipped("templates/kubeadm-compat-ignition.yaml");
+        for name in imported.spec.variables.keys() {
+            assert!(
+                template.contains(&format!("    - name: {name}\n")),
+                "{name}"
+            );
+        }
+    }
+
+    fn shipped(path: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(path);
+        std::fs::read_to_string(&path).unwrap()
     }
 
     #[test]

@@ -87,6 +87,8 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/templates/kubeadm-amazonlinux-2023.md", "bootplate lint templates/kubeadm-amazonlinux-2023.yaml", Run),
     ("docs/templates/kubeadm-amazonlinux-2023.md", "bootplate render --template templates/kubeadm-amazonlinux-2023.yaml --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml --role worker", Run),
     ("docs/templates/kubeadm-compat.md", "bootplate lint templates/kubeadm-compat.yaml", Run),
+    ("docs/templates/kubeadm-compat-ignition.md", "bootplate lint templates/kubeadm-compat-ignition.yaml", Run),
+    ("docs/templates/kubeadm-compat-ignition.md", "bootplate render --template templates/kubeadm-compat-ignition.yaml --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml --role worker", Run),
     ("docs/templates/kubeadm-compat.md", "bootplate render --template templates/kubeadm-compat.yaml --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml --role worker", Run),
     ("docs/migrating.md", "bootplate import examples/kubeadm-config-template.yaml", Run),
     // Needs the user's own KubeadmConfigTemplate file.
