@@ -18,6 +18,7 @@ pub mod joins;
 pub mod pki;
 pub mod pod_cluster;
 pub mod rbac;
+pub mod release;
 pub mod tls_probe;
 pub mod tools;
 

@@ -23,6 +23,7 @@ use testenv::capi::objects;
 use testenv::eventually;
 use testenv::pod_cluster::fleet::Fleet;
 use testenv::pod_cluster::{PodCluster, clusterctl, host, images};
+use testenv::release::Release;
 
 const NS: &str = "probe";
 
@@ -335,16 +336,17 @@ fn clusterctl_reads_both_providers_from_local_repositories() {
     );
 }
 
-/// The images the shipped install runs: the sandbox, Cluster API's manager, cert-manager's three
-/// and bootplate's own.
-const SHIPPED_IMAGES: [&str; 6] = [
+/// The images the shipped install runs beside bootplate's own (which comes from the release):
+/// the sandbox, Cluster API's manager and cert-manager's three.
+const SHIPPED_IMAGES: [&str; 5] = [
     "pause",
     "capi-manager",
     "cert-manager-controller",
     "cert-manager-webhook",
     "cert-manager-cainjector",
-    "bootplate",
 ];
+/// The image name bootplate's release archive carries (and its components pin by digest).
+const BOOTPLATE_IMAGE: &str = "ghcr.io/bootplate/bootplate";
 
 /// bootplate's namespace and Deployment as `deploy/` ships them.
 const BOOTPLATE_NS: &str = "bootplate-system";
@@ -358,11 +360,17 @@ const BOOTPLATE_SELECTOR: &str =
 #[tokio::test(flavor = "multi_thread")]
 async fn as_it_ships_clusterctl_installs_bootplate_and_the_scenarios_run() {
     let images = images::built(&SHIPPED_IMAGES).expect("the image archives");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pod-cluster-release");
+    let release = tokio::task::spawn_blocking(move || Release::make(&out));
     let cluster = PodCluster::start(&images.archives(), images.pause().unwrap())
         .await
         .expect("the pod cluster starts");
-    let repos = clusterctl_init(&cluster);
-    scenario_a_two_ready_replicas_one_leader_and_metrics(&cluster).await;
+    let release = release.await.unwrap().expect("scripts/release.sh's output");
+    cluster
+        .import_pinned(&release.archive(), BOOTPLATE_IMAGE)
+        .expect("the release's image archive imported");
+    let repos = clusterctl_init(&cluster, &release);
+    scenario_a_two_ready_replicas_one_leader_and_metrics(&cluster, &release).await;
     scenario_b_the_webhook_through_its_service_with_cert_managers_ca(&cluster).await;
     let fleet = Fleet::start(&cluster).await.expect("the test cloud starts");
     scenario_c_workers_get_their_data_from_bootplates_pod(&cluster, &fleet).await;
@@ -372,12 +380,13 @@ async fn as_it_ships_clusterctl_installs_bootplate_and_the_scenarios_run() {
 }
 
 /// `clusterctl init --core cluster-api --bootstrap bootplate` with a configuration whose
-/// `cert-manager:` and `providers:` point at local files, the images only in the cluster's
-/// containerd (Cluster API's named through `images:`, bootplate's as `deploy/` names it, pulled
+/// `cert-manager:` and `providers:` point at local files (bootplate's at the release's output,
+/// read in place), the images only in the cluster's containerd (Cluster API's named through
+/// `images:`, bootplate's pinned by digest as the release's components name it, pulled
 /// `IfNotPresent`). clusterctl installs cert-manager from its manifest and waits for it (its own
 /// test Certificate, through cert-manager's webhook Service), then both providers, and waits for
 /// their Pods. No test code applies a manifest of bootplate or Cluster API.
-fn clusterctl_init(cluster: &PodCluster) -> clusterctl::Repositories {
+fn clusterctl_init(cluster: &PodCluster, release: &Release) -> clusterctl::Repositories {
     let core = clusterctl::capi_core().unwrap();
     let version = core.version.clone();
     let manifest = testenv::tools::path("cert-manager-manifest").unwrap();
@@ -389,7 +398,7 @@ fn clusterctl_init(cluster: &PodCluster) -> clusterctl::Repositories {
         .to_owned();
     let repos = clusterctl::write(
         &cluster.dir().join("clusterctl"),
-        &[core, clusterctl::bootplate().unwrap()],
+        &[core, clusterctl::released(release)],
         &[clusterctl::ImageOverride {
             component: "cluster-api".into(),
             repository: "registry.k8s.io/cluster-api".into(),
@@ -470,9 +479,14 @@ fn kubectl_text(cluster: &PodCluster, args: &[&str]) -> String {
 }
 
 /// Scenario a: both replicas Ready under the shipped securityContext and probes (as clusterctl
-/// applied them, checked on the running Pods), exactly one of them holds the Lease, and the
-/// metrics Service answers with `bootplate_*` series.
-async fn scenario_a_two_ready_replicas_one_leader_and_metrics(cluster: &PodCluster) {
+/// applied them, checked on the running Pods), running the release's image by its digest,
+/// exactly one of them holds the Lease, and the metrics Service answers with `bootplate_*`
+/// series.
+async fn scenario_a_two_ready_replicas_one_leader_and_metrics(
+    cluster: &PodCluster,
+    release: &Release,
+) {
+    let digest = release.digest().unwrap();
     let client = cluster.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), BOOTPLATE_NS);
     let selector = BOOTPLATE_SELECTOR;
@@ -492,6 +506,20 @@ async fn scenario_a_two_ready_replicas_one_leader_and_metrics(cluster: &PodClust
         assert_eq!(security.read_only_root_filesystem, Some(true));
         assert_eq!(security.allow_privilege_escalation, Some(false));
         assert!(container.readiness_probe.is_some() && container.liveness_probe.is_some());
+        let pinned = format!("{BOOTPLATE_IMAGE}@{digest}");
+        assert_eq!(container.image.as_deref(), Some(pinned.as_str()));
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref());
+        let image_id = statuses
+            .and_then(|s| s.first())
+            .map(|s| s.image_id.as_str());
+        assert!(
+            image_id.is_some_and(|id| id.ends_with(&digest)),
+            "{:?} runs {image_id:?}, not the release's {digest}",
+            pod.metadata.name
+        );
         let ready = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
         assert!(
             ready.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
