@@ -4,7 +4,8 @@
 #   bootplate-image-VERSION.oci.tar   the controller image, ghcr.io/bootplate/bootplate:VERSION,
 #                                     as an OCI image archive (tests/scripts/build-images.sh)
 #   bootplate-image-VERSION.digest    its manifest digest (sha256:...), the one the components pin
-#   bootplate-linux-ARCH              the CLI and controller, static (scripts/build-static.sh)
+#   bootplate-linux-ARCH              the CLI and controller, static (scripts/build-static.sh):
+#                                     the image's own /usr/local/bin/bootplate
 #   bootplate-agent-linux-ARCH        the node agent, static (agent/build.sh)
 #   bootstrap-bootplate/VERSION/bootstrap-components.yaml
 #                                     the clusterctl components, the image pinned by digest
@@ -63,7 +64,8 @@ repository="$out/bootstrap-bootplate/$version"
 mkdir -p "$repository"
 
 # The image first: it builds the release binary (scripts/build-static.sh) when its archive is
-# not cached; the binary below is then cargo's fresh build.
+# not cached. The CLI below is that binary, taken out of the image: one static build serves both,
+# and what the release publishes as `bootplate` is byte for byte what its image runs.
 cached=$("$root/tests/scripts/build-images.sh" bootplate | sed -n 's/^bootplate=//p')
 [[ -n $cached ]] || fail "tests/scripts/build-images.sh built no bootplate image"
 image_name=$(sed -n 's/^ *image: *//p' "$root/deploy/manager/manager.yaml")
@@ -76,8 +78,20 @@ digest=$(skopeo inspect --format '{{.Digest}}' "oci-archive:$archive")
 [[ $digest == sha256:* ]] || fail "skopeo read no digest from $archive: $digest"
 echo "$digest" >"$out/bootplate-image-$version.digest"
 
-log "building the static binaries"
-cp "$("$root/scripts/build-static.sh" bootplate bootplate release | tail -n1)" "$out/bootplate-linux-$arch"
+log "taking the CLI out of the image, building the agent"
+binary=usr/local/bin/bootplate
+blob() { tar -xOf "$archive" "blobs/sha256/${1#sha256:}"; }
+layers=$(blob "$digest" | python3 -c 'import json, sys; print("\n".join(
+  l["digest"] for l in json.load(sys.stdin)["layers"]
+  if l["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"))')
+rm -f "$out/bootplate-linux-$arch"
+for layer in $layers; do
+  if blob "$layer" | tar -tzf - | grep -x "$binary" >/dev/null; then
+    blob "$layer" | tar -xzOf - "$binary" >"$out/bootplate-linux-$arch"
+  fi
+done
+[[ -s $out/bootplate-linux-$arch ]] || fail "no $binary in the image's layers ($archive)"
+chmod 0755 "$out/bootplate-linux-$arch"
 cp "$("$root/agent/build.sh" | tail -n1)" "$out/bootplate-agent-linux-$arch"
 
 log "writing the clusterctl components ($image_name@$digest) and metadata"

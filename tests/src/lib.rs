@@ -19,6 +19,7 @@ pub mod machine_script;
 pub mod pki;
 pub mod pod_cluster;
 pub mod rbac;
+pub mod release;
 pub mod tls_probe;
 pub mod tools;
 

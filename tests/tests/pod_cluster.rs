@@ -23,6 +23,7 @@ use testenv::capi::objects;
 use testenv::eventually;
 use testenv::pod_cluster::fleet::Fleet;
 use testenv::pod_cluster::{PodCluster, clusterctl, host, images};
+use testenv::release::Release;
 
 const NS: &str = "probe";
 
@@ -335,16 +336,17 @@ fn clusterctl_reads_both_providers_from_local_repositories() {
     );
 }
 
-/// The images the shipped install runs: the sandbox, Cluster API's manager, cert-manager's three
-/// and bootplate's own.
-const SHIPPED_IMAGES: [&str; 6] = [
+/// The images the shipped install runs beside bootplate's own (which comes from the release):
+/// the sandbox, Cluster API's manager and cert-manager's three.
+const SHIPPED_IMAGES: [&str; 5] = [
     "pause",
     "capi-manager",
     "cert-manager-controller",
     "cert-manager-webhook",
     "cert-manager-cainjector",
-    "bootplate",
 ];
+/// The image name bootplate's release archive carries (and its components pin by digest).
+const BOOTPLATE_IMAGE: &str = "ghcr.io/bootplate/bootplate";
 
 /// bootplate's namespace and Deployment as `deploy/` ships them.
 const BOOTPLATE_NS: &str = "bootplate-system";
@@ -358,25 +360,33 @@ const BOOTPLATE_SELECTOR: &str =
 #[tokio::test(flavor = "multi_thread")]
 async fn as_it_ships_clusterctl_installs_bootplate_and_the_scenarios_run() {
     let images = images::built(&SHIPPED_IMAGES).expect("the image archives");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pod-cluster-release");
+    let release = tokio::task::spawn_blocking(move || Release::make(&out));
     let cluster = PodCluster::start(&images.archives(), images.pause().unwrap())
         .await
         .expect("the pod cluster starts");
-    clusterctl_init(&cluster);
-    scenario_a_two_ready_replicas_one_leader_and_metrics(&cluster).await;
+    let release = release.await.unwrap().expect("scripts/release.sh's output");
+    cluster
+        .import_pinned(&release.archive(), BOOTPLATE_IMAGE)
+        .expect("the release's image archive imported");
+    let repos = clusterctl_init(&cluster, &release);
+    scenario_a_two_ready_replicas_one_leader_and_metrics(&cluster, &release).await;
     scenario_b_the_webhook_through_its_service_with_cert_managers_ca(&cluster).await;
     let fleet = Fleet::start(&cluster).await.expect("the test cloud starts");
     scenario_c_workers_get_their_data_from_bootplates_pod(&cluster, &fleet).await;
     scenario_d_the_leader_deleted_while_the_workers_scale_to_ten(&cluster, &fleet).await;
     scenario_e_a_rollout_restart_hands_over_and_renders_nothing_again(&cluster, &fleet).await;
+    scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(&cluster, &fleet, &repos).await;
 }
 
 /// `clusterctl init --core cluster-api --bootstrap bootplate` with a configuration whose
-/// `cert-manager:` and `providers:` point at local files, the images only in the cluster's
-/// containerd (Cluster API's named through `images:`, bootplate's as `deploy/` names it, pulled
+/// `cert-manager:` and `providers:` point at local files (bootplate's at the release's output,
+/// read in place), the images only in the cluster's containerd (Cluster API's named through
+/// `images:`, bootplate's pinned by digest as the release's components name it, pulled
 /// `IfNotPresent`). clusterctl installs cert-manager from its manifest and waits for it (its own
 /// test Certificate, through cert-manager's webhook Service), then both providers, and waits for
 /// their Pods. No test code applies a manifest of bootplate or Cluster API.
-fn clusterctl_init(cluster: &PodCluster) -> clusterctl::Repositories {
+fn clusterctl_init(cluster: &PodCluster, release: &Release) -> clusterctl::Repositories {
     let core = clusterctl::capi_core().unwrap();
     let version = core.version.clone();
     let manifest = testenv::tools::path("cert-manager-manifest").unwrap();
@@ -388,7 +398,7 @@ fn clusterctl_init(cluster: &PodCluster) -> clusterctl::Repositories {
         .to_owned();
     let repos = clusterctl::write(
         &cluster.dir().join("clusterctl"),
-        &[core, clusterctl::bootplate().unwrap()],
+        &[core, clusterctl::released(release)],
         &[clusterctl::ImageOverride {
             component: "cluster-api".into(),
             repository: "registry.k8s.io/cluster-api".into(),
@@ -469,9 +479,14 @@ fn kubectl_text(cluster: &PodCluster, args: &[&str]) -> String {
 }
 
 /// Scenario a: both replicas Ready under the shipped securityContext and probes (as clusterctl
-/// applied them, checked on the running Pods), exactly one of them holds the Lease, and the
-/// metrics Service answers with `bootplate_*` series.
-async fn scenario_a_two_ready_replicas_one_leader_and_metrics(cluster: &PodCluster) {
+/// applied them, checked on the running Pods), running the release's image by its digest,
+/// exactly one of them holds the Lease, and the metrics Service answers with `bootplate_*`
+/// series.
+async fn scenario_a_two_ready_replicas_one_leader_and_metrics(
+    cluster: &PodCluster,
+    release: &Release,
+) {
+    let digest = release.digest().unwrap();
     let client = cluster.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), BOOTPLATE_NS);
     let selector = BOOTPLATE_SELECTOR;
@@ -491,6 +506,20 @@ async fn scenario_a_two_ready_replicas_one_leader_and_metrics(cluster: &PodClust
         assert_eq!(security.read_only_root_filesystem, Some(true));
         assert_eq!(security.allow_privilege_escalation, Some(false));
         assert!(container.readiness_probe.is_some() && container.liveness_probe.is_some());
+        let pinned = format!("{BOOTPLATE_IMAGE}@{digest}");
+        assert_eq!(container.image.as_deref(), Some(pinned.as_str()));
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref());
+        let image_id = statuses
+            .and_then(|s| s.first())
+            .map(|s| s.image_id.as_str());
+        assert!(
+            image_id.is_some_and(|id| id.ends_with(&digest)),
+            "{:?} runs {image_id:?}, not the release's {digest}",
+            pod.metadata.name
+        );
         let ready = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
         assert!(
             ready.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
@@ -1046,4 +1075,228 @@ fn assert_nothing_left(dir: &std::path::Path, layout: &testenv::pod_cluster::con
         !ps.lines().any(|l| l.contains(&prefix)),
         "a process started from {prefix} is still running"
     );
+}
+
+/// clusterctl with the pod cluster's configuration and kubeconfig; its stdout, or a panic with
+/// both streams.
+fn clusterctl_ok(cluster: &PodCluster, repos: &clusterctl::Repositories, args: &[&str]) -> String {
+    let out = repos
+        .clusterctl(Some(cluster.kubeconfig_path()), args)
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "clusterctl {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// What bootplate wrote for the fleet's Machines, by object: each BootplateConfig's
+/// resourceVersion and Ready status, each data Secret's resourceVersion and a digest of its
+/// data, each join token Secret's resourceVersion.
+async fn written_state(client: &kube::Client) -> std::collections::BTreeMap<String, String> {
+    use sha2::Digest as _;
+    let mut state = std::collections::BTreeMap::new();
+    let configs = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        testenv::capi::NS,
+        &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+    );
+    for config in configs.list(&Default::default()).await.unwrap().items {
+        let conditions = config.data["status"]["conditions"].as_array().cloned();
+        let ready = conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c["type"] == "Ready")
+            .and_then(|c| c["status"].as_str().map(str::to_owned));
+        let version = config.metadata.resource_version.clone().unwrap_or_default();
+        let name = format!("BootplateConfig/{}", config.metadata.name.unwrap());
+        let ready = ready.unwrap_or_default();
+        state.insert(name, format!("{version} Ready={ready}"));
+    }
+    for (ns, secret_type) in [
+        (testenv::capi::NS, "cluster.x-k8s.io/secret"),
+        ("kube-system", "bootstrap.kubernetes.io/token"),
+    ] {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+        let params = kube::api::ListParams::default().fields(&format!("type={secret_type}"));
+        for secret in secrets.list(&params).await.unwrap().items {
+            let data = serde_json::to_vec(&secret.data).unwrap();
+            let digest = hex::encode(sha2::Sha256::digest(data));
+            let version = secret.metadata.resource_version.unwrap_or_default();
+            let name = format!("Secret/{ns}/{}", secret.metadata.name.unwrap());
+            state.insert(name, format!("{version} {digest}"));
+        }
+    }
+    state
+}
+
+/// Every object of `after` is as it was `before` (nothing created or updated); of the objects
+/// gone, only join tokens (deleted once their Machine joined: clean-up that any leader, the old
+/// one included, may finish at any time).
+fn assert_nothing_written(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+    when: &str,
+) {
+    let written: Vec<_> = after
+        .iter()
+        .filter(|(name, state)| before.get(*name) != Some(*state))
+        .collect();
+    assert!(written.is_empty(), "{when}: written {written:?}");
+    let gone: Vec<_> = before
+        .keys()
+        .filter(|name| !after.contains_key(*name))
+        .filter(|name| !name.starts_with("Secret/kube-system/bootstrap-token-"))
+        .collect();
+    assert!(gone.is_empty(), "{when}: deleted {gone:?}");
+}
+
+/// Scenario f: `clusterctl upgrade plan` lists bootplate under its contract; `clusterctl delete
+/// --bootstrap bootplate` removes its Deployment, webhook configuration and inventory entry and
+/// keeps its CRDs, the configs and their data Secrets untouched (clusterctl's default); a new
+/// `clusterctl init --bootstrap bootplate` resumes over the ready configs with no write (the
+/// same resourceVersions, the new leader's metrics count no Secret written and no token made
+/// once it counts every config ready; a join token may only go, as its clean-up), and renders
+/// the next Machine.
+async fn scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(
+    cluster: &PodCluster,
+    fleet: &Fleet,
+    repos: &clusterctl::Repositories,
+) {
+    let plan = clusterctl_ok(cluster, repos, &["upgrade", "plan"]);
+    eprintln!("clusterctl upgrade plan:\n{plan}");
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    assert!(
+        plan.contains("v1beta2 Cluster API contract"),
+        "no contract in the plan:\n{plan}"
+    );
+    let row = plan.lines().find(|l| l.starts_with("bootstrap-bootplate "));
+    let row: Vec<&str> = row
+        .unwrap_or_else(|| panic!("no bootplate in the plan:\n{plan}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..4],
+        [
+            "bootstrap-bootplate",
+            BOOTPLATE_NS,
+            "BootstrapProvider",
+            &version
+        ],
+        "{plan}"
+    );
+    let before = written_state(&fleet.client).await;
+    clusterctl_ok(cluster, repos, &["delete", "--bootstrap", "bootplate"]);
+    assert_bootplate_deleted_and_its_objects_kept(cluster, fleet).await;
+    assert_nothing_written(
+        &before,
+        &written_state(&fleet.client).await,
+        "after the delete",
+    );
+
+    clusterctl_ok(
+        cluster,
+        repos,
+        &[
+            "init",
+            "--bootstrap",
+            "bootplate",
+            "--wait-providers",
+            "--wait-provider-timeout",
+            "300",
+        ],
+    );
+    let configs = before.keys().filter(|k| k.starts_with("BootplateConfig/"));
+    let ready = format!("{}", configs.count());
+    let leader = eventually(
+        "a new leader that counts every config ready",
+        Duration::from_secs(120),
+        || async {
+            let pods = bootplate_pods(&fleet.client).await;
+            let holder = lease_holder(&fleet.client).await;
+            let leader = pods.into_iter().find(|(name, _)| *name == holder)?;
+            let count = pod_metric(&leader, "bootplate_configs{state=\"ready\"}")?;
+            (format!("{count}") == ready).then_some(leader)
+        },
+    )
+    .await;
+    assert_nothing_written(
+        &before,
+        &written_state(&fleet.client).await,
+        "after the new init",
+    );
+    let written = pod_metric(&leader, "bootplate_data_secrets_written_total");
+    let created = pod_metric(
+        &leader,
+        "bootplate_bootstrap_tokens_total{action=\"created\"}",
+    );
+    assert_eq!(
+        [written.unwrap_or(0.0), created.unwrap_or(0.0)],
+        [0.0; 2],
+        "the new leader {}: written, created",
+        leader.0
+    );
+    let next = before
+        .keys()
+        .filter(|k| k.starts_with("BootplateConfig/"))
+        .count()
+        + 1;
+    scale(fleet, next as u32).await;
+    each_machine_running_rendered_once(cluster, fleet, next).await;
+    let (leader, standby) = leader_and_standby(cluster).await;
+    assert_rendered_by_the_leader_only(&leader, &standby, 1.0);
+}
+
+/// After `clusterctl delete --bootstrap bootplate`: no Deployment, Pod, webhook configuration
+/// or inventory entry of bootplate; its CRDs and the fleet's configs are still there.
+async fn assert_bootplate_deleted_and_its_objects_kept(cluster: &PodCluster, fleet: &Fleet) {
+    let pods: Api<Pod> = Api::namespaced(fleet.client.clone(), BOOTPLATE_NS);
+    let params = kube::api::ListParams::default().labels(BOOTPLATE_SELECTOR);
+    eventually("bootplate's Pods gone", Duration::from_secs(90), || async {
+        pods.list(&params)
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    for (kind, name) in [
+        (
+            "deployment",
+            format!("-n {BOOTPLATE_NS} {BOOTPLATE_DEPLOYMENT}"),
+        ),
+        (
+            "validatingwebhookconfiguration",
+            "bootplate-validating-webhook-configuration".to_owned(),
+        ),
+    ] {
+        let mut args = vec!["get", kind];
+        args.extend(name.split(' '));
+        let out = kubectl_text(cluster, &args);
+        assert!(out.contains("NotFound"), "{kind} {name} left: {out}");
+    }
+    let providers = kubectl_text(
+        cluster,
+        &["get", "providers.clusterctl.cluster.x-k8s.io", "-A"],
+    );
+    assert!(
+        providers.contains("cluster-api") && !providers.contains("bootplate"),
+        "the inventory: {providers}"
+    );
+    let crds = kubectl_text(cluster, &["get", "crd", "-o", "name"]);
+    let crds: Vec<&str> = crds.lines().collect();
+    for crd in [
+        "bootplateconfigs",
+        "bootplateconfigtemplates",
+        "bootstrapgenerators",
+        "bootstraptemplates",
+        "clusterbootstraptemplates",
+    ] {
+        let name =
+            format!("customresourcedefinition.apiextensions.k8s.io/{crd}.bootstrap.bootplate.dev");
+        assert!(crds.contains(&name.as_str()), "{name} deleted: {crds:?}");
+    }
 }

@@ -11,22 +11,14 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 use testenv::clusterctl_repo::{ClusterctlConfig, PROVIDER_LABEL};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use testenv::release::Release;
 
 fn version() -> String {
-    format!("v{}", env!("CARGO_PKG_VERSION"))
+    testenv::release::version()
 }
 
 fn release(version: &str, out: &Path) -> Output {
-    Command::new(repo().join("scripts/release.sh"))
-        .arg(version)
-        .arg(out)
-        .env("CARGO", env!("CARGO"))
-        .output()
-        .expect("scripts/release.sh runs")
+    testenv::release::run(version, out).expect("scripts/release.sh runs")
 }
 
 /// The release of this workspace's version, made once per test process into cargo's scratch
@@ -35,13 +27,7 @@ fn released() -> &'static Path {
     static OUT: OnceLock<PathBuf> = OnceLock::new();
     OUT.get_or_init(|| {
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("release");
-        let _ = std::fs::remove_dir_all(&out);
-        let made = release(&version(), &out);
-        assert!(
-            made.status.success(),
-            "scripts/release.sh failed: {}",
-            String::from_utf8_lossy(&made.stderr)
-        );
+        Release::make(&out).unwrap_or_else(|e| panic!("{e:#}"));
         out
     })
 }

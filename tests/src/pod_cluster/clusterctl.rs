@@ -7,7 +7,7 @@
 //!
 //! Cluster API's components are built from its module the way its release builds them
 //! (`kubectl kustomize core/config/default`, then the release's pull policy, `IfNotPresent`);
-//! bootplate's are `deploy/bootstrap-components.yaml` and `deploy/metadata.yaml` as shipped.
+//! bootplate's are a release's output read in place ([`released`]), or `deploy/`'s as shipped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -27,6 +27,9 @@ pub struct Provider {
     pub components_file: &'static str,
     pub components: String,
     pub metadata: String,
+    /// A components file already laid out in a local repository (a release's output): the
+    /// configuration points at it and nothing is copied (`components` and `metadata` unused).
+    pub published: Option<PathBuf>,
 }
 
 impl Provider {
@@ -73,11 +76,10 @@ pub fn write(
 ) -> anyhow::Result<Repositories> {
     let mut config = String::from("providers:\n");
     for p in providers {
-        let dir = root.join("repository").join(p.label()).join(&p.version);
-        std::fs::create_dir_all(&dir)?;
-        let components = dir.join(p.components_file);
-        std::fs::write(&components, &p.components)?;
-        std::fs::write(dir.join("metadata.yaml"), &p.metadata)?;
+        let components = match &p.published {
+            Some(published) => published.clone(),
+            None => lay_out(root, p)?,
+        };
         config.push_str(&format!(
             "- name: {}\n  type: {}\n  url: file://{}\n",
             p.name,
@@ -113,6 +115,20 @@ pub fn write(
         root: root.to_owned(),
         config: path,
     })
+}
+
+/// Writes `provider`'s components and metadata under `root` as clusterctl reads a local
+/// repository; returns the components' path.
+fn lay_out(root: &Path, provider: &Provider) -> anyhow::Result<PathBuf> {
+    let dir = root
+        .join("repository")
+        .join(provider.label())
+        .join(&provider.version);
+    std::fs::create_dir_all(&dir)?;
+    let components = dir.join(provider.components_file);
+    std::fs::write(&components, &provider.components)?;
+    std::fs::write(dir.join("metadata.yaml"), &provider.metadata)?;
+    Ok(components)
 }
 
 impl Repositories {
@@ -165,6 +181,7 @@ pub fn capi_core() -> anyhow::Result<Provider> {
         components_file: "core-components.yaml",
         components,
         metadata,
+        published: None,
     })
 }
 
@@ -172,6 +189,20 @@ pub fn capi_core() -> anyhow::Result<Provider> {
 /// PULL_POLICY=IfNotPresent`): the development manifests say `Always`.
 fn release_pull_policy(components: &str) -> String {
     components.replace("imagePullPolicy: Always", "imagePullPolicy: IfNotPresent")
+}
+
+/// bootplate's provider from a release's output (`scripts/release.sh`): clusterctl reads its
+/// local repository in place, the image pinned by digest.
+pub fn released(release: &crate::release::Release) -> Provider {
+    Provider {
+        name: "bootplate".into(),
+        kind: "BootstrapProvider",
+        version: release.version.clone(),
+        components_file: "bootstrap-components.yaml",
+        components: String::new(),
+        metadata: String::new(),
+        published: Some(release.components()),
+    }
 }
 
 /// bootplate's provider as shipped in `deploy/`, at the version its manifests name.
@@ -184,6 +215,7 @@ pub fn bootplate() -> anyhow::Result<Provider> {
         components_file: "bootstrap-components.yaml",
         components: std::fs::read_to_string(deploy.join("bootstrap-components.yaml"))?,
         metadata: std::fs::read_to_string(deploy.join("metadata.yaml"))?,
+        published: None,
     })
 }
 
@@ -201,6 +233,7 @@ mod tests {
             components_file: "c.yaml",
             components: "kind: List\n".into(),
             metadata: "kind: Metadata\n".into(),
+            published: None,
         };
         let repos = write(
             root.path(),

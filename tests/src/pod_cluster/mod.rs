@@ -167,6 +167,26 @@ impl PodCluster {
         .map(drop)
     }
 
+    /// Imports an OCI image archive whose image is named `name:TAG` also as `name@DIGEST` (its
+    /// manifest digest), as a node operator does for components that pin an image by digest:
+    /// `ctr images import --base-name NAME --digests` (the kubelet looks a digest reference up
+    /// by that name).
+    pub fn import_pinned(&self, archive: &Path, name: &str) -> anyhow::Result<()> {
+        let socket = self.dirs.containerd_socket().display().to_string();
+        let archive = archive.display().to_string();
+        let import = [
+            "images",
+            "import",
+            "--base-name",
+            name,
+            "--digests",
+            &archive,
+        ];
+        let mut args = vec!["--address", &socket, "-n", "k8s.io"];
+        args.extend(import);
+        host::run("ctr", &args).map(drop)
+    }
+
     /// The names of the images the cluster's containerd holds.
     pub fn images(&self) -> anyhow::Result<Vec<String>> {
         let socket = self.dirs.containerd_socket().display().to_string();
