@@ -676,16 +676,12 @@ async fn f_a_machine_health_check_remediation_takes_the_token_and_secret_along()
     create_workers_shaped(&env, "zeta", "zeta-md", shape).await;
     env.apply(
         &objects::machine_health_check_resource(),
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2",
-            "kind": "MachineHealthCheck",
-            "metadata": {"name": "zeta-workers", "namespace": NS},
-            "spec": {
-                "clusterName": "zeta",
-                "selector": {"matchLabels": {"test.bootplate.dev/deployment": "zeta-md"}},
-                "checks": {"nodeStartupTimeoutSeconds": 30},
-            },
-        }),
+        objects::machine_health_check(
+            "zeta-workers",
+            "zeta",
+            "zeta-md",
+            json!({"nodeStartupTimeoutSeconds": 30}),
+        ),
     )
     .await
     .unwrap();
@@ -763,7 +759,10 @@ async fn a_failed_boot_is_remediated_at_once(env: &CapiEnv) {
     };
     create_workers_shaped(env, "zeta", "zeta-fails", shape).await;
     let of_deployment = |m: &DynamicObject| {
-        m.labels().get(DEPLOYMENT_LABEL).map(String::as_str) == Some("zeta-fails")
+        m.labels()
+            .get(objects::DEPLOYMENT_LABEL)
+            .map(String::as_str)
+            == Some("zeta-fails")
     };
     let machine = wait_machines(
         env,
@@ -807,20 +806,16 @@ async fn a_failed_boot_is_remediated_at_once(env: &CapiEnv) {
     let checked = std::time::Instant::now();
     env.apply(
         &objects::machine_health_check_resource(),
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2",
-            "kind": "MachineHealthCheck",
-            "metadata": {"name": "zeta-boot", "namespace": NS},
-            "spec": {
-                "clusterName": "zeta",
-                "selector": {"matchLabels": {DEPLOYMENT_LABEL: "zeta-fails"}},
-                "checks": {
-                    "nodeStartupTimeoutSeconds": 1200,
-                    "unhealthyMachineConditions": [{"type": "BootstrapConfigReady",
-                        "status": "False", "timeoutSeconds": 0}],
-                },
-            },
-        }),
+        objects::machine_health_check(
+            "zeta-boot",
+            "zeta",
+            "zeta-fails",
+            json!({
+                "nodeStartupTimeoutSeconds": 1200,
+                "unhealthyMachineConditions": [{"type": "BootstrapConfigReady",
+                    "status": "False", "timeoutSeconds": 0}],
+            }),
+        ),
     )
     .await
     .unwrap();
@@ -843,9 +838,6 @@ async fn a_failed_boot_is_remediated_at_once(env: &CapiEnv) {
         checked.elapsed()
     );
 }
-
-/// The label the scenarios' MachineDeployments select their Machines by.
-const DEPLOYMENT_LABEL: &str = "test.bootplate.dev/deployment";
 
 /// (h) The usual production shape: a control-plane provider reports the control plane
 /// initialized and owns the cluster CA; bootplate workers join and nothing renders `init`.

@@ -307,16 +307,7 @@ fn clusterctl_reads_both_providers_from_local_repositories() {
         None,
     )
     .unwrap();
-    let generate = |args: &[&str]| {
-        let out = repos.clusterctl(None, args).unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "clusterctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
-    };
+    let generate = |args: &[&str]| repos.clusterctl_ok(None, args);
     let capi = generate(&["generate", "provider", "--core", "cluster-api"]);
     let image = format!("image: registry.k8s.io/cluster-api/cluster-api-controller:{version}");
     assert!(
@@ -1077,21 +1068,6 @@ fn assert_nothing_left(dir: &std::path::Path, layout: &testenv::pod_cluster::con
     );
 }
 
-/// clusterctl with the pod cluster's configuration and kubeconfig; its stdout, or a panic with
-/// both streams.
-fn clusterctl_ok(cluster: &PodCluster, repos: &clusterctl::Repositories, args: &[&str]) -> String {
-    let out = repos
-        .clusterctl(Some(cluster.kubeconfig_path()), args)
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "clusterctl {args:?}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 /// What bootplate wrote for the fleet's Machines, by object: each BootplateConfig's
 /// resourceVersion and Ready status, each data Secret's resourceVersion and a digest of its
 /// data, each join token Secret's resourceVersion.
@@ -1165,7 +1141,7 @@ async fn scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(
     fleet: &Fleet,
     repos: &clusterctl::Repositories,
 ) {
-    let plan = clusterctl_ok(cluster, repos, &["upgrade", "plan"]);
+    let plan = repos.clusterctl_ok(Some(cluster.kubeconfig_path()), &["upgrade", "plan"]);
     eprintln!("clusterctl upgrade plan:\n{plan}");
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
     assert!(
@@ -1188,7 +1164,10 @@ async fn scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(
         "{plan}"
     );
     let before = written_state(&fleet.client).await;
-    clusterctl_ok(cluster, repos, &["delete", "--bootstrap", "bootplate"]);
+    repos.clusterctl_ok(
+        Some(cluster.kubeconfig_path()),
+        &["delete", "--bootstrap", "bootplate"],
+    );
     assert_bootplate_deleted_and_its_objects_kept(cluster, fleet).await;
     assert_nothing_written(
         &before,
@@ -1196,9 +1175,8 @@ async fn scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(
         "after the delete",
     );
 
-    clusterctl_ok(
-        cluster,
-        repos,
+    repos.clusterctl_ok(
+        Some(cluster.kubeconfig_path()),
         &[
             "init",
             "--bootstrap",

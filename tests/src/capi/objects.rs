@@ -177,6 +177,24 @@ pub fn worker_machine(name: &str, cluster: &str, version: &str) -> Value {
     })
 }
 
+/// The label the Machines of a [`machine_deployment`] carry (its name), and its selector.
+pub const DEPLOYMENT_LABEL: &str = "test.bootplate.dev/deployment";
+
+/// A MachineHealthCheck `name` of `cluster` over the Machines of [`machine_deployment`]
+/// `deployment`, with `checks` (its `spec.checks`).
+pub fn machine_health_check(name: &str, cluster: &str, deployment: &str, checks: Value) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "clusterName": cluster,
+            "selector": {"matchLabels": {DEPLOYMENT_LABEL: deployment}},
+            "checks": checks,
+        },
+    })
+}
+
 /// A MachineDeployment of `replicas` workers bootstrapped from the BootplateConfigTemplate
 /// `config_template`, on the DevMachineTemplate `infra_template`.
 pub fn machine_deployment(
@@ -194,9 +212,9 @@ pub fn machine_deployment(
         "spec": {
             "clusterName": cluster,
             "replicas": replicas,
-            "selector": {"matchLabels": {"test.bootplate.dev/deployment": name}},
+            "selector": {"matchLabels": {DEPLOYMENT_LABEL: name}},
             "template": {
-                "metadata": {"labels": {"test.bootplate.dev/deployment": name}},
+                "metadata": {"labels": {DEPLOYMENT_LABEL: name}},
                 "spec": {
                     "clusterName": cluster,
                     "version": version,

@@ -149,6 +149,19 @@ impl Repositories {
         }
         Ok(command.output()?)
     }
+
+    /// [`Repositories::clusterctl`] that must succeed: its standard output; a failure panics
+    /// with both outputs.
+    pub fn clusterctl_ok(&self, kubeconfig: Option<&Path>, args: &[&str]) -> String {
+        let out = self.clusterctl(kubeconfig, args).unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "clusterctl {args:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
 }
 
 /// Cluster API's core provider as its release publishes it, built from the module the tools
