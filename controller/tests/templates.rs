@@ -658,29 +658,7 @@ exit 0
 
 /// Runs inside the new user and mount namespaces: binds the host's programs read-only into the
 /// sandbox root, then chroots into it with a clean environment.
-const SETUP: &str = r#"set -eu
-root=$1
-shift
-for top in bin sbin lib lib32 lib64 libx32; do
-  if [ -L "/$top" ]; then
-    if [ ! -L "$root/$top" ]; then ln -s "$(readlink "/$top")" "$root/$top"; fi
-  elif [ -d "/$top" ]; then
-    mkdir -p "$root/$top"
-    mount --bind "/$top" "$root/$top"
-    mount -o remount,bind,ro "$root/$top"
-  fi
-done
-mkdir -p "$root/usr" "$root/.usr-local" "$root/dev"
-mount --bind /usr "$root/usr"
-mount -o remount,bind,ro "$root/usr"
-mount --bind "$root/.usr-local" "$root/usr/local"
-for dev in null zero random urandom; do
-  : >"$root/dev/$dev"
-  mount --bind "/dev/$dev" "$root/dev/$dev"
-done
-exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
-  PATH=/bootplate-stubs:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
-"#;
+const SETUP: &str = include_str!("../../tests/scripts/sandbox-chroot.sh");
 
 struct Sandbox {
     dir: tempfile::TempDir,

@@ -113,6 +113,12 @@ build helm "$helm_version" cert-manager helm.sh/helm/v3/cmd/helm "-s -w"
 pause_version=$(cat pause/go.mod pause/main.go | sha256sum | cut -c1-16)
 CGO_ENABLED=0 build pause "$pause_version" pause . "-s -w"
 
+# distribution's container registry (github.com/distribution/distribution/v3, tests/tools/registry:
+# its root command with the filesystem driver), the TLS mirror containerd pulls through in
+# tests/tests/network.rs.
+registry_version=$(required registry github.com/distribution/distribution/v3)
+CGO_ENABLED=0 build registry "$registry_version" registry . "-s -w"
+
 # The last line, cert-manager-manifest=PATH, is cert-manager's static install manifest, rendered
 # as its release renders `cert-manager.yaml` (cached as manifests/cert-manager-VERSION.yaml): the
 # Namespace, then `helm template` of its chart (deploy/charts) with the CRDs (deploy/crds) as the

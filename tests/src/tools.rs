@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 /// The tools `build-tools.sh` builds, with the variable that overrides each.
-const TOOLS: [(&str, &str); 13] = [
+const TOOLS: [(&str, &str); 14] = [
     ("kube-apiserver", "BOOTPLATE_KUBE_APISERVER"),
     (
         "kube-controller-manager",
@@ -33,6 +33,8 @@ const TOOLS: [(&str, &str); 13] = [
     ("clusterctl", "BOOTPLATE_CLUSTERCTL"),
     ("cabpk-manager", "BOOTPLATE_CABPK_MANAGER"),
     ("capi-manager-oldest", "BOOTPLATE_CAPI_MANAGER_OLDEST"),
+    // distribution's container registry (tests/tests/network.rs).
+    ("registry", "BOOTPLATE_REGISTRY"),
     // cert-manager's static install manifest, rendered from its module's chart.
     ("cert-manager-manifest", "BOOTPLATE_CERT_MANAGER_MANIFEST"),
 ];

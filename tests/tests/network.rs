@@ -1,0 +1,203 @@
+//! The network input (`spec.network`, docs/air-gapped.md) on a real restricted network, on
+//! loopback: distribution's registry as the mirror (TLS from a test CA), the host's containerd
+//! resolving `registry.k8s.io` images through the `hosts.toml` and CA that part `network` of a
+//! shipped template writes, the agent applying a CA rollover and a new mirror in place, and a
+//! forward proxy that sees part `artifacts`' downloads and not the `noProxy` destinations.
+//! See `testenv::mirror` for how the rendered scripts run under a node root.
+
+use crd_types::payload::NodePayload;
+use serde_json::{Value, json};
+use testenv::images::Containerd;
+use testenv::mirror::{ChrootNode, Registry, render_parts};
+
+/// The mirror's path prefix: `registry.k8s.io/NAME` is `REGISTRY/v2/mirror/NAME`.
+const MIRROR_PATH: &str = "mirror";
+
+/// The pause image's archive and the `registry.k8s.io` reference it carries.
+fn pause_image() -> (std::path::PathBuf, String) {
+    let archive = testenv::images::archive("pause").unwrap();
+    let reference = testenv::pod_cluster::images::reference_of(&archive).unwrap();
+    assert!(reference.starts_with("registry.k8s.io/"), "{reference}");
+    (archive, reference)
+}
+
+/// A registry holding the pause image under the mirror path.
+fn mirror(ca_name: &str) -> Registry {
+    let registry = Registry::start(ca_name, &[]).unwrap();
+    let (archive, reference) = pause_image();
+    let name = reference.trim_start_matches("registry.k8s.io/");
+    registry
+        .push(&archive, &format!("{MIRROR_PATH}/{name}"))
+        .unwrap();
+    registry
+}
+
+/// Where the network input puts the mirror's CA: nowhere, on the mirror endpoint (its file
+/// named in `hosts.toml`), or in the trust store (CA bundle `corp`).
+#[derive(Clone, Copy, PartialEq)]
+enum CaIn {
+    Nowhere,
+    Endpoint,
+    TrustStore,
+}
+
+/// The network input with `registry` as the one mirror of `registry.k8s.io`, its CA `ca`.
+fn mirror_input(registry: &Registry, ca: CaIn) -> Value {
+    let url = format!("https://127.0.0.1:{}/v2/{MIRROR_PATH}", registry.port);
+    let mut endpoint = json!({"url": url, "overridePath": true});
+    let mut input = json!({"registryMirrors": [{"registry": "registry.k8s.io"}]});
+    match ca {
+        CaIn::Nowhere => {}
+        CaIn::Endpoint => endpoint["ca"] = json!({"inline": registry.ca.cert_pem}),
+        CaIn::TrustStore => {
+            input["caBundles"] = json!([{"name": "corp", "inline": registry.ca.cert_pem}]);
+        }
+    }
+    input["registryMirrors"][0]["endpoints"] = json!([endpoint]);
+    input
+}
+
+/// The agent applies part `network` of the template's render for `network` on `node`.
+fn apply_network(node: &ChrootNode, network: Value) {
+    let payload = render_parts(network).unwrap().payload();
+    let parts = payload.parts.into_iter().filter(|p| p.name == "network");
+    let network_only = NodePayload {
+        parts: parts.collect(),
+    };
+    assert_eq!(network_only.parts.len(), 1, "part network is InPlace");
+    node.agent()
+        .apply(&network_only)
+        .unwrap_or_else(|e| panic!("the agent could not apply part network: {e}"));
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The manifest requests `registry` has served so far.
+fn manifest_requests(registry: &Registry) -> usize {
+    (registry.requests().iter())
+        .filter(|r| r.contains(&format!("/v2/{MIRROR_PATH}/pause/manifests/")))
+        .count()
+}
+
+/// Pulls `reference` on `node` into `containerd` (the image removed first); panics unless it
+/// is pulled and `registry` served its manifest.
+fn pull_through(node: &ChrootNode, containerd: &Containerd, registry: &Registry, reference: &str) {
+    let _ = containerd.ctr(&["images", "rm", "--sync", reference]);
+    let before = manifest_requests(registry);
+    let out = node.pull(containerd, reference).unwrap();
+    assert!(out.status.success(), "the pull failed: {}", stderr(&out));
+    assert!(
+        manifest_requests(registry) > before,
+        "not through the mirror"
+    );
+    let images = containerd.ctr_ok(&["images", "ls", "-q"]).unwrap();
+    assert!(images.lines().any(|l| l == reference), "{images}");
+}
+
+/// The mirror drill: containerd (the host's, its own root, state and socket) configured only by
+/// what part `network` rendered (`hosts.toml` under `config_path`, the endpoint's CA file, the
+/// trust store) pulls `registry.k8s.io/pause` from the registry's mirror path, trusting the
+/// mirror through the endpoint's CA and, apart, through the trust store; with no CA in the
+/// input the same pull fails on the certificate.
+#[test]
+fn containerd_pulls_through_the_rendered_mirror_and_not_without_its_ca() {
+    let registry = mirror("mirror-ca");
+    let (_, reference) = pause_image();
+    let containerd = Containerd::start().unwrap();
+    let node = ChrootNode::new(&[]).unwrap();
+
+    apply_network(&node, mirror_input(&registry, CaIn::Nowhere));
+    let out = node.pull(&containerd, &reference).unwrap();
+    assert!(!out.status.success(), "pulled without the mirror's CA");
+    assert!(
+        stderr(&out).contains("x509: certificate signed by unknown authority"),
+        "{}",
+        stderr(&out)
+    );
+
+    apply_network(&node, mirror_input(&registry, CaIn::Endpoint));
+    pull_through(&node, &containerd, &registry, &reference);
+    let dir = "/etc/containerd/certs.d/registry.k8s.io";
+    let hosts = node.read(&format!("{dir}/hosts.toml")).unwrap();
+    assert!(
+        hosts.contains(&format!("ca = \"{dir}/mirror-0-ca.crt\"")),
+        "{hosts}"
+    );
+
+    apply_network(&node, mirror_input(&registry, CaIn::TrustStore));
+    assert!(
+        !node
+            .read(&format!("{dir}/hosts.toml"))
+            .unwrap()
+            .contains("ca =")
+    );
+    pull_through(&node, &containerd, &registry, &reference);
+}
+
+/// The network input a site rolls over to: `registry` as the mirror, its CA on the endpoint
+/// and as CA bundle `corp`.
+fn site_input(registry: &Registry) -> Value {
+    let mut input = mirror_input(registry, CaIn::Endpoint);
+    input["caBundles"] = json!([{"name": "corp", "inline": registry.ca.cert_pem}]);
+    input
+}
+
+/// In place: a running node pulls through mirror `old` (CA `corp-2026`); the input changes to
+/// mirror `new` on another port with another CA (`corp-2027`, on the endpoint and in the trust
+/// store). The render changes part `network` alone, the agent applies it: the trust store and
+/// `hosts.toml` hold only the new CA and endpoint, containerd alone is restarted, and the next
+/// pull is served by the new mirror (the old one is stopped).
+#[test]
+fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
+    let (old, new) = (mirror("corp-2026"), mirror("corp-2027"));
+    let (_, reference) = pause_image();
+    let containerd = Containerd::start().unwrap();
+    let node = ChrootNode::new(&[]).unwrap();
+    apply_network(&node, site_input(&old));
+    pull_through(&node, &containerd, &old, &reference);
+    node.take_script_systemctl_calls();
+    node.disk.take_systemctl_calls();
+
+    let plan = (render_parts(site_input(&new)).unwrap())
+        .update_from(&render_parts(site_input(&old)).unwrap());
+    let network = render::UpdatePlan::InPlace {
+        parts: vec!["network".to_owned()],
+    };
+    assert_eq!(plan, network);
+    apply_network(&node, site_input(&new));
+
+    let anchor = node.read("/.usr-local/share/ca-certificates/bootplate-corp.crt");
+    assert_eq!(anchor.as_deref(), Some(new.ca.cert_pem.as_str()));
+    let bundle = node.read("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    assert!(
+        bundle.contains(new.ca.cert_pem.trim()),
+        "new CA not trusted"
+    );
+    assert!(
+        !bundle.contains(old.ca.cert_pem.trim()),
+        "old CA still trusted"
+    );
+    let dir = "/etc/containerd/certs.d/registry.k8s.io";
+    let hosts = node.read(&format!("{dir}/hosts.toml")).unwrap();
+    assert!(
+        hosts.contains(&format!("127.0.0.1:{}/", new.port)),
+        "{hosts}"
+    );
+    assert!(
+        !hosts.contains(&format!("127.0.0.1:{}/", old.port)),
+        "{hosts}"
+    );
+    let ca = node.read(&format!("{dir}/mirror-0-ca.crt"));
+    assert_eq!(ca.as_deref(), Some(new.ca.cert_pem.as_str()));
+    let calls = node.take_script_systemctl_calls();
+    let acting: Vec<&String> = (calls.iter())
+        .filter(|c| !c.starts_with("is-active"))
+        .collect();
+    assert_eq!(acting, ["restart containerd"], "{calls:?}");
+    assert_eq!(node.disk.take_systemctl_calls(), Vec::<String>::new());
+
+    drop(old);
+    pull_through(&node, &containerd, &new, &reference);
+}
