@@ -8,7 +8,7 @@
 use crd_types::payload::NodePayload;
 use serde_json::{Value, json};
 use testenv::images::Containerd;
-use testenv::mirror::{ChrootNode, Registry, render_parts};
+use testenv::mirror::{ChrootNode, Registry, part, render_parts};
 
 /// The mirror's path prefix: `registry.k8s.io/NAME` is `REGISTRY/v2/mirror/NAME`.
 const MIRROR_PATH: &str = "mirror";
@@ -200,4 +200,68 @@ fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
 
     drop(old);
     pull_through(&node, &containerd, &new, &reference);
+}
+
+/// The digest (hex) and content of the pause image's config blob, a blob the registry serves
+/// at `/v2/NAME/blobs/sha256:DIGEST` once the image is pushed: a download with a known sha256.
+fn config_blob(archive: &std::path::Path) -> (String, Vec<u8>) {
+    let member = |path: &str| {
+        let out = std::process::Command::new("tar")
+            .arg("-xOf")
+            .arg(archive)
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{path}: {}", stderr(&out));
+        out.stdout
+    };
+    let blob = |digest: &str| member(&format!("blobs/sha256/{}", &digest["sha256:".len()..]));
+    let index: Value = serde_json::from_slice(&member("index.json")).unwrap();
+    let manifest: Value =
+        serde_json::from_slice(&blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap();
+    let digest = manifest["config"]["digest"].as_str().unwrap().to_owned();
+    let content = blob(&digest);
+    (digest["sha256:".len()..].to_owned(), content)
+}
+
+/// The proxy drill: part `network` writes the proxy environment, part `artifacts` downloads two
+/// files with the real curl and sha256sum. The one from `files.corp.test` (a name only the
+/// proxy resolves) goes through the forward proxy; the one from `files.internal.test` (the
+/// node's own /etc/hosts, `noProxy: [.internal.test]`) goes straight to the server. The proxy
+/// sees the first and nothing else; both are installed.
+#[test]
+fn artifact_downloads_go_through_the_proxy_and_no_proxy_destinations_do_not() {
+    let files = Registry::start("files-ca", &["files.corp.test", "files.internal.test"]).unwrap();
+    let (archive, _) = pause_image();
+    files.push(&archive, "k8s/pause:1").unwrap();
+    let (sha256, content) = config_blob(&archive);
+    let proxy = testenv::mirror::ForwardProxy::start(&["files.corp.test"]).unwrap();
+    let url = |host: &str| {
+        format!(
+            "https://{host}:{}/v2/k8s/pause/blobs/sha256:{sha256}",
+            files.port
+        )
+    };
+    let proxy_url = format!("http://127.0.0.1:{}", proxy.port);
+    let input = json!({
+        "proxy": {"http": proxy_url, "https": proxy_url, "noProxy": [".internal.test"]},
+        "caBundles": [{"name": "files", "inline": files.ca.cert_pem}],
+        "artifacts": [
+            {"name": "kubeadm", "url": url("files.corp.test"), "sha256": sha256},
+            {"name": "kubectl", "url": url("files.internal.test"), "sha256": sha256},
+        ],
+    });
+    let node = ChrootNode::new(&["127.0.0.1 files.internal.test"]).unwrap();
+    let parts = render_parts(input).unwrap();
+    for name in ["network", "artifacts"] {
+        for command in part(&parts, name).unwrap().commands {
+            let out = node.run(&command).unwrap();
+            assert!(out.status.success(), "part {name}: {}", stderr(&out));
+        }
+    }
+    assert_eq!(proxy.seen(), [format!("files.corp.test:{}", files.port)]);
+    for binary in ["kubeadm", "kubectl"] {
+        let installed = std::fs::read(node.disk.path(&format!("/.usr-local/bin/{binary}")));
+        assert_eq!(installed.ok().as_ref(), Some(&content), "{binary}");
+    }
 }
