@@ -7,6 +7,7 @@
 
 use crd_types::payload::NodePayload;
 use serde_json::{Value, json};
+use testenv::agent::Workload;
 use testenv::images::Containerd;
 use testenv::mirror::{ChrootNode, Registry, part, render_parts};
 
@@ -57,16 +58,13 @@ fn mirror_input(registry: &Registry, ca: CaIn) -> Value {
     input
 }
 
-/// The agent applies part `network` of the template's render for `network` on `node`.
+/// The agent's apply code applies part `network` of the template's render for `network` on
+/// `node`.
 fn apply_network(node: &ChrootNode, network: Value) {
-    let payload = render_parts(network).unwrap().payload();
-    let parts = payload.parts.into_iter().filter(|p| p.name == "network");
-    let network_only = NodePayload {
-        parts: parts.collect(),
-    };
-    assert_eq!(network_only.parts.len(), 1, "part network is InPlace");
+    let payload = network_payload(network);
+    assert_eq!(payload.parts.len(), 1, "part network is InPlace");
     node.agent()
-        .apply(&network_only)
+        .apply(&payload)
         .unwrap_or_else(|e| panic!("the agent could not apply part network: {e}"));
 }
 
@@ -144,18 +142,47 @@ fn site_input(registry: &Registry) -> Value {
     input
 }
 
-/// In place: a running node pulls through mirror `old` (CA `corp-2026`); the input changes to
-/// mirror `new` on another port with another CA (`corp-2027`, on the endpoint and in the trust
-/// store). The render changes part `network` alone, the agent applies it: the trust store and
-/// `hosts.toml` hold only the new CA and endpoint, containerd alone is restarted, and the next
-/// pull is served by the new mirror (the old one is stopped).
-#[test]
-fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
+/// Part `network` of the render for `network` alone: what bootplate publishes for the node
+/// when only that part is `InPlace` and changed (the other parts' commands need a whole
+/// machine).
+fn network_payload(network: Value) -> NodePayload {
+    let payload = render_parts(network).unwrap().payload();
+    NodePayload {
+        parts: (payload.parts.into_iter())
+            .filter(|p| p.name == "network")
+            .collect(),
+    }
+}
+
+/// Publishes `network`'s payload for Node `node-a` of `w` and runs one pass of its agent.
+async fn publish_and_pass(w: &Workload, agent: &agent::watch::Agent, network: Value) {
+    let payload = network_payload(network);
+    let revision = testenv::agent::publish(&w.admin, "node-a", "config-uid", &payload)
+        .await
+        .unwrap();
+    let pass = agent.pass().await.unwrap();
+    assert_eq!(pass, agent::watch::Pass::Applied(revision));
+}
+
+/// In place, on the agent tier (a workload apiserver, the node's payload Secret, the agent with
+/// the node's identity): a running node pulls through mirror `old` (CA `corp-2026`); the input
+/// changes to mirror `new` on another port with another CA (`corp-2027`, on the endpoint and in
+/// the trust store). The render changes part `network` alone, the agent applies it: the trust
+/// store and `hosts.toml` hold only the new CA and endpoint, containerd alone is restarted, and
+/// the next pull is served by the new mirror (the old one is stopped).
+#[tokio::test]
+async fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
     let (old, new) = (mirror("corp-2026"), mirror("corp-2027"));
     let (_, reference) = pause_image();
     let containerd = Containerd::start().unwrap();
     let node = ChrootNode::new(&[]).unwrap();
-    apply_network(&node, site_input(&old));
+    let w = Workload::start(&["node-a"]).await.unwrap();
+    let agent = agent::watch::Agent {
+        identity: w.node_client("node-a").await.unwrap().into(),
+        node_name: "node-a".into(),
+        node: node.agent(),
+    };
+    publish_and_pass(&w, &agent, site_input(&old)).await;
     pull_through(&node, &containerd, &old, &reference);
     node.take_script_systemctl_calls();
     node.disk.take_systemctl_calls();
@@ -166,8 +193,16 @@ fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
         parts: vec!["network".to_owned()],
     };
     assert_eq!(plan, network);
-    apply_network(&node, site_input(&new));
+    publish_and_pass(&w, &agent, site_input(&new)).await;
+    check_rolled_over(&node, &old, &new);
 
+    drop(old);
+    pull_through(&node, &containerd, &new, &reference);
+}
+
+/// The node trusts only `new`'s CA and resolves through `new` alone; the only acting systemctl
+/// call was containerd's restart.
+fn check_rolled_over(node: &ChrootNode, old: &Registry, new: &Registry) {
     let anchor = node.read("/.usr-local/share/ca-certificates/bootplate-corp.crt");
     assert_eq!(anchor.as_deref(), Some(new.ca.cert_pem.as_str()));
     let bundle = node.read("/etc/ssl/certs/ca-certificates.crt").unwrap();
@@ -197,9 +232,6 @@ fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
         .collect();
     assert_eq!(acting, ["restart containerd"], "{calls:?}");
     assert_eq!(node.disk.take_systemctl_calls(), Vec::<String>::new());
-
-    drop(old);
-    pull_through(&node, &containerd, &new, &reference);
 }
 
 /// The digest (hex) and content of the pause image's config blob, a blob the registry serves
