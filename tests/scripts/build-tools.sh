@@ -8,7 +8,8 @@
 # (go.etcd.io/etcd/server/v3), the Cluster API manager, clusterctl and the kubeadm bootstrap
 # provider's manager (sigs.k8s.io/cluster-api), and the manager of the oldest Cluster API release
 # bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
-# against it too, with its own CRDs and manifests).
+# against it too, with its own CRDs and manifests), and distribution's container registry
+# (tests/tools/registry, the mirror of tests/tests/network.rs).
 #
 # Idempotent and cached by version under ${BOOTPLATE_CACHE:-~/.cache/bootplate}: binaries in
 # bin/NAME-VERSION, the module and build caches in go/. Once cached it needs no network.

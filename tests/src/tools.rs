@@ -1,8 +1,8 @@
 //! The real peers the tests run against, built from their Go modules by
 //! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, kube-scheduler,
 //! kube-proxy, kubeadm, the kubelet, kubectl, etcd, the Cluster API manager, clusterctl and the
-//! kubeadm bootstrap provider's manager, and the manager of the oldest Cluster API release
-//! bootplate supports ([`CapiRelease`]).
+//! kubeadm bootstrap provider's manager, the manager of the oldest Cluster API release
+//! bootplate supports ([`CapiRelease`]), and distribution's container registry.
 //!
 //! A tool's path comes from its `BOOTPLATE_*` variable (the README's test command exports them);
 //! otherwise the script runs once per test process and its `NAME=PATH` lines are used (it exits
