@@ -752,17 +752,20 @@ async fn scenario_d_the_leader_deleted_while_the_workers_scale_to_ten(
         "the takeover took {took:?}, the lease is {duration:?}"
     );
     // The standby, or the Pod the ReplicaSet started in the leader's place: whichever asked
-    // first after the leader released the Lease.
-    let running: Vec<String> = bootplate_pods(client)
-        .await
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
-    assert!(
-        running.contains(&holder),
-        "the new holder {holder} is a running replica ({running:?}; the standby was {})",
-        standby.0
-    );
+    // first after the leader released the Lease (a new Pod's container may take the Lease
+    // before the kubelet reports the Pod Running: a short wait for that report).
+    eventually(
+        &format!(
+            "the new holder {holder} a running replica (the standby was {})",
+            standby.0
+        ),
+        Duration::from_secs(30),
+        || async {
+            let running = bootplate_pods(client).await;
+            running.iter().any(|p| p.0 == holder).then_some(())
+        },
+    )
+    .await;
     each_machine_running_rendered_once(cluster, fleet, 10).await;
     let deployment = format!("{BOOTPLATE_NS}/{BOOTPLATE_DEPLOYMENT}");
     eventually(
