@@ -27,6 +27,7 @@ pub fn run(version: &str, out: &Path) -> anyhow::Result<Output> {
 }
 
 /// A release of the workspace's version, written into a directory.
+#[derive(Clone, Debug)]
 pub struct Release {
     pub out: PathBuf,
     pub version: String,

@@ -348,15 +348,23 @@ const BOOTPLATE_SELECTOR: &str =
 
 /// As it ships (issue 30, items 3 and 4): one pod cluster, installed as a platform team does,
 /// then the scenarios that share it, in sequence (one management cluster keeps CI's budget).
+/// The target of scenario g's `clusterctl move` starts beside it, and `clusterctl init`
+/// installs it while scenarios a to f run on the first.
 #[tokio::test(flavor = "multi_thread")]
 async fn as_it_ships_clusterctl_installs_bootplate_and_the_scenarios_run() {
+    let started = std::time::Instant::now();
     let images = images::built(&SHIPPED_IMAGES).expect("the image archives");
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pod-cluster-release");
     let release = tokio::task::spawn_blocking(move || Release::make(&out));
-    let cluster = PodCluster::start(&images.archives(), images.pause().unwrap())
-        .await
-        .expect("the pod cluster starts");
+    let (archives, pause) = (images.archives(), images.pause().unwrap());
+    let (cluster, target) = tokio::join!(
+        PodCluster::start(&archives, pause),
+        PodCluster::start(&archives, pause)
+    );
+    let cluster = cluster.expect("the pod cluster starts");
+    let target = target.expect("the pod cluster of scenario g's move target starts");
     let release = release.await.unwrap().expect("scripts/release.sh's output");
+    let target = install_beside(target, release.clone());
     cluster
         .import_pinned(&release.archive(), BOOTPLATE_IMAGE)
         .expect("the release's image archive imported");
@@ -368,6 +376,26 @@ async fn as_it_ships_clusterctl_installs_bootplate_and_the_scenarios_run() {
     scenario_d_the_leader_deleted_while_the_workers_scale_to_ten(&cluster, &fleet).await;
     scenario_e_a_rollout_restart_hands_over_and_renders_nothing_again(&cluster, &fleet).await;
     scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(&cluster, &fleet, &repos).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!("scenarios a to f passed at {elapsed:.1} s");
+    let target = target.await.expect("clusterctl init on the move's target");
+    scenario_g_clusterctl_moves_the_fleet_to_another_cluster(&cluster, &fleet, &repos, &target)
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!("scenario g passed at {elapsed:.1} s");
+}
+
+/// `clusterctl init` of `target` as of the first cluster ([`clusterctl_init`]: the release's
+/// image imported, the same local repositories), on a blocking thread while the first
+/// cluster's scenarios run.
+fn install_beside(target: PodCluster, release: Release) -> tokio::task::JoinHandle<PodCluster> {
+    tokio::task::spawn_blocking(move || {
+        target
+            .import_pinned(&release.archive(), BOOTPLATE_IMAGE)
+            .expect("the release's image archive imported into the target");
+        clusterctl_init(&target, &release);
+        target
+    })
 }
 
 /// `clusterctl init --core cluster-api --bootstrap bootplate` with a configuration whose
@@ -724,17 +752,20 @@ async fn scenario_d_the_leader_deleted_while_the_workers_scale_to_ten(
         "the takeover took {took:?}, the lease is {duration:?}"
     );
     // The standby, or the Pod the ReplicaSet started in the leader's place: whichever asked
-    // first after the leader released the Lease.
-    let running: Vec<String> = bootplate_pods(client)
-        .await
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
-    assert!(
-        running.contains(&holder),
-        "the new holder {holder} is a running replica ({running:?}; the standby was {})",
-        standby.0
-    );
+    // first after the leader released the Lease (a new Pod's container may take the Lease
+    // before the kubelet reports the Pod Running: a short wait for that report).
+    eventually(
+        &format!(
+            "the new holder {holder} a running replica (the standby was {})",
+            standby.0
+        ),
+        Duration::from_secs(30),
+        || async {
+            let running = bootplate_pods(client).await;
+            running.iter().any(|p| p.0 == holder).then_some(())
+        },
+    )
+    .await;
     each_machine_running_rendered_once(cluster, fleet, 10).await;
     let deployment = format!("{BOOTPLATE_NS}/{BOOTPLATE_DEPLOYMENT}");
     eventually(
@@ -923,37 +954,46 @@ async fn each_machine_running_rendered_once(cluster: &PodCluster, fleet: &Fleet,
 /// Each Machine's DevMachine booted as a worker with a join token the workload apiserver took
 /// for `system:bootstrap:<id>`, no two with the same token, each token one the watch saw made.
 async fn assert_each_joined_with_its_own_token(fleet: &Fleet, machines: &[DynamicObject]) {
-    let dev_machines = Api::<DynamicObject>::namespaced_with(
-        fleet.client.clone(),
-        testenv::capi::NS,
-        &objects::dev_machine_resource(),
-    );
-    let seen = fleet.renders.seen();
     let mut ids = std::collections::BTreeSet::new();
     for machine in machines {
-        let infra = machine.data["spec"]["infrastructureRef"]["name"]
-            .as_str()
-            .unwrap();
-        let record = BootRecord::of(&dev_machines.get(infra).await.unwrap());
-        let record = record.unwrap_or_else(|| panic!("{infra} has no boot record"));
-        assert_eq!(record.role, Some(BootRole::Worker), "{infra}");
-        let id = record.token_id.clone().unwrap_or_default();
-        assert_eq!(
-            record.authenticated_as,
-            Some(format!("system:bootstrap:{id}")),
-            "{infra}"
-        );
-        assert!(
-            seen.token_ids.contains(&id),
-            "{infra}: token {id} not seen made"
-        );
-        assert!(ids.insert(id.clone()), "{infra} shares token {id}");
+        let id = joined_as_a_worker(fleet, machine).await;
+        let name = machine.metadata.name.as_deref().unwrap_or_default();
+        assert!(ids.insert(id.clone()), "{name} shares token {id}");
     }
+    let seen = fleet.renders.seen();
     assert_eq!(
         seen.token_ids.len(),
         machines.len(),
         "one token per Machine, no more: {seen:?}"
     );
+}
+
+/// `machine`'s DevMachine booted as a worker with a join token the workload apiserver took for
+/// `system:bootstrap:<id>`, one the fleet's watch saw made; returns the token's ID.
+async fn joined_as_a_worker(fleet: &Fleet, machine: &DynamicObject) -> String {
+    let dev_machines = Api::<DynamicObject>::namespaced_with(
+        fleet.client.clone(),
+        testenv::capi::NS,
+        &objects::dev_machine_resource(),
+    );
+    let infra = machine.data["spec"]["infrastructureRef"]["name"]
+        .as_str()
+        .unwrap();
+    let record = BootRecord::of(&dev_machines.get(infra).await.unwrap());
+    let record = record.unwrap_or_else(|| panic!("{infra} has no boot record"));
+    assert_eq!(record.role, Some(BootRole::Worker), "{infra}");
+    let id = record.token_id.clone().unwrap_or_default();
+    assert_eq!(
+        record.authenticated_as,
+        Some(format!("system:bootstrap:{id}")),
+        "{infra}"
+    );
+    let seen = fleet.renders.seen();
+    assert!(
+        seen.token_ids.contains(&id),
+        "{infra}: token {id} not seen made"
+    );
+    id
 }
 
 /// bootplate's Pods: (name, Pod IP) of the Lease holder and of the other replica.
@@ -1068,14 +1108,17 @@ fn assert_nothing_left(dir: &std::path::Path, layout: &testenv::pod_cluster::con
     );
 }
 
-/// What bootplate wrote for the fleet's Machines, by object: each BootplateConfig's
-/// resourceVersion and Ready status, each data Secret's resourceVersion and a digest of its
-/// data, each join token Secret's resourceVersion.
-async fn written_state(client: &kube::Client) -> std::collections::BTreeMap<String, String> {
+/// What bootplate wrote, by object: (resourceVersion, content). Of `management`, each
+/// BootplateConfig (content: its Ready status) and each Secret of Cluster API's type in the
+/// fleet's namespace (the data Secrets, the cluster's CA and kubeconfig; content: a digest of
+/// its data); of `workload`, each join token Secret (content: a digest of its data).
+type Written = std::collections::BTreeMap<String, (String, String)>;
+
+async fn written_state(management: &kube::Client, workload: &kube::Client) -> Written {
     use sha2::Digest as _;
-    let mut state = std::collections::BTreeMap::new();
+    let mut state = Written::new();
     let configs = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
+        management.clone(),
         testenv::capi::NS,
         &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
     );
@@ -1088,12 +1131,12 @@ async fn written_state(client: &kube::Client) -> std::collections::BTreeMap<Stri
             .and_then(|c| c["status"].as_str().map(str::to_owned));
         let version = config.metadata.resource_version.clone().unwrap_or_default();
         let name = format!("BootplateConfig/{}", config.metadata.name.unwrap());
-        let ready = ready.unwrap_or_default();
-        state.insert(name, format!("{version} Ready={ready}"));
+        let ready = format!("Ready={}", ready.unwrap_or_default());
+        state.insert(name, (version, ready));
     }
-    for (ns, secret_type) in [
-        (testenv::capi::NS, "cluster.x-k8s.io/secret"),
-        ("kube-system", "bootstrap.kubernetes.io/token"),
+    for (client, ns, secret_type) in [
+        (management, testenv::capi::NS, "cluster.x-k8s.io/secret"),
+        (workload, "kube-system", "bootstrap.kubernetes.io/token"),
     ] {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
         let params = kube::api::ListParams::default().fields(&format!("type={secret_type}"));
@@ -1102,20 +1145,22 @@ async fn written_state(client: &kube::Client) -> std::collections::BTreeMap<Stri
             let digest = hex::encode(sha2::Sha256::digest(data));
             let version = secret.metadata.resource_version.unwrap_or_default();
             let name = format!("Secret/{ns}/{}", secret.metadata.name.unwrap());
-            state.insert(name, format!("{version} {digest}"));
+            state.insert(name, (version, digest));
         }
     }
     state
 }
 
+/// A join token's entry: it may go at any time (deleted once its Machine joined: clean-up
+/// that any leader, an old one included, may finish whenever).
+fn is_join_token(name: &str) -> bool {
+    name.starts_with("Secret/kube-system/bootstrap-token-")
+}
+
 /// Every object of `after` is as it was `before` (nothing created or updated); of the objects
 /// gone, only join tokens (deleted once their Machine joined: clean-up that any leader, the old
 /// one included, may finish at any time).
-fn assert_nothing_written(
-    before: &std::collections::BTreeMap<String, String>,
-    after: &std::collections::BTreeMap<String, String>,
-    when: &str,
-) {
+fn assert_nothing_written(before: &Written, after: &Written, when: &str) {
     let written: Vec<_> = after
         .iter()
         .filter(|(name, state)| before.get(*name) != Some(*state))
@@ -1124,7 +1169,7 @@ fn assert_nothing_written(
     let gone: Vec<_> = before
         .keys()
         .filter(|name| !after.contains_key(*name))
-        .filter(|name| !name.starts_with("Secret/kube-system/bootstrap-token-"))
+        .filter(|name| !is_join_token(name))
         .collect();
     assert!(gone.is_empty(), "{when}: deleted {gone:?}");
 }
@@ -1163,7 +1208,7 @@ async fn scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(
         ],
         "{plan}"
     );
-    let before = written_state(&fleet.client).await;
+    let before = written_state(&fleet.client, &fleet.workload).await;
     repos.clusterctl_ok(
         Some(cluster.kubeconfig_path()),
         &["delete", "--bootstrap", "bootplate"],
@@ -1171,7 +1216,7 @@ async fn scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(
     assert_bootplate_deleted_and_its_objects_kept(cluster, fleet).await;
     assert_nothing_written(
         &before,
-        &written_state(&fleet.client).await,
+        &written_state(&fleet.client, &fleet.workload).await,
         "after the delete",
     );
 
@@ -1202,7 +1247,7 @@ async fn scenario_f_clusterctl_deletes_bootplate_and_a_new_init_resumes(
     .await;
     assert_nothing_written(
         &before,
-        &written_state(&fleet.client).await,
+        &written_state(&fleet.client, &fleet.workload).await,
         "after the new init",
     );
     let written = pod_metric(&leader, "bootplate_data_secrets_written_total");
@@ -1277,4 +1322,181 @@ async fn assert_bootplate_deleted_and_its_objects_kept(cluster: &PodCluster, fle
             format!("customresourcedefinition.apiextensions.k8s.io/{crd}.bootstrap.bootplate.dev");
         assert!(crds.contains(&name.as_str()), "{name} deleted: {crds:?}");
     }
+}
+
+/// Scenario g: `clusterctl move --namespace` of the fleet (the Cluster, its MachineDeployment
+/// and Machines, their Ready configs and data Secrets) from the first pod cluster to a second
+/// one that `clusterctl init` installed the same way, as scenario g of the Cluster API tier does
+/// between processes. The test cloud follows the move: the target's boots the target's new
+/// Machines; the workload cluster stays the first pod cluster (the target's Pods reach it
+/// through the host). On the target, every moved config is Ready with the same data Secret
+/// (same data digest), the leader's metrics count every config ready and no Secret written, no
+/// token made, and the join tokens are those of before (some may only go, as their clean-up);
+/// the source holds none of the objects. A Machine added on the target then gets its data once,
+/// from the target's leader.
+async fn scenario_g_clusterctl_moves_the_fleet_to_another_cluster(
+    source: &PodCluster,
+    fleet: &Fleet,
+    repos: &clusterctl::Repositories,
+    target: &PodCluster,
+) {
+    // Cluster-scoped templates are the platform team's to publish on every management cluster.
+    publish_shipped_template(target);
+    let target_fleet = Fleet::start_beside(target, source)
+        .await
+        .expect("the test cloud of the move's target starts");
+    let count = fleet_machines(&fleet.client).await.len();
+    let machines = wait_running(source, fleet, count).await;
+    let before = written_state(&fleet.client, &fleet.workload).await;
+    let to = target.kubeconfig_path().display().to_string();
+    let moved = repos.clusterctl_ok(
+        Some(source.kubeconfig_path()),
+        &[
+            "move",
+            "--to-kubeconfig",
+            &to,
+            "--namespace",
+            testenv::capi::NS,
+        ],
+    );
+    eprintln!("clusterctl move:\n{moved}");
+    let (leader, standby) = leader_counting_ready(target, count).await;
+    assert_rendered_by_the_leader_only(&leader, &standby, 0.0);
+    let after = written_state(&target_fleet.client, &target_fleet.workload).await;
+    assert_moved_unchanged(&before, &after);
+    assert_source_holds_none(&fleet.client).await;
+    let running = wait_running(target, &target_fleet, count).await;
+    assert_eq!(
+        names_of(&running),
+        names_of(&machines),
+        "the same Machines run on the target"
+    );
+
+    scale(&target_fleet, count as u32 + 1).await;
+    let all = wait_running(target, &target_fleet, count + 1).await;
+    let added: Vec<DynamicObject> = all
+        .into_iter()
+        .filter(|m| !names_of(&machines).contains(m.metadata.name.as_ref().unwrap()))
+        .collect();
+    assert_eq!(added.len(), 1, "one Machine added on the target");
+    joined_as_a_worker(&target_fleet, &added[0]).await;
+    let (leader, standby) = leader_and_standby(target).await;
+    assert_rendered_by_the_leader_only(&leader, &standby, 1.0);
+    let seen = target_fleet.renders.seen();
+    assert_eq!(seen.values.len(), count + 1, "data Secrets: {seen:?}");
+    assert!(seen.rendered_twice().is_empty(), "rendered twice: {seen:?}");
+}
+
+/// `kubectl apply` of the shipped ClusterBootstrapTemplate on `cluster`.
+fn publish_shipped_template(cluster: &PodCluster) {
+    let template = std::fs::read_to_string(repo_file(SHIPPED_TEMPLATE.0)).unwrap();
+    let out = testenv::kubectl_apply(cluster.kubeconfig_path(), &[], &template);
+    assert!(
+        out.status.success(),
+        "publishing the shipped template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The fleet Cluster's Machines on the management cluster of `client`.
+async fn fleet_machines(client: &kube::Client) -> Vec<DynamicObject> {
+    let machines = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        testenv::capi::NS,
+        &objects::machine_resource(),
+    );
+    let selector = format!("cluster.x-k8s.io/cluster-name={FLEET_CLUSTER}");
+    let params = kube::api::ListParams::default().labels(&selector);
+    machines.list(&params).await.unwrap().items
+}
+
+fn names_of(objects: &[DynamicObject]) -> std::collections::BTreeSet<String> {
+    objects
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect()
+}
+
+/// The (leader, standby) of `cluster`'s bootplate once the leader's metrics count `count`
+/// configs ready.
+async fn leader_counting_ready(
+    cluster: &PodCluster,
+    count: usize,
+) -> ((String, String), (String, String)) {
+    let client = cluster.client().await.unwrap();
+    let ready = format!("{count}");
+    eventually(
+        "the target's leader counts every moved config ready",
+        Duration::from_secs(180),
+        || async {
+            let holder = lease_holder(&client).await;
+            let leader = bootplate_pods(&client)
+                .await
+                .into_iter()
+                .find(|(name, _)| *name == holder)?;
+            let counted = pod_metric(&leader, "bootplate_configs{state=\"ready\"}")?;
+            (format!("{counted}") == ready).then_some(())
+        },
+    )
+    .await;
+    leader_and_standby(cluster).await
+}
+
+/// The target holds every config and Secret of `before` with the same content (Ready, data
+/// digest), and nothing more; of the join tokens, some may have gone.
+fn assert_moved_unchanged(before: &Written, after: &Written) {
+    let content = |state: &Written| -> std::collections::BTreeMap<String, String> {
+        state
+            .iter()
+            .map(|(k, (_, c))| (k.clone(), c.clone()))
+            .collect()
+    };
+    let (before, after) = (content(before), content(after));
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(name, c)| before.get(*name) != Some(*c))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "new or changed on the target: {changed:?}"
+    );
+    let missing: Vec<_> = before
+        .keys()
+        .filter(|name| !after.contains_key(*name) && !is_join_token(name))
+        .collect();
+    assert!(missing.is_empty(), "not moved: {missing:?}");
+    let configs = after.keys().filter(|k| k.starts_with("BootplateConfig/"));
+    assert!(configs.count() > 0, "no config on the target: {after:?}");
+}
+
+/// The source (admin client `client`) holds no Cluster, MachineDeployment, Machine,
+/// BootplateConfig or Secret of Cluster API's type in the fleet's namespace once the move ends.
+async fn assert_source_holds_none(client: &kube::Client) {
+    let ns = testenv::capi::NS;
+    let apis = [
+        objects::cluster_resource(),
+        objects::machine_deployment_resource(),
+        objects::machine_resource(),
+        objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
+    ]
+    .map(|r| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r));
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    let params = kube::api::ListParams::default().fields("type=cluster.x-k8s.io/secret");
+    eventually(
+        "the source holds none of the moved objects",
+        Duration::from_secs(60),
+        || async {
+            let mut left = Vec::new();
+            for api in &apis {
+                left.extend(names_of(&api.list(&Default::default()).await.ok()?.items));
+            }
+            let secrets = secrets.list(&params).await.ok()?.items;
+            left.extend(secrets.into_iter().filter_map(|s| s.metadata.name));
+            if !left.is_empty() {
+                eprintln!("left on the source: {left:?}");
+            }
+            left.is_empty().then_some(())
+        },
+    )
+    .await;
 }

@@ -15,6 +15,14 @@ pub const NETWORK: &str = "bootplate-pods";
 /// each namespace has its own ports).
 pub const APISERVER_PORT: u16 = 6443;
 
+/// The ranges every slot's link (10.213.N.0/30) and pods (10.214.N.0/24) come from. Each
+/// cluster routes them through the host, which forwards between the clusters' veth ends: the
+/// Pods of one cluster reach the apiserver (node address) of another, as a management cluster
+/// reaches the workload clusters it manages (after a `clusterctl move`, the target's Cluster
+/// API reaches the workload cluster the source's did). The cluster's own link and pod CIDR are
+/// more specific routes and stay inside it.
+pub const PEER_RANGES: [&str; 2] = ["10.213.0.0/16", "10.214.0.0/16"];
+
 /// Names and address ranges of the cluster in slot `n` (`0..SLOTS`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -162,7 +170,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 /// The CNI network: a bridge (`bp0`, inside the cluster's namespace) with the pod gateway,
 /// host-local addresses from the pod CIDR (its state under `dirs`, not `/var/lib/cni`), hairpin
-/// so a pod reaches itself through a Service. No masquerade: pods talk only to the cluster.
+/// so a pod reaches itself through a Service. No masquerade: a pod's address is routed as it is,
+/// in its cluster and, through the host, in the other clusters ([`PEER_RANGES`]).
 pub fn cni_conflist(layout: &Layout, dirs: &Dirs) -> String {
     serde_json::to_string_pretty(&serde_json::json!({
         "cniVersion": "0.4.0",
@@ -312,6 +321,10 @@ mod tests {
             // Linux interface names are at most 15 bytes.
             assert!(l.host_veth.len() <= 15 && l.node_veth.len() <= 15, "{l:?}");
             assert!(l.pod_cidr.starts_with(&format!("10.214.{}.", l.slot)));
+            // The link and the pods are in the peer ranges, the Services not (a Service is
+            // its own cluster's).
+            assert!(l.node_ip.to_string().starts_with("10.213."));
+            assert!(PEER_RANGES.iter().all(|r| !r.starts_with("10.215.")));
         }
     }
 

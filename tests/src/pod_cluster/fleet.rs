@@ -8,6 +8,9 @@
 //! The Nodes the cloud registers are records, cordoned so that the scheduler never places a Pod
 //! on one. A [`RenderWatch`] records every data Secret value and every join token the workload
 //! cluster ever held, so a scenario can tell that each Machine got its data exactly once.
+//!
+//! After a `clusterctl move` to a second pod cluster, the Machines still join the first: the
+//! target's fleet ([`Fleet::start_beside`]) plays the cloud of the target's Machines against it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -28,17 +31,34 @@ use crate::capi::{NS, objects};
 /// The test cloud against a pod cluster, and the watch of what bootplate's Pods wrote.
 pub struct Fleet {
     _cloud: Cloud,
-    /// Admin client of the pod cluster (management and workload cluster at once).
+    /// Admin client of the management cluster (the workload cluster too, unless the fleet is
+    /// the target of a `clusterctl move`: [`Fleet::start_beside`]).
     pub client: Client,
+    /// Admin client of the workload cluster, where the join tokens are made and the Nodes
+    /// registered.
+    pub workload: Client,
     /// What bootplate wrote, since the fleet started.
     pub renders: RenderWatch,
 }
 
 impl Fleet {
-    /// Installs the test providers' kinds (with the ClusterRole that aggregates them into
-    /// Cluster API's), makes [`NS`] and starts the cloud and the watch.
+    /// The cloud of `cluster`, which is also the workload cluster its Machines join.
     pub async fn start(cluster: &PodCluster) -> anyhow::Result<Fleet> {
-        let client = cluster.client().await?;
+        Self::start_beside(cluster, cluster).await
+    }
+
+    /// The cloud of management cluster `management` whose Machines join `workload`: the target
+    /// of a `clusterctl move` from `workload` takes the moved Machines' DevMachines over (they
+    /// booted before: the cloud reports them provisioned) and boots the new ones. Installs the
+    /// test providers' kinds (with the ClusterRole that aggregates them into Cluster API's),
+    /// makes [`NS`] and starts the cloud and the watch (of `management`'s data Secrets and of
+    /// `workload`'s join tokens).
+    pub async fn start_beside(
+        management: &PodCluster,
+        workload: &PodCluster,
+    ) -> anyhow::Result<Fleet> {
+        let client = management.client().await?;
+        let workload_client = workload.client().await?;
         crate::install_crds(&client, &cloud::crds()).await?;
         let role: ClusterRole = serde_json::from_value(cloud::capi_aggregated_role())?;
         Api::<ClusterRole>::all(client.clone())
@@ -46,19 +66,20 @@ impl Fleet {
             .await
             .context("the test providers' aggregated ClusterRole")?;
         crate::fixtures::namespace(&client, NS).await?;
-        let renders = RenderWatch::start(&client);
+        let renders = RenderWatch::start(&client, &workload_client);
         let cloud = Cloud::start(CloudConfig {
             management: client.clone(),
-            workload: client.clone(),
-            workload_host: cluster.layout().node_ip.to_string(),
+            workload: workload_client.clone(),
+            workload_host: workload.layout().node_ip.to_string(),
             workload_port: APISERVER_PORT,
-            cluster_ca: cluster.cluster_ca().clone(),
+            cluster_ca: workload.cluster_ca().clone(),
             real_kubelets: false,
             cordon_nodes: true,
         });
         Ok(Fleet {
             _cloud: cloud,
             client,
+            workload: workload_client,
             renders,
         })
     }
@@ -130,10 +151,11 @@ pub struct RenderWatch {
 }
 
 impl RenderWatch {
-    fn start(client: &Client) -> RenderWatch {
+    /// Watches the data Secrets of `management` and the join tokens of `workload`.
+    fn start(management: &Client, workload: &Client) -> RenderWatch {
         let seen = Arc::new(Mutex::new(Renders::default()));
-        let data = Api::<Secret>::namespaced(client.clone(), NS);
-        let tokens = Api::<Secret>::namespaced(client.clone(), "kube-system");
+        let data = Api::<Secret>::namespaced(management.clone(), NS);
+        let tokens = Api::<Secret>::namespaced(workload.clone(), "kube-system");
         let data_config = watcher::Config::default().fields("type=cluster.x-k8s.io/secret");
         let token_config = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
         let tasks = [(data, data_config, true), (tokens, token_config, false)]

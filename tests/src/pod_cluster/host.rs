@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::config::{Layout, SLOTS};
+use super::config::{Layout, PEER_RANGES, SLOTS};
 
 /// Runs `program args`, failing with its output.
 pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
@@ -99,8 +99,10 @@ fn read_recorded_dir(file: &mut File) -> Option<PathBuf> {
 /// The network namespace of a cluster: `lo` up, forwarding on, a veth pair to the host with the
 /// node's address inside and the host's outside, and host routes to the pod and Service CIDRs
 /// through the node (so the tests reach pods and Services from the host, as a node would). The
-/// namespace has no default route (nothing in the cluster reaches past the host's veth end),
-/// only one to the Service CIDR.
+/// namespace has no default route (nothing in the cluster reaches past the host), only one to
+/// the Service CIDR and ones to the other slots' links and pods ([`PEER_RANGES`]) through the
+/// host, which forwards what arrives on its veth end (that interface only: the host's own
+/// `ip_forward` stays as it is).
 pub fn make_network(layout: &Layout) -> anyhow::Result<()> {
     let ns = layout.netns.as_str();
     run("ip", &["netns", "add", ns])?;
@@ -156,6 +158,12 @@ pub fn make_network(layout: &Layout) -> anyhow::Result<()> {
             &layout.node_veth,
         ],
     )?;
+    let host_ip = layout.host_ip.to_string();
+    for range in PEER_RANGES {
+        run("ip", &["-n", ns, "route", "add", range, "via", &host_ip])?;
+    }
+    let forwarding = format!("net.ipv4.conf.{}.forwarding=1", layout.host_veth);
+    run("sysctl", &["-qw", &forwarding])?;
     in_netns(layout, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
     Ok(())
 }

@@ -9,7 +9,8 @@
 //! listens on the node's address, which is also the `kubernetes` Service's endpoint, and the
 //! host reaches the apiserver, the pod CIDR and the Service CIDR through a veth pair. Each
 //! cluster holds one of [`config::SLOTS`] slots, with its own namespace, addresses, cgroup and
-//! directory, so two run side by side (a `clusterctl move` needs two). Dropping the cluster
+//! directory, so two run side by side (a `clusterctl move` needs two); the Pods of one reach the
+//! other's node and Pods through the host ([`config::PEER_RANGES`]). Dropping the cluster
 //! ends its processes and containers and removes its mounts, namespace (with the veth pair, the
 //! pod bridge and kube-proxy's tables), routes, cgroups and files ([`host::sweep`]).
 //!

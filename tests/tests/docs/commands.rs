@@ -59,6 +59,8 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/in-place.md", "agent/build.sh", Help),
     ("docs/install.md", "clusterctl generate provider --bootstrap bootplate --describe", Help),
     ("docs/install.md", "clusterctl init --bootstrap bootplate --infrastructure docker", Help),
+    ("docs/install.md", "clusterctl init --kubeconfig target.kubeconfig --bootstrap bootplate --infrastructure docker", Help),
+    ("docs/install.md", "clusterctl move --to-kubeconfig target.kubeconfig --namespace team-a", Help),
     ("docs/install.md", "kubectl apply -k deploy/", Help),
     ("docs/install.md", "kubectl apply -k deploy/extension", Help),
     ("docs/install.md", "kubectl apply -k deploy/monitoring", Help),
