@@ -8,7 +8,8 @@
 # (go.etcd.io/etcd/server/v3), the Cluster API manager, clusterctl and the kubeadm bootstrap
 # provider's manager (sigs.k8s.io/cluster-api), and the manager of the oldest Cluster API release
 # bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
-# against it too, with its own CRDs and manifests).
+# against it too, with its own CRDs and manifests), and CoreDNS (the control-plane images of
+# tests/scripts/build-images.sh).
 #
 # Idempotent and cached by version under ${BOOTPLATE_CACHE:-~/.cache/bootplate}: binaries in
 # bin/NAME-VERSION, the module and build caches in go/. Once cached it needs no network.
@@ -112,6 +113,13 @@ build helm "$helm_version" cert-manager helm.sh/helm/v3/cmd/helm "-s -w"
 # pause has no version of its own: its sources' digest names the build.
 pause_version=$(cat pause/go.mod pause/main.go | sha256sum | cut -c1-16)
 CGO_ENABLED=0 build pause "$pause_version" pause . "-s -w"
+
+# CoreDNS (github.com/coredns/coredns, tests/tools/coredns: its coredns.go, every plugin and
+# coremain), the cluster DNS `kubeadm init` deploys: static, as CoreDNS builds its own image, for
+# the control-plane images of tests/scripts/build-images.sh.
+coredns_version=$(required coredns github.com/coredns/coredns)
+CGO_ENABLED=0 build coredns "$coredns_version" coredns . \
+  "-s -w"
 
 # The last line, cert-manager-manifest=PATH, is cert-manager's static install manifest, rendered
 # as its release renders `cert-manager.yaml` (cached as manifests/cert-manager-VERSION.yaml): the
