@@ -16,6 +16,7 @@ pub mod generator;
 pub mod images;
 pub mod joins;
 pub mod machine_script;
+pub mod node;
 pub mod pki;
 pub mod pod_cluster;
 pub mod rbac;
