@@ -5,6 +5,7 @@
 #
 #   tests/boot/run.sh --user-data FILE --out DIR [--label TEXT] [--role ROLE]
 #                     [--kubernetes-version VERSION] [--os NAME] [--real-kube DIR]
+#                     [--netns NAME] [--image ARCHIVE]... [--hold]
 #
 # DIR is emptied; DIR/report.json is the report (files, units, steps, stub calls, kubeadm
 # configurations, users, hostname, sentinel, failures), DIR/stages.log and DIR/cloud-init*.log
@@ -21,12 +22,19 @@
 # else the root gets). One real run at a time per machine: the kubelet's ports are the host's. The
 # kernel settings the kubelet changes are put back afterwards, and the cgroups it made removed.
 #
+# A node of a whole control plane (with --real-kube): --netns NAME runs the machine in that
+# network namespace (/run/netns/NAME, made by the caller: its own address, and a default route,
+# which `kubeadm init` picks its advertise address from) instead of the host's; each --image
+# ARCHIVE (an OCI archive, tests/scripts/build-images.sh) is in the machine's containerd before
+# the user-data runs, as on a pre-baked image; --hold keeps the machine running after its check
+# (DIR/holding says it is done) until DIR/release exists or the run's time is up.
+#
 # Exit status: 0 proven; 1 the boot proof failed (each failure on stderr, prefixed with LABEL);
 # 2 the run could not be made (not root, the root cannot be built, a tool is missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME] [--real-kube DIR]" >&2; exit 2; }
-user_data="" out="" label="" role="" version="" os="" real=""
+usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME] [--real-kube DIR [--netns NAME] [--image ARCHIVE]... [--hold]]" >&2; exit 2; }
+user_data="" out="" label="" role="" version="" os="" real="" netns="" hold="" images=()
 while (($#)); do
   case "$1" in
     --user-data) user_data=${2-}; shift 2 ;;
@@ -36,6 +44,9 @@ while (($#)); do
     --kubernetes-version) version=${2-}; shift 2 ;;
     --os) os=${2-}; shift 2 ;;
     --real-kube) real=${2-}; shift 2 ;;
+    --netns) netns=${2-}; shift 2 ;;
+    --image) images+=("${2-}"); shift 2 ;;
+    --hold) hold=1; shift ;;
     *) usage ;;
   esac
 done
@@ -43,6 +54,9 @@ done
 label=${label:-$user_data}
 die() { echo "boot-proof: $label: ERROR: $*" >&2; exit 2; }
 [[ -f $user_data ]] || die "no user-data file $user_data"
+[[ -n $real || -z $netns$hold${images[*]} ]] || die "--netns, --image and --hold need --real-kube"
+[[ -z $netns || -e /run/netns/$netns ]] || die "--netns $netns: no /run/netns/$netns"
+for archive in "${images[@]}"; do [[ -f $archive ]] || die "--image $archive: no such file"; done
 [[ $(id -u) -eq 0 ]] || die "the boot proof must run as root (chroot, mounts and namespaces need it)"
 for tool in unshare chroot setpriv timeout python3; do
   command -v "$tool" >/dev/null || die "$tool is missing: run tests/scripts/install-tools.sh"
@@ -53,6 +67,7 @@ rm -rf "$out"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cp "$user_data" "$out/user-data"
+printf '%s\n' "${images[@]}" >"$out/images.list"
 python3 -c 'import json, sys; json.dump(dict(zip(["label", "role", "kubernetesVersion", "os"], sys.argv[2:])), open(sys.argv[1], "w"))' \
   "$out/case.json" "$label" "$role" "$version" "$os"
 
@@ -69,7 +84,8 @@ if [[ -n $real ]]; then
     [[ -x $program ]] || die "$program is missing: run tests/scripts/install-tools.sh"
   done
   namespaces=(--mount --uts --ipc --pid)
-  # One real run at a time: the kubelet's ports and the kernel settings are the host's.
+  # One real run at a time: the kubelet's ports (unless --netns), its cgroups (kubepods) and the
+  # kernel settings are the host's.
   exec 8>/run/lock/bootplate-real-join.lock
   flock 8
   tunables=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
@@ -87,8 +103,11 @@ if [[ -n $real ]]; then
   }
   trap cleanup_real EXIT
 fi
-timeout --kill-after=10 "$timeout" unshare "${namespaces[@]}" --fork --kill-child \
-  --propagation private "$here/lib/inside.sh" "$lower" "$out" "$os" "$real" 2>"$out/inside.log" || status=$?
+enter=()
+[[ -z $netns ]] || enter=(nsenter "--net=/run/netns/$netns" --)
+timeout --kill-after=10 "$timeout" "${enter[@]}" unshare "${namespaces[@]}" --fork --kill-child \
+  --propagation private env BOOT_HOLD="$hold" "$here/lib/inside.sh" "$lower" "$out" "$os" "$real" \
+  2>"$out/inside.log" || status=$?
 if ((status == 124 || status == 137)); then
   last=$(grep '^== ' "$out/stages.log" 2>/dev/null | grep -v ': exit [0-9]*$' | tail -n 1 || true)
   echo "boot-proof: $label: FAILED: timeout: the run did not finish in $timeout s${last:+ (in ${last#== })}" >&2

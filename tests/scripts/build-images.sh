@@ -3,8 +3,18 @@
 # is an OCI image archive (an OCI layout in a tar, `ctr -n k8s.io images import ARCHIVE` takes
 # it), named as the manifests that run it name it, so that nothing needs an edit:
 #
-#   pause        registry.k8s.io/pause:3.10.2 (the sandbox image kubeadm v1.37 names; set it as
-#                containerd's sandbox_image): tests/tools/pause, on an empty base
+#   pause        the sandbox image `kubeadm config images list` names (registry.k8s.io/pause:3.10.2
+#                for kubeadm v1.37; set it as containerd's sandbox_image): tests/tools/pause, on an
+#                empty base
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, coredns
+#                the control plane `kubeadm init` runs as static Pods and add-ons, each named as
+#                `kubeadm config images list --kubernetes-version V [--image-repository REPO]`
+#                names it (V the built kubeadm's version; those names, never tags written here):
+#                the built binary as /usr/local/bin/NAME, its entrypoint (CoreDNS: /coredns, as
+#                CoreDNS's own image), user root. The Kubernetes commands and etcd are linked
+#                against the C library (see build-tools.sh): it and its loader are in the image.
+#                etcd's tag is the one kubeadm pins, whatever etcd release build-tools.sh builds
+#                (likewise CoreDNS's); `--version` tells the binary's own.
 #   bootplate    ghcr.io/bootplate/bootplate:v0.1.0 (deploy/manager/manager.yaml): the release
 #                binary, static (scripts/build-static.sh), as the Dockerfile's image: same path,
 #                entrypoint, command and user; a test compares the two
@@ -26,7 +36,10 @@
 # source tree and Cargo.lock, and this script) under ${BOOTPLATE_CACHE:-~/.cache/bootplate}/images/.
 # Prints one NAME=ARCHIVE line per image on stdout; progress goes to stderr.
 #
-#   tests/scripts/build-images.sh [NAME...]   # all images, or only those named
+#   tests/scripts/build-images.sh [--image-repository REPO] [NAME...]   # all images, or those named
+#
+# --image-repository is kubeadm's flag (and ClusterConfiguration's imageRepository): the repository
+# kubeadm's names are in, registry.k8s.io unless given.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${BOOTPLATE_CACHE:-$HOME/.cache/bootplate}"
@@ -82,7 +95,8 @@ assemble() {
   umoci repack "${umoci_flags[@]}" --history.created "$epoch" --history.created_by build-images.sh \
     --image "$work/layout:image" "$work/bundle" >&2
   local config=(--created "$epoch" --history.created "$epoch" --history.created_by build-images.sh
-    --config.user "$user" --config.entrypoint "$entrypoint")
+    --config.user "$user" --config.entrypoint "$entrypoint"
+    --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   local arg
   for arg in $cmd; do config+=(--config.cmd "$arg"); done
   umoci config "${config[@]}" --image "$work/layout:image"
@@ -111,9 +125,17 @@ image() {
   echo "$name=$archive"
 }
 
+repository=()
+if [[ ${1:-} == --image-repository ]]; then
+  [[ -n ${2:-} ]] || { log "ERROR: --image-repository needs a repository"; exit 2; }
+  repository=(--image-repository "$2")
+  shift 2
+fi
 wanted() { ((${#selected[@]} == 0)) || [[ " ${selected[*]} " == *" $1 "* ]]; }
 selected=("$@")
-known=(pause bootplate capi-manager cert-manager-controller cert-manager-webhook cert-manager-cainjector probe)
+control_plane=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns)
+known=(pause bootplate capi-manager cert-manager-controller cert-manager-webhook cert-manager-cainjector probe
+  "${control_plane[@]}")
 for name in "${selected[@]}"; do
   [[ " ${known[*]} " == *" $name "* ]] || { log "ERROR: no image $name (images: ${known[*]})"; exit 2; }
 done
@@ -126,8 +148,40 @@ for name in "${known[@]}"; do
   fi
 done
 
+# The reference kubeadm's image list gives each image, by the list's last path element, tag
+# stripped (registry.k8s.io/coredns/coredns:v1.14.6 is coredns's).
+declare -A kubeadm_ref=()
+if [[ -n $tools ]]; then
+  kubeadm_list=$("$(tool kubeadm)" config images list --kubernetes-version "$(version_of kubeadm)" \
+    "${repository[@]}")
+  while read -r ref; do
+    last=${ref##*/}
+    kubeadm_ref[${last%%:*}]=$ref
+  done <<<"$kubeadm_list"
+fi
+# ref_of NAME: kubeadm's reference for NAME, or fails (call it as `ref=$(ref_of NAME)`, which
+# stops the script).
+ref_of() {
+  [[ -n ${kubeadm_ref[$1]:-} ]] || { log "ERROR: kubeadm config images list names no $1: $kubeadm_list"; exit 2; }
+  echo "${kubeadm_ref[$1]}"
+}
+# The C library and loader the cgo-enabled builds (the Kubernetes commands, etcd) are linked to.
+glibc=(/lib64/ld-linux-x86-64.so.2:/lib64/ld-linux-x86-64.so.2
+  /lib/x86_64-linux-gnu/libc.so.6:/lib/x86_64-linux-gnu/libc.so.6)
+
 if wanted pause; then
-  image pause "" registry.k8s.io/pause:3.10.2 65535:65535 /pause "" "$(tool pause):/pause"
+  ref=$(ref_of pause)
+  image pause "" "$ref" 65535:65535 /pause "" "$(tool pause):/pause"
+fi
+for name in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+  wanted "$name" || continue
+  ref=$(ref_of "$name")
+  image "$name" "" "$ref" 0:0 "/usr/local/bin/$name" "" \
+    "$(tool "$name"):/usr/local/bin/$name" "${glibc[@]}"
+done
+if wanted coredns; then
+  ref=$(ref_of coredns)
+  image coredns "" "$ref" 0:0 /coredns "" "$(tool coredns):/coredns"
 fi
 if wanted bootplate; then
   # The image the shipped manifests name, and what the Dockerfile's final stage holds: the binary,
@@ -148,9 +202,7 @@ if wanted probe; then
   # an in-cluster client, with the C library and loader it is linked against (the Kubernetes
   # commands are built in one cgo-enabled go build; see build-tools.sh).
   image probe "" "bootplate.invalid/probe:$(version_of kubectl)" 0:0 /bin/sh "" \
-    /bin/busybox:/bin/sh "$(tool kubectl):/bin/kubectl" \
-    /lib64/ld-linux-x86-64.so.2:/lib64/ld-linux-x86-64.so.2 \
-    /lib/x86_64-linux-gnu/libc.so.6:/lib/x86_64-linux-gnu/libc.so.6
+    /bin/busybox:/bin/sh "$(tool kubectl):/bin/kubectl" "${glibc[@]}"
 fi
 for command in controller webhook cainjector; do
   wanted "cert-manager-$command" || continue

@@ -8,8 +8,9 @@
 # (go.etcd.io/etcd/server/v3), the Cluster API manager, clusterctl and the kubeadm bootstrap
 # provider's manager (sigs.k8s.io/cluster-api), and the manager of the oldest Cluster API release
 # bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
-# against it too, with its own CRDs and manifests), and distribution's container registry
-# (tests/tools/registry, the mirror of tests/tests/network.rs).
+# against it too, with its own CRDs and manifests), distribution's container registry
+# (tests/tools/registry, the mirror of tests/tests/network.rs) and CoreDNS (the control-plane
+# images of tests/scripts/build-images.sh).
 #
 # Idempotent and cached by version under ${BOOTPLATE_CACHE:-~/.cache/bootplate}: binaries in
 # bin/NAME-VERSION, the module and build caches in go/. Once cached it needs no network.
@@ -119,6 +120,13 @@ CGO_ENABLED=0 build pause "$pause_version" pause . "-s -w"
 # tests/tests/network.rs.
 registry_version=$(required registry github.com/distribution/distribution/v3)
 CGO_ENABLED=0 build registry "$registry_version" registry . "-s -w"
+
+# CoreDNS (github.com/coredns/coredns, tests/tools/coredns: its coredns.go, every plugin and
+# coremain), the cluster DNS `kubeadm init` deploys: static, as CoreDNS builds its own image, for
+# the control-plane images of tests/scripts/build-images.sh.
+coredns_version=$(required coredns github.com/coredns/coredns)
+CGO_ENABLED=0 build coredns "$coredns_version" coredns . \
+  "-s -w"
 
 # The last line, cert-manager-manifest=PATH, is cert-manager's static install manifest, rendered
 # as its release renders `cert-manager.yaml` (cached as manifests/cert-manager-VERSION.yaml): the

@@ -1,5 +1,7 @@
 //! Container images without a registry: the OCI image archives `tests/scripts/build-images.sh`
-//! builds (pause, bootplate, Cluster API's manager, cert-manager's three), and a throw-away
+//! builds (pause, bootplate, Cluster API's manager, cert-manager's three, the control plane
+//! kubeadm runs: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
+//! CoreDNS), and a throw-away
 //! containerd (the host's, from Debian) that imports them and runs them with runc.
 //!
 //! An archive's path comes from the script's `NAME=ARCHIVE` lines (it exits at once when the
@@ -24,8 +26,33 @@ fn repo_root() -> PathBuf {
 
 /// Builds (or finds cached) the images `names` and returns each one's archive.
 pub fn archives(names: &[&str]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    archives_in(None, names)
+}
+
+/// The images kubeadm names (`kubeadm config images list`) for its `imageRepository`: what
+/// `kubeadm init` runs as static Pods and add-ons, and the sandbox.
+pub const KUBEADM_IMAGES: [&str; 7] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kube-proxy",
+    "coredns",
+    "pause",
+    "etcd",
+];
+
+/// As [`archives`], the images kubeadm names named in `repository` (kubeadm's
+/// `--image-repository`; `None`: its default, registry.k8s.io).
+pub fn archives_in(
+    repository: Option<&str>,
+    names: &[&str],
+) -> anyhow::Result<BTreeMap<String, PathBuf>> {
     let script = repo_root().join("tests/scripts/build-images.sh");
-    let out = Command::new(&script)
+    let mut command = Command::new(&script);
+    if let Some(repository) = repository {
+        command.args(["--image-repository", repository]);
+    }
+    let out = command
         .args(names)
         .output()
         .with_context(|| format!("cannot run {}", script.display()))?;

@@ -238,7 +238,7 @@ pub fn runs_dir() -> PathBuf {
 }
 
 /// A directory holding `kubeadm` and `kubelet` (links to the built ones), for `--real-kube`.
-fn real_kube_dir() -> anyhow::Result<PathBuf> {
+pub fn real_kube_dir() -> anyhow::Result<PathBuf> {
     let dir = runs_dir().join("bin");
     std::fs::create_dir_all(&dir)?;
     for name in ["kubeadm", "kubelet"] {

@@ -17,6 +17,7 @@ pub mod images;
 pub mod joins;
 pub mod machine_script;
 pub mod mirror;
+pub mod node;
 pub mod pki;
 pub mod pod_cluster;
 pub mod rbac;

@@ -19,6 +19,11 @@ const STEP: Duration = Duration::from_secs(5);
 /// expects a certificate for 127.0.0.1. The error says what failed (nothing listening, a
 /// certificate of another CA, no TLS at all).
 pub async fn handshake(port: u16, ca_pem: &str) -> anyhow::Result<()> {
+    handshake_at(Ipv4Addr::LOCALHOST, port, ca_pem).await
+}
+
+/// As [`handshake`], at `ip:port`, expecting a certificate for `ip`.
+pub async fn handshake_at(ip: Ipv4Addr, port: u16, ca_pem: &str) -> anyhow::Result<()> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.context("the expected CA is not PEM")?)?;
@@ -30,17 +35,15 @@ pub async fn handshake(port: u16, ca_pem: &str) -> anyhow::Result<()> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let stream = tokio::time::timeout(STEP, tokio::net::TcpStream::connect(("127.0.0.1", port)))
+    let stream = tokio::time::timeout(STEP, tokio::net::TcpStream::connect((ip, port)))
         .await
-        .with_context(|| format!("connecting to 127.0.0.1:{port} timed out"))?
-        .with_context(|| format!("nothing accepts connections on 127.0.0.1:{port}"))?;
-    let name = ServerName::from(IpAddr::from(Ipv4Addr::LOCALHOST));
+        .with_context(|| format!("connecting to {ip}:{port} timed out"))?
+        .with_context(|| format!("nothing accepts connections on {ip}:{port}"))?;
+    let name = ServerName::from(IpAddr::from(ip));
     tokio::time::timeout(STEP, connector.connect(name, stream))
         .await
-        .with_context(|| format!("the TLS handshake on 127.0.0.1:{port} timed out"))?
-        .with_context(|| {
-            format!("127.0.0.1:{port} does not serve a certificate of the expected CA")
-        })?;
+        .with_context(|| format!("the TLS handshake on {ip}:{port} timed out"))?
+        .with_context(|| format!("{ip}:{port} does not serve a certificate of the expected CA"))?;
     Ok(())
 }
 

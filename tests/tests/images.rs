@@ -2,14 +2,18 @@
 //! them would find them: bootplate's describes the same image as the Dockerfile's final stage
 //! (path, entrypoint, command, user, platform), and it really runs from containerd, as the
 //! non-root user its Deployment sets, with runc on an empty base; the pause image runs until it
-//! is stopped. Needs umoci, skopeo, containerd and runc (tests/scripts/install-tools.sh).
+//! is stopped; the control-plane images carry exactly the names `kubeadm config images list`
+//! prints for a repository the test picks, and each one's entrypoint runs (`--version`). Needs
+//! umoci, skopeo, containerd and runc (tests/scripts/install-tools.sh).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use testenv::images::{self, Containerd};
+use testenv::pod_cluster::images::reference_of;
 
 /// What a Dockerfile's final stage says of the image it builds.
 #[derive(Debug, Default, PartialEq)]
@@ -326,4 +330,78 @@ fn pause_exit_on_sigterm(containerd: &Containerd) -> Option<i32> {
         .ctr_ok(&["task", "kill", "--signal", "SIGTERM", "sandbox"])
         .expect("task kill");
     sandbox.wait().expect("ctr run ends").code()
+}
+
+/// The repository this test names kubeadm's images in (kubeadm's `--image-repository`): one
+/// nothing can be pulled from, so a name that differs from kubeadm's shows.
+const REPOSITORY: &str = "bootplate.invalid/k8s";
+
+/// kubeadm's image list for the built version in [`REPOSITORY`], one reference a line.
+fn kubeadm_image_list() -> BTreeSet<String> {
+    let version = testenv::joins::kube_version().expect("the built kubeadm's version");
+    let kubeadm = testenv::tools::path("kubeadm").expect("the built kubeadm");
+    run(Command::new(kubeadm).args([
+        "config",
+        "images",
+        "list",
+        "--kubernetes-version",
+        &version,
+        "--image-repository",
+        REPOSITORY,
+    ]))
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// What `ENTRYPOINT --version` must print for each control-plane image (its binary's own
+/// version, not kubeadm's tag).
+fn version_banner(name: &str) -> String {
+    let kube = testenv::joins::kube_version().expect("the built kubeadm's version");
+    let etcd = testenv::tools::path("etcd").expect("the built etcd");
+    let etcd = etcd.file_name().unwrap().to_string_lossy();
+    match name {
+        "etcd" => format!("etcd Version: {}", etcd.trim_start_matches("etcd-v")),
+        "coredns" => "CoreDNS-".to_owned(),
+        _ => format!("Kubernetes {kube}"),
+    }
+}
+
+#[test]
+fn control_plane_images_are_kubeadms_list_and_run() {
+    let archives =
+        images::archives_in(Some(REPOSITORY), &images::KUBEADM_IMAGES).expect("the images");
+    let references: BTreeSet<String> = archives
+        .values()
+        .map(|archive| reference_of(archive).expect("a reference"))
+        .collect();
+    assert_eq!(
+        references,
+        kubeadm_image_list(),
+        "the images are named as kubeadm lists them"
+    );
+    let containerd = Containerd::start().expect("containerd");
+    for (name, archive) in &archives {
+        containerd.import(archive).expect("import");
+        if name == "pause" {
+            continue; // it has no --version; bootplate_image_runs_from_containerd_as_its_user runs it
+        }
+        let config = image_config(archive);
+        let mut command: Vec<String> =
+            serde_json::from_value(config["config"]["Entrypoint"].clone())
+                .unwrap_or_else(|_| panic!("{name}: an entrypoint: {config}"));
+        command.push("--version".to_owned());
+        let reference = reference_of(archive).expect("a reference");
+        let mut args = vec!["run", "--rm", "--read-only", &reference, name];
+        args.extend(command.iter().map(String::as_str));
+        let out = containerd.ctr(&args).expect("ctr run");
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{name}: {command:?} in its image: {said}"
+        );
+        let banner = version_banner(name);
+        assert!(said.contains(&banner), "{name}: {banner:?} in {said:?}");
+    }
 }

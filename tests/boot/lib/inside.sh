@@ -29,6 +29,11 @@
 # settings; run.sh puts them back), and /var/lib/containerd is a tmpfs (its overlay snapshots
 # cannot live on the root's overlay). After the boot, the check waits (60 s at most) for the
 # kubelet to register its Node.
+#
+# OUT/images.list (one OCI archive a line, from run.sh --image) is imported into the root's
+# containerd store (namespace k8s.io, unpacked for its overlayfs snapshotter) before cloud-init
+# runs, by the host's containerd on that store with nothing else configured. BOOT_HOLD set: after
+# the check, OUT/holding is written and the machine keeps running until OUT/release exists.
 set -euo pipefail
 shopt -s extglob
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,6 +47,25 @@ stubs=/usr/local/bootplate/stubs
 path=$stubs:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ignition=${BOOTPLATE_IGNITION:-/usr/lib/dracut/modules.d/30ignition/ignition}
 log() { echo "boot-proof: $*" >&2; }
+
+# preload_images: OUT/images.list into the root's containerd store (see the top of this file).
+preload_images() {
+  local dir=$out/preload archive pid
+  mkdir -p "$dir"
+  printf 'version = 2\nroot = "%s"\nstate = "%s"\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "%s"\n' \
+    "$root/var/lib/containerd" "$dir/state" "$dir/containerd.sock" >"$dir/config.toml"
+  containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    ctr --address "$dir/containerd.sock" version >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  while read -r archive; do
+    [[ -z $archive ]] || ctr --address "$dir/containerd.sock" -n k8s.io images import "$archive" >&2
+  done <"$out/images.list"
+  kill "$pid"
+  wait "$pid" || true
+}
 
 # 1. The root.
 mkdir -p "$root" "$out/upper" "$out/work"
@@ -115,16 +139,38 @@ if [[ -n $real ]]; then
     mount --bind -o ro "$real/$program" "$bp/real/$program"
     ln -sf "$stubs/$program" "$root/usr/bin/$program"
   done
-  for program in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
+  for program in /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
     touch "$root$program"
     mount --bind -o ro "$program" "$root$program"
   done
+  # containerd, through a wrapper: the test machine is itself a container without
+  # CAP_SYS_RESOURCE, so runc cannot lower a Pod's OOM score as containerd's CRI asks unless
+  # restrict_oom_score_adj is set; the wrapper adds it to the configuration the user-data wrote.
+  touch "$bp/real/containerd"
+  mount --bind -o ro /usr/bin/containerd "$bp/real/containerd"
+  cat >"$root/usr/bin/containerd" <<'WRAP'
+#!/bin/sh
+# boot-proof: the real containerd, with restrict_oom_score_adj (tests/boot/lib/inside.sh).
+config=/etc/containerd/config.toml
+if [ -f "$config" ]; then
+  sed 's/^\(\[plugins\."io\.containerd\.grpc\.v1\.cri"\]\)$/\1\n  restrict_oom_score_adj = true/' \
+    "$config" >/run/bootplate/containerd.toml
+  exec /usr/local/bootplate/real/containerd --config /run/bootplate/containerd.toml "$@"
+fi
+exec /usr/local/bootplate/real/containerd "$@"
+WRAP
+  chmod 0755 "$root/usr/bin/containerd"
   units=$root/usr/lib/systemd/system
   mkdir -p "$units/kubelet.service.d"
   cp /lib/systemd/system/containerd.service "$units/containerd.service"
   # The kubelet's unit and kubeadm's drop-in as the Kubernetes packages install them.
   cp "$here/units/kubelet.service" "$units/kubelet.service"
   cp "$here/units/10-kubeadm.conf" "$units/kubelet.service.d/10-kubeadm.conf"
+  [[ ! -s $out/images.list ]] || preload_images
+  # What every machine has and a debootstrap root lacks; containerd copies both into the Pods
+  # that share the machine's network (the control plane's static Pods).
+  [[ -e $root/etc/hosts ]] || printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+  [[ -e $root/etc/resolv.conf ]] || printf '# no name server: the machine has no network beyond its cluster\n' >"$root/etc/resolv.conf"
 fi
 
 in_root() {
@@ -214,3 +260,9 @@ cp "$stages_log" "$root/run/bootplate/stages.log"
 in_root python3 /usr/local/bootplate/check.py check >"$out/report.json"
 mkdir -p "$out/run"
 cp -a "$root/run/." "$out/run/"
+if [[ -n ${BOOT_HOLD-} ]]; then
+  # What kubeadm wrote (admin.conf, the certificates), for the test that holds the machine.
+  [[ ! -d $root/etc/kubernetes ]] || cp -a "$root/etc/kubernetes" "$out/etc-kubernetes"
+  touch "$out/holding"
+  while [[ ! -e $out/release ]]; do sleep 0.5; done
+fi
