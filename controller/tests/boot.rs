@@ -4,8 +4,7 @@
 //! throw-away copy of a cached Debian 12 root (a chroot in namespaces of its own, no VM), where
 //! package managers, kubeadm, systemctl's actions on a running systemd, modprobe, sysctl and
 //! downloads are stubs that record their arguments. The templates are the shipped catalogue
-//! (`templates/*.yaml`, found there, so new templates are covered as they land; all but
-//! kubeadm-compat-ignition, see [`catalogue`]) and the boot
+//! (`templates/*.yaml`, found there, so new templates are covered as they land) and the boot
 //! proof's fixtures (`tests/boot/fixtures/templates/`), the kubeadm fixture in every format.
 //!
 //! `tests/boot/lib/check.py` compares the root with the user-data (files, units, steps, stub
@@ -37,6 +36,13 @@ const KUBEADM_CONFIG: [&str; 2] = [
     "/run/kubeadm/kubeadm-join-config.yaml",
 ];
 
+/// The template keeping the layout of the kubeadm bootstrap provider's Ignition: the kubeadm
+/// configuration at [`PROVIDER_IGNITION_CONFIG`], which its script moves to
+/// [`PROVIDER_IGNITION_MOVED`] once kubeadm ran.
+const PROVIDER_IGNITION: &str = "kubeadm-compat-ignition";
+const PROVIDER_IGNITION_CONFIG: &str = "/etc/kubeadm.yml";
+const PROVIDER_IGNITION_MOVED: &str = "/tmp/kubeadm.yml";
+
 /// Package managers among the stubs: the packages are installed before kubeadm runs.
 const PACKAGE_MANAGERS: [&str; 6] = ["apt-get", "apt", "dnf", "yum", "microdnf", "zypper"];
 
@@ -58,19 +64,12 @@ fn out_dir(name: &str) -> PathBuf {
     target.join("boot-proof-tests").join(name)
 }
 
-/// The shipped templates: every `templates/*.yaml` holding a (Cluster)BootstrapTemplate, but
-/// kubeadm-compat-ignition. That one keeps the kubeadm bootstrap provider's layout, whose
-/// /etc/kubeadm.sh moves /etc/kubeadm.yml to /tmp once kubeadm ran, and check.py wants every
-/// file the config writes still in place; it boots in controller/tests/templates.rs's sandbox.
+/// The shipped templates: every `templates/*.yaml` holding a (Cluster)BootstrapTemplate.
 fn catalogue() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(repo().join("templates"))
         .map(|dir| {
             dir.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-                .filter(|p| {
-                    p.file_stem()
-                        .is_some_and(|s| s != "kubeadm-compat-ignition")
-                })
                 .filter(|p| {
                     std::fs::read_to_string(p).is_ok_and(|t| {
                         t.lines().any(|l| {
@@ -232,6 +231,19 @@ impl Case {
             .into_iter()
             .find(|v| v.name == name)
             .and_then(|v| v.default)
+    }
+
+    fn stem(&self) -> String {
+        self.template.file_stem().unwrap().to_string_lossy().into()
+    }
+
+    /// The kubeadm configuration file the case's `kubeadm` reads.
+    fn kubeadm_config(&self) -> &'static str {
+        if self.stem() == PROVIDER_IGNITION {
+            PROVIDER_IGNITION_CONFIG
+        } else {
+            KUBEADM_CONFIG[usize::from(self.role != "init")]
+        }
     }
 
     fn kubeadm(&self) -> bool {
@@ -413,11 +425,7 @@ fn check_kubeadm(case: &Case) {
     let record = &records[0];
     assert_eq!(record["subcommand"], subcommand, "{label}: {record}");
     let config = record["config"].as_str().unwrap();
-    assert_eq!(
-        config,
-        KUBEADM_CONFIG[usize::from(case.role != "init")],
-        "{label}"
-    );
+    assert_eq!(config, case.kubeadm_config(), "{label}");
     // The configuration kubeadm read (the stub keeps a copy), parsed here too.
     let copy = case
         .dir
@@ -530,6 +538,30 @@ fn check_plain(case: &Case) {
     );
 }
 
+/// The provider's layout: its script moved the kubeadm configuration once kubeadm ran, and the
+/// check found it moved, with the content, mode and owner declared, and nothing left behind.
+fn check_moved_config(case: &Case) {
+    let label = case.label();
+    let files = case.report["files"].as_array().expect("files");
+    let entry = files
+        .iter()
+        .find(|f| f["path"] == PROVIDER_IGNITION_CONFIG)
+        .unwrap_or_else(|| panic!("{label}: {PROVIDER_IGNITION_CONFIG} not checked: {files:?}"));
+    assert_eq!(
+        entry["movedTo"], PROVIDER_IGNITION_MOVED,
+        "{label}: {entry}"
+    );
+    assert_eq!(entry["ok"], true, "{label}: {entry}");
+    assert_eq!(entry["mode"], "0600", "{label}: {entry}");
+    let upper = case.dir.join("run/upper");
+    assert!(
+        !upper
+            .join(PROVIDER_IGNITION_CONFIG.trim_start_matches('/'))
+            .exists(),
+        "{label}: {PROVIDER_IGNITION_CONFIG} is still there"
+    );
+}
+
 /// The stub calls of the boot proof's kubeadm fixture, exactly and in order: the commands ran
 /// in the order the template declares them.
 fn check_fixture_order(case: &Case) {
@@ -632,12 +664,11 @@ fn every_template_boots_with_real_cloud_init_and_ignition() {
         } else {
             check_plain(case);
         }
-        if case
-            .template
-            .file_stem()
-            .is_some_and(|s| s.to_string_lossy().starts_with("kubeadm-mini"))
-        {
+        if case.stem().starts_with("kubeadm-mini") {
             check_fixture_order(case);
+        }
+        if case.stem() == PROVIDER_IGNITION {
+            check_moved_config(case);
         }
     }
 }

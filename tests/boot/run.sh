@@ -14,7 +14,8 @@
 # configuration file, in the configuration API of that version. --os names the OS the template
 # targets (its spec.os.name): the root gets stand-ins for what that family's images have and a
 # Debian root lacks (for rocky, rhel, almalinux, centos, fedora, amazonlinux: /etc/yum.repos.d,
-# /etc/dnf, /etc/sysconfig, /etc/pki/rpm-gpg and an SELinux config).
+# /etc/dnf, /etc/sysconfig, /etc/pki/rpm-gpg and an SELinux config; for kubeadm-image, an
+# image made for the kubeadm bootstrap provider: the units of the kubelet and containerd).
 #
 # --real-kube DIR: a real join. DIR holds the real `kubeadm` and `kubelet`; they run instead of
 # the stubs, with the host's containerd and runc, in the host's network namespace (the kubelet

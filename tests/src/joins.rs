@@ -264,29 +264,52 @@ pub fn boot(
         .get_or_init(|| real_kube_dir().map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dir = runs_dir().join(case);
-    let input = runs_dir().join(format!("{case}.user-data"));
-    std::fs::create_dir_all(runs_dir())?;
-    std::fs::write(&input, user_data)?;
-    let out = Command::new(workspace().join("tests/boot/run.sh"))
-        .arg("--user-data")
-        .arg(&input)
-        .arg("--out")
-        .arg(&dir)
-        .args([
-            "--label",
-            case,
-            "--role",
-            role,
-            "--kubernetes-version",
-            version,
-        ])
-        .args(["--os", os])
-        .arg("--real-kube")
-        .arg(&kube)
-        .env("BOOTPLATE_BOOT_TIMEOUT", "300")
-        .output()
-        .context("running tests/boot/run.sh")?;
+    let run = BootRun {
+        dir: runs_dir(),
+        case,
+        role,
+        version,
+        os,
+    };
+    run.boot(user_data, Some(&kube))
+}
+
+/// One boot of the boot proof: the run goes to `dir/case`, its input to `dir/case.user-data`.
+pub struct BootRun<'a> {
+    pub dir: PathBuf,
+    pub case: &'a str,
+    pub role: &'a str,
+    pub version: &'a str,
+    pub os: &'a str,
+}
+
+impl BootRun<'_> {
+    /// Runs `user_data` through `tests/boot/run.sh`: with the stubs for kubeadm and the
+    /// kubelet, or with the real ones in `real` (`--real-kube`).
+    pub fn boot(&self, user_data: &[u8], real: Option<&Path>) -> anyhow::Result<Boot> {
+        let case = self.case;
+        let dir = self.dir.join(case);
+        let input = self.dir.join(format!("{case}.user-data"));
+        std::fs::create_dir_all(&self.dir)?;
+        std::fs::write(&input, user_data)?;
+        let mut command = Command::new(workspace().join("tests/boot/run.sh"));
+        command
+            .arg("--user-data")
+            .arg(&input)
+            .arg("--out")
+            .arg(&dir)
+            .args(["--label", case, "--role", self.role])
+            .args(["--kubernetes-version", self.version, "--os", self.os])
+            .env("BOOTPLATE_BOOT_TIMEOUT", "300");
+        if let Some(real) = real {
+            command.arg("--real-kube").arg(real);
+        }
+        let out = command.output().context("running tests/boot/run.sh")?;
+        booted(out, case, dir)
+    }
+}
+
+fn booted(out: Output, case: &str, dir: PathBuf) -> anyhow::Result<Boot> {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     if out.status.code() == Some(2) {
         bail!(

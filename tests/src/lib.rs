@@ -5,6 +5,7 @@
 //! with a message saying how to build it: integration tests never skip silently.
 
 pub mod agent;
+pub mod boot_compare;
 pub mod capi;
 pub mod capi_env;
 pub mod clusterctl_repo;

@@ -15,6 +15,12 @@
 //! /etc/kubeadm.sh as its non-empty lines in order.
 //! One environment, every Machine at once.
 //!
+//! Then both renders of every cloud-config spec are booted by the boot proof (real cloud-init,
+//! stubs for kubeadm and the programs that would act on a machine): both pass it, and leave the
+//! same files (mode, owner, content) and ran the same commands in order, differences only where
+//! docs/migrating.md says ([`boot_both`]); beside them, a drill shows that comparison failing
+//! ([`the_boot_comparison_sees_a_dropped_file_and_a_reordered_command`]).
+//!
 //! In the same environment, the migration docs/migrating.md describes: a MachineDeployment of
 //! three workers bootstrapped by CABPK is switched to bootplate with `bootplate import
 //! --machine-deployment`'s patch; Cluster API rolls every worker out, the new ones boot (the
@@ -360,9 +366,14 @@ async fn imported_configs_render_what_the_kubeadm_provider_renders() {
     );
     futures::future::join_all(corpus.iter().map(|(name, spec)| create(&env, name, spec))).await;
     let mut differences = Vec::new();
+    let mut renders = Vec::new();
     for (name, _) in &corpus {
-        let theirs = semantic(&user_data(&env, &format!("k-{name}")).await);
-        let ours = semantic(&user_data(&env, &format!("b-{name}")).await);
+        let (theirs, ours) = (
+            user_data(&env, &format!("k-{name}")).await,
+            user_data(&env, &format!("b-{name}")).await,
+        );
+        renders.push((name.clone(), theirs.clone(), ours.clone()));
+        let (theirs, ours) = (semantic(&theirs), semantic(&ours));
         for key in theirs
             .keys()
             .chain(ours.keys())
@@ -378,7 +389,159 @@ async fn imported_configs_render_what_the_kubeadm_provider_renders() {
         }
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
+    let cloud_config = renders
+        .iter()
+        .filter(|r| !r.1.trim_start().starts_with('{'))
+        .count();
+    assert!(cloud_config >= 20, "{cloud_config} cloud-config specs");
+    renders.extend(drill_renders());
+    // The boots run beside the migration: one waits on Cluster API, the other on CPUs.
+    let boots = tokio::task::spawn_blocking(move || boot_both(&renders));
     migrate_a_machine_deployment(&env).await;
+    let (drill, differences): (Vec<String>, Vec<String>) = boots
+        .await
+        .expect("the boots")
+        .into_iter()
+        .partition(|d| d.starts_with("drill-"));
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    the_boot_comparison_sees_a_dropped_file_and_a_reordered_command(&drill);
+}
+
+/// Boots at once (the boot proof's default for two CPUs).
+const BOOT_JOBS: usize = 4;
+
+/// Every cloud-config render of `renders` (name, the provider's, bootplate's) booted by the
+/// boot proof with real cloud-init: each passes the proof, and both renders of a spec leave the
+/// same machine and run the same commands in order ([`testenv::boot_compare`]). The Ignition
+/// renders are not booted: the provider writes Ignition spec 2.3, which Ignition 2.x (the boot
+/// proof's) refuses ("unsupported config version"); Flatcar's Ignition converts it first.
+fn boot_both(renders: &[(String, String, String)]) -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target")
+        .join("kubeadm-compat-boots");
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(|t| std::path::PathBuf::from(t).join("kubeadm-compat-boots"))
+        .unwrap_or(dir);
+    let jobs: Vec<(String, &str)> = renders
+        .iter()
+        .filter(|(_, theirs, _)| !theirs.trim_start().starts_with('{'))
+        .flat_map(|(name, theirs, ours)| {
+            [
+                (format!("k-{name}"), theirs.as_str()),
+                (format!("b-{name}"), ours.as_str()),
+            ]
+        })
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let boots = std::sync::Mutex::new(BTreeMap::new());
+    std::thread::scope(|scope| {
+        for _ in 0..BOOT_JOBS {
+            scope.spawn(|| {
+                while let Some((case, user_data)) =
+                    jobs.get(next.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+                {
+                    let run = testenv::joins::BootRun {
+                        dir: dir.clone(),
+                        case,
+                        role: "worker",
+                        version: KUBERNETES_VERSION,
+                        // What the provider's renders expect: kubeadm, the kubelet and a
+                        // container runtime on the image (run.sh's stand-ins).
+                        os: "kubeadm-image",
+                    };
+                    let boot = run.boot(user_data.as_bytes(), None).unwrap();
+                    boots.lock().unwrap().insert(case.clone(), boot);
+                }
+            });
+        }
+    });
+    compare_boots(&boots.into_inner().unwrap())
+}
+
+const PROVIDER: &str = "the kubeadm provider";
+
+/// The failures of a boot but the cloud-init schema warnings docs/migrating.md explains:
+/// cloud-init 22.4's schema takes no partition number in `fs_setup` (which its disk setup
+/// reads) and wants a user's `inactive` as text (both write the KubeadmConfigSpec's boolean),
+/// and the provider writes mount fields as plain YAML scalars (`0` reads as a number, the
+/// schema wants text; the mounts module turns it into text).
+fn unexplained_failures(boot: &testenv::joins::Boot, who: &str) -> Vec<String> {
+    let any_schema = "is not valid under any of the given schemas";
+    let explained = |error: &str| {
+        (error.starts_with("fs_setup.")
+            && error.contains(".partition: ")
+            && error.ends_with(any_schema))
+            || (error.starts_with("users.")
+                && error.contains("'inactive': True")
+                && error.ends_with(any_schema))
+            || (who == PROVIDER
+                && error.starts_with("mounts.")
+                && error.ends_with("is not of type 'string'"))
+    };
+    let failures = boot.report["failures"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    failures
+        .iter()
+        .filter(|f| {
+            let message = f["message"].as_str().unwrap_or_default();
+            let schema = message.split_once("Cloud config schema errors: ");
+            f["step"] != "cloud-init (schema)"
+                || !schema
+                    .is_some_and(|(_, errors)| schema_errors(errors).iter().all(|e| explained(e)))
+        })
+        .map(|f| format!("{}: {}", f["step"], f["message"]))
+        .collect()
+}
+
+/// The errors of cloud-init's `Cloud config schema errors: KEY: MESSAGE, KEY: MESSAGE` (a
+/// message may hold `, ` itself: a new error starts with a bare schema path and `: `).
+fn schema_errors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for piece in text.split(", ") {
+        let path = |key: &str| {
+            !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        };
+        match out.last_mut() {
+            Some(last) if !piece.split_once(": ").is_some_and(|(k, _)| path(k)) => {
+                last.push_str(", ");
+                last.push_str(piece);
+            }
+            _ => out.push(piece.to_owned()),
+        }
+    }
+    out
+}
+
+/// Each spec's two boots: both proven, and the same machine left behind.
+fn compare_boots(boots: &BTreeMap<String, testenv::joins::Boot>) -> Vec<String> {
+    let allowed = testenv::boot_compare::Allowed {
+        kubeadm_files: &[JOIN_FILE],
+        any_text: &[PLACEHOLDER],
+    };
+    let mut out = Vec::new();
+    for (case, ours) in boots.iter().filter(|(c, _)| c.starts_with("b-")) {
+        let name = &case[2..];
+        let theirs = &boots[&format!("k-{name}")];
+        for (who, boot) in [(PROVIDER, theirs), ("bootplate", ours)] {
+            let failures = unexplained_failures(boot, who);
+            if boot.status == Some(2) || !failures.is_empty() {
+                out.push(format!(
+                    "{name}: {who}'s render fails the boot proof: {failures:?}\n{}",
+                    boot.explain()
+                ));
+            }
+        }
+        let documents = |text: &str| json!(join_configuration(text.as_bytes()));
+        for difference in testenv::boot_compare::differences(theirs, ours, &allowed, documents) {
+            out.push(format!("{name}: {difference}"));
+        }
+    }
+    out
 }
 
 const MIGRATED: &str = "migrated";
@@ -615,4 +778,94 @@ async fn migrated_kubeadm_configs(env: &CapiEnv) -> Vec<String> {
         .map(|c| c.name_any())
         .filter(|n| !n.starts_with("k-"))
         .collect()
+}
+
+/// A cloud-config like the provider's: a file, the join file, commands around kubeadm.
+const DRILL: &str = "#cloud-config
+write_files:
+- path: /etc/drill/a.conf
+  permissions: '0640'
+  content: |
+    a
+- path: /run/kubeadm/kubeadm-join-config.yaml
+  permissions: 'MODE'
+  content: |
+    apiVersion: kubeadm.k8s.io/v1beta4
+    kind: JoinConfiguration
+    discovery:
+      bootstrapToken: {apiServerEndpoint: '10.0.0.1:6443', token: TOKEN, unsafeSkipCAVerification: true}
+runcmd:
+- FIRST
+- SECOND
+- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete
+";
+
+/// The drill's pairs of renders, booted with the corpus's: the same machine (another token,
+/// the join file's mode 0600), one without a file, one with two commands swapped.
+fn drill_renders() -> Vec<(String, String, String)> {
+    let (reload, join) = (
+        "systemctl daemon-reload",
+        "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml",
+    );
+    let theirs = DRILL
+        .replace("MODE", "0640")
+        .replace("TOKEN", "abcdef.0123456789abcdef");
+    let ours = DRILL
+        .replace("MODE", "0600")
+        .replace("TOKEN", "ghijkl.0123456789ghijkl");
+    let renders = |ours: String| {
+        (
+            theirs.replace("FIRST", reload).replace("SECOND", join),
+            ours,
+        )
+    };
+    let cases = [
+        (
+            "same",
+            renders(ours.replace("FIRST", reload).replace("SECOND", join)),
+        ),
+        (
+            "dropped",
+            renders(
+                ours.replace("FIRST", reload)
+                    .replace("SECOND", join)
+                    .replace(
+                        "- path: /etc/drill/a.conf\n  permissions: '0640'\n  content: |\n    a\n",
+                        "",
+                    ),
+            ),
+        ),
+        (
+            "reordered",
+            renders(ours.replace("FIRST", join).replace("SECOND", reload)),
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, (theirs, ours))| (format!("drill-{name}"), theirs, ours))
+        .collect()
+}
+
+/// The boot comparison fails when one render drops a file or runs two commands in another
+/// order, and allows what docs/migrating.md allows (another token, the join file's mode):
+/// `differences` are those of the drill's boots.
+fn the_boot_comparison_sees_a_dropped_file_and_a_reordered_command(differences: &[String]) {
+    let of = |name: &str| -> Vec<&String> {
+        differences
+            .iter()
+            .filter(|d| d.starts_with(&format!("drill-{name}: ")))
+            .collect()
+    };
+    assert_eq!(of("same"), Vec::<&String>::new());
+    let dropped = of("dropped");
+    assert!(
+        dropped.iter().all(|d| d.contains(": /etc/drill"))
+            && dropped.iter().any(|d| d.contains(": /etc/drill/a.conf:")),
+        "{dropped:#?}"
+    );
+    let reordered = of("reordered");
+    assert!(
+        reordered.len() == 1 && reordered[0].contains("the commands run (stub calls, in order)"),
+        "{reordered:#?}"
+    );
 }

@@ -106,8 +106,21 @@ class Declared:
         self.problems = []  # (step, message)
 
 
+def jinja(text):
+    """A user-data starting with cloud-init's `## template: jinja` line, as cloud-init reads it:
+    rendered with the instance data (the header line goes). Any other text as it is."""
+    first = text.split("\n", 1)[0].strip().replace(" ", "")
+    if first != "##template:jinja":
+        return text
+    # The root's cloud-init, the one that ran, and the instance data it rendered with.
+    from cloudinit.handlers.jinja_template import render_jinja_payload_from_file
+
+    return render_jinja_payload_from_file(text, "user-data", "/run/cloud-init/instance-data.json")
+
+
 def parse_cloud_init(data, declared):
-    text = data.decode("utf-8", "replace")
+    text = jinja(data.decode("utf-8", "replace"))
+    data = text.encode("utf-8")
     head = text.lstrip()[:200].lower()
     if head.startswith("content-type:") or head.startswith("mime-version:"):
         message = email.message_from_bytes(data, policy=email.policy.compat32)
@@ -642,6 +655,28 @@ def owner_ids(owner):
     return uid, gid
 
 
+MOVE = re.compile(r"^\s*mv\s+(?:-[A-Za-z]+\s+)*(/\S+)\s+(/\S+)\s*$")
+
+
+def moves(d):
+    """The declared files the user-data's own commands move once they ran (a `mv SOURCE TARGET`
+    line of runcmd or of a file it writes, whose SOURCE is a declared file): {source: where the
+    file ends up}. A TARGET ending in `/` or naming a directory receives the file by its name."""
+    declared_paths = {f["path"] for f in d.files}
+    texts = [f["content"].decode("utf-8", "replace") for f in d.files]
+    texts += [e if isinstance(e, str) else shlex.join(map(str, e)) for e in (d.runcmd or []) if e is not None]
+    out = {}
+    for text in texts:
+        for line in text.splitlines():
+            m = MOVE.match(line)
+            if m and m.group(1) in declared_paths:
+                source, target = m.groups()
+                if target.endswith("/") or os.path.isdir(target):
+                    target = target.rstrip("/") + "/" + source.rsplit("/", 1)[1]
+                out[source] = target
+    return out
+
+
 def check_files(d, report):
     # A later declaration of the same path replaces an earlier one (except appends).
     final = {}
@@ -651,15 +686,23 @@ def check_files(d, report):
             final[f["path"]] = dict(prev, content=prev["content"] + f["content"], source=f["source"])
         else:
             final[f["path"]] = f
+    moved = moves(d)
     out = []
-    for path, f in final.items():
-        entry = {"path": path, "source": f["source"], "declaredMode": f"{f['mode']:04o}",
+    for declared_path, f in final.items():
+        path = moved.get(declared_path, declared_path)
+        entry = {"path": declared_path, "source": f["source"], "declaredMode": f"{f['mode']:04o}",
                  "declaredOwner": ":".join(str(x) for x in f["owner"] if x is not None)}
         out.append(entry)
+        if path != declared_path:
+            entry["movedTo"] = path
+            if os.path.lexists(declared_path):
+                report.fail(f["source"], f"{declared_path} is still there: the user-data's `mv` to {path} did not run")
+                entry["ok"] = False
+                continue
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            report.fail(f["source"], f"{path} was not written")
+            report.fail(f["source"], f"{path} was not written" + (f" (moved from {declared_path})" if path != declared_path else ""))
             entry["ok"] = False
             continue
         actual = read(path, "rb") if stat.S_ISREG(st.st_mode) else None

@@ -102,6 +102,11 @@ case "$os" in
   flatcar)
     image_units=(containerd.service docker.service systemd-timesyncd.service)
     ;;
+  kubeadm-image)
+    # An image made for the kubeadm bootstrap provider (image-builder's): the kubelet and a
+    # container runtime come with it.
+    image_units=(containerd.service kubelet.service systemd-timesyncd.service)
+    ;;
 esac
 for unit in "${image_units[@]}"; do
   [[ -e $root/usr/lib/systemd/system/$unit ]] ||
