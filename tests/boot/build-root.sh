@@ -5,7 +5,9 @@
 #   tests/boot/build-root.sh            # prints e.g. /root/.cache/bootplate/boot/root-1a2b3c4d5e6f
 #
 # The root: `debootstrap --variant=minbase` of Debian 12 (bookworm) with cloud-init, python3,
-# systemd and sudo (about a minute). python3-cffi-backend is included by name: cloud-init's
+# systemd, sudo and curl (about a minute). curl is there because cloud images have it and the boot
+# reporter sends with it (docs/boot-channel.md): without it reports are off, and the real joins
+# could not show a failed boot on the config. python3-cffi-backend is included by name: cloud-init's
 # python3-cryptography depends on it only through a virtual package, which debootstrap does not
 # resolve, and cloud-init would stay unconfigured (the fix `apt-get install -f
 # python3-cffi-backend` in the root does the same, later). The result is cached as a tarball
@@ -44,8 +46,8 @@ fi
 if [[ ! -f $tarball ]]; then
   build=$(mktemp -d "$cache/build.XXXXXX")
   trap 'rm -rf "$build"' EXIT
-  log "debootstrap bookworm (minbase, cloud-init, python3, systemd) from $mirror: about a minute, once"
-  debootstrap --variant=minbase --include=cloud-init,python3,python3-cffi-backend,systemd,sudo \
+  log "debootstrap bookworm (minbase, cloud-init, python3, systemd, curl) from $mirror: about a minute, once"
+  debootstrap --variant=minbase --include=cloud-init,python3,python3-cffi-backend,systemd,sudo,curl \
     bookworm "$build/root" "$mirror" >"$build/debootstrap.log" 2>&1 ||
     { tail -n 30 "$build/debootstrap.log" >&2; die "debootstrap failed (its log above)"; }
   # shellcheck disable=SC2016 # a dpkg-query format, not a shell expression

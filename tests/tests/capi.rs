@@ -1578,7 +1578,8 @@ async fn a_changed_config_renders_the_pool_again(env: &CapiEnv, running: &[Insta
 /// the real kube-controller-manager, the kubelet registers the Node under the Machine's name,
 /// Cluster API sets the Machine's nodeRef (the cloud only adds the provider ID, as a cloud
 /// controller manager does) and bootplate deletes the token. The token's groups and expiry are
-/// what kubeadm needed: the join is the proof.
+/// what kubeadm needed: the join is the proof. Then a worker that pins the wrong CA hash fails
+/// its join and reports it (see [`a_wrong_ca_hash_is_reported_with_kubeadms_message`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i_every_kubeadm_template_joins_a_real_control_plane() {
     use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -1717,6 +1718,90 @@ async fn i_every_kubeadm_template_joins_a_real_control_plane() {
     // The workload cluster runs no token cleaner (`joins::JoinServices`): a deleted token is one
     // bootplate deleted.
     assert_every_join_token_deleted(&env, &machines, cases.len()).await;
+    a_wrong_ca_hash_is_reported_with_kubeadms_message(&env, &version).await;
+}
+
+/// kubeadm's message when the CA it discovers is not the one the join pins.
+const WRONG_CA_HASH_MESSAGE: &str = "cluster CA found in cluster-info ConfigMap is invalid";
+
+/// (i, continued) The wrong-CA-hash drill, reported. A worker whose template pins a CA hash that
+/// is not the cluster CA's boots with the real kubeadm, which refuses the CA it discovers. The
+/// machine's reporter (curl, the machine's own token, the cluster CA) sends the failure, and
+/// bootplate shows `Ready=False` reason `BootFailed` naming part `kubeadm-join` and its command,
+/// with kubeadm's own message in the Warning Event's tail.
+async fn a_wrong_ca_hash_is_reported_with_kubeadms_message(env: &CapiEnv, version: &str) {
+    let zero_hash = format!("[\"sha256:{}\"]", "0".repeat(64));
+    let template = doctored_template(
+        "wrong-hash",
+        "caCertHashes: {{json join.caCertHashes}}",
+        &format!("caCertHashes: {zero_hash}"),
+    );
+    let templates =
+        objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates");
+    cloud::apply(&env.client, &templates, None, &template)
+        .await
+        .unwrap();
+    let name = "iota-wrong-hash";
+    let mut config = objects::bootplate_config(name, "kubeadm-wrong-hash");
+    config["spec"]["variables"] = joins::sandbox_variables();
+    let configs = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
+    env.apply(&configs, config).await.unwrap();
+    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+        .await
+        .unwrap();
+    env.apply(
+        &objects::machine_resource(),
+        objects::worker_machine(name, "iota", version),
+    )
+    .await
+    .unwrap();
+    let secret = eventually(&format!("{name}'s data Secret"), WAIT, || async {
+        data_secret(env, name).await
+    })
+    .await;
+    let user_data = secret.data.as_ref().unwrap()["value"].0.clone();
+    let version = version.to_owned();
+    let boot = tokio::task::spawn_blocking(move || {
+        joins::boot(&user_data, "capi-wrong-hash", "worker", &version, "ubuntu")
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        matches!(boot.kubeadm_status("join"), Some(s) if s != 0)
+            && boot.kubeadm_log().contains(WRONG_CA_HASH_MESSAGE),
+        "kubeadm refuses the wrong hash: {}",
+        boot.explain()
+    );
+    let uid = env.configs().get(name).await.unwrap().uid().unwrap();
+    let reports: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.workload_client.clone(), "kube-system");
+    let report = reports.get(&format!("bootplate-boot-{uid}")).await.unwrap();
+    assert!(
+        report
+            .data
+            .as_ref()
+            .is_some_and(|d| d.contains_key("report")),
+        "the machine's report in its ConfigMap: {report:?}\n{}",
+        boot.explain()
+    );
+    let ready = eventually(&format!("{name} BootFailed"), WAIT, || async {
+        let config = env.configs().get(name).await.ok()?;
+        let ready = condition(&config, "Ready")?;
+        (ready["reason"] == "BootFailed").then(|| ready.clone())
+    })
+    .await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        ready["status"] == "False" && message.contains("part `kubeadm-join`, command 0"),
+        "the failed part and step: {ready}"
+    );
+    let event = testenv::events::wait_reason(&env.client, NS, name, "BootFailed").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        event.type_.as_deref() == Some("Warning") && note.contains(WRONG_CA_HASH_MESSAGE),
+        "kubeadm's own message in the Event's tail: {note}"
+    );
 }
 
 /// A copy of the shipped template named `kubeadm-<name>` whose text has `from` replaced by `to`.

@@ -100,7 +100,7 @@ bootplate_report_send() {
   BOOTPLATE_REPORT_SENT=$now
   report=$(bootplate_report_text "$1" "$now" | head -c 12288 | base64 | tr -d '\n')
   printf '{"data":{"report":"%s"}}' "$report" > "$BOOTPLATE_REPORT_STATE/body"
-  curl -sS -o /dev/null --max-time 10 --retry 2 --cacert "$BOOTPLATE_REPORT_CA" \
+  curl -sS --fail -o /dev/null --max-time 10 --retry 2 --cacert "$BOOTPLATE_REPORT_CA" \
     -X PATCH -H "@$BOOTPLATE_REPORT_STATE/auth" \
     -H 'Content-Type: application/merge-patch+json' \
     --data-binary "@$BOOTPLATE_REPORT_STATE/body" \
