@@ -68,7 +68,8 @@ rm -rf "$out"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cp "$user_data" "$out/user-data"
-printf '%s\n' "${images[@]}" >"$out/images.list"
+: >"$out/images.list"
+((${#images[@]} == 0)) || printf '%s\n' "${images[@]}" >"$out/images.list"
 python3 -c 'import json, sys; json.dump(dict(zip(["label", "role", "kubernetesVersion", "os"], sys.argv[2:])), open(sys.argv[1], "w"))' \
   "$out/case.json" "$label" "$role" "$version" "$os"
 

@@ -8,13 +8,14 @@ use super::*;
 const MIRROR_DIR: &str = "etc/containerd/certs.d/registry.k8s.io";
 const ARTIFACT_URL: &str = "https://files.corp.example/k8s/v1.31.2/kubeadm";
 
-/// The shipped templates that take the input (the kubeadm ones but kubeadm-compat).
+/// The shipped templates that write the input: those with a part `network` (not plain-linux and
+/// the kubeadm-compat ones, which carry a KubeadmConfigSpec as it is).
 fn network_templates() -> Vec<PathBuf> {
     catalogue()
         .into_iter()
         .filter(|p| {
-            let name = p.file_stem().unwrap().to_string_lossy();
-            name.starts_with("kubeadm-") && name != "kubeadm-compat"
+            std::fs::read_to_string(p)
+                .is_ok_and(|text| text.lines().any(|l| l.trim_end() == "    - name: network"))
         })
         .collect()
 }

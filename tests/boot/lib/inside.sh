@@ -50,21 +50,32 @@ log() { echo "boot-proof: $*" >&2; }
 
 # preload_images: OUT/images.list into the root's containerd store (see the top of this file).
 preload_images() {
-  local dir=$out/preload archive pid
+  local dir=$out/preload archive pid socket
   mkdir -p "$dir"
+  # Its state and socket under /tmp: a unix socket's path is at most 104 bytes, and OUT can be
+  # deep (CI's cargo target directory).
+  socket=$(mktemp -d /tmp/boot-proof-preload.XXXXXX)
   printf 'version = 2\nroot = "%s"\nstate = "%s"\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "%s"\n' \
-    "$root/var/lib/containerd" "$dir/state" "$dir/containerd.sock" >"$dir/config.toml"
+    "$root/var/lib/containerd" "$socket/state" "$socket/containerd.sock" >"$dir/config.toml"
   containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
-    ctr --address "$dir/containerd.sock" version >/dev/null 2>&1 && break
+    ctr --address "$socket/containerd.sock" version >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
+  if ! ctr --address "$socket/containerd.sock" version >/dev/null 2>&1; then
+    log "ERROR: the containerd that preloads the images did not start (tail of its log):"
+    tail -n 5 "$dir/containerd.log" >&2
+    kill "$pid" 2>/dev/null
+    exit 2
+  fi
   while read -r archive; do
-    [[ -z $archive ]] || ctr --address "$dir/containerd.sock" -n k8s.io images import "$archive" >&2
+    [[ -z $archive ]] || ctr --address "$socket/containerd.sock" -n k8s.io images import "$archive" >&2
   done <"$out/images.list"
   kill "$pid"
   wait "$pid" || true
+  rm -rf "$socket"
 }
 
 # 1. The root.
@@ -225,11 +236,16 @@ else
   printf '#!/bin/sh\nexit 0\n' >"$out/bin/setfiles"
   chmod +x "$out/bin/setfiles"
   printf 'SELINUX=disabled\nSELINUXTYPE=targeted\n' >"$root/etc/selinux/config"
+  # Ignition writes a user's SSH keys as that user, who must be able to reach the root: a root
+  # under a private directory (CI's cargo target directory is under /root) is bound at a path
+  # anyone can traverse, in this run's /run.
+  mkdir -p /run/ignition-root
+  mount --rbind "$root" /run/ignition-root
   # A failed Ignition stage stops the boot (the initramfs goes to its emergency shell).
   stage "ignition fetch-offline" env PATH="$out/bin:$PATH" IGNITION_CONFIG_FILE="$out/user-data" \
     "$ignition" -platform file -stage fetch-offline -config-cache "$out/ignition.json" &&
     stage "ignition files" env PATH="$out/bin:$PATH" \
-      "$ignition" -platform file -stage files -root "$root" -config-cache "$out/ignition.json" ||
+      "$ignition" -platform file -stage files -root /run/ignition-root -config-cache "$out/ignition.json" ||
     ignition_failed=true
   # First boot: systemd applies the presets Ignition wrote, to the units that are installed (a
   # unit with only drop-ins and no unit file in the image stays disabled, as on a real boot).
