@@ -9,8 +9,9 @@
 # provider's manager (sigs.k8s.io/cluster-api), and the manager of the oldest Cluster API release
 # bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
 # against it too, with its own CRDs and manifests), distribution's container registry
-# (tests/tools/registry, the mirror of tests/tests/network.rs) and CoreDNS (the control-plane
-# images of tests/scripts/build-images.sh).
+# (tests/tools/registry, the mirror of tests/tests/network.rs), crictl (tests/tools/crictl, the
+# CRI client that pulls through that mirror) and CoreDNS (the control-plane images of
+# tests/scripts/build-images.sh).
 #
 # Idempotent and cached by version under ${BOOTPLATE_CACHE:-~/.cache/bootplate}: binaries in
 # bin/NAME-VERSION, the module and build caches in go/. Once cached it needs no network.
@@ -120,6 +121,11 @@ CGO_ENABLED=0 build pause "$pause_version" pause . "-s -w"
 # tests/tests/network.rs.
 registry_version=$(required registry github.com/distribution/distribution/v3)
 CGO_ENABLED=0 build registry "$registry_version" registry . "-s -w"
+
+# crictl (sigs.k8s.io/cri-tools, tests/tools/crictl), the CRI client: tests/tests/network.rs pulls
+# through containerd's CRI plugin with it, the way the kubelet's image pulls go.
+crictl_version=$(required crictl sigs.k8s.io/cri-tools)
+CGO_ENABLED=0 build crictl "$crictl_version" crictl sigs.k8s.io/cri-tools/cmd/crictl "-s -w"
 
 # CoreDNS (github.com/coredns/coredns, tests/tools/coredns: its coredns.go, every plugin and
 # coremain), the cluster DNS `kubeadm init` deploys: static, as CoreDNS builds its own image, for

@@ -5,6 +5,12 @@
 //! into the root first, so that the script's absolute paths (`/etc/containerd/certs.d`, the trust
 //! store) land under it. The host's programs are bound read-only; `systemctl` is a stub that
 //! logs its arguments and says containerd is active.
+//!
+//! The node's containerd ([`NodeContainerd`]) is the host's containerd daemon run with the
+//! node's rendered configuration and its `/etc`, and images are pulled with crictl through its
+//! CRI plugin, as the kubelet pulls: that plugin is what reads `config_path`. No pull here goes
+//! through `ctr`, whose `--hosts-dir` resolves in the client and would bypass the daemon's
+//! configuration.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -193,6 +199,9 @@ impl ChrootNode {
             etc_hosts.push('\n');
         }
         std::fs::write(root.join("etc/hosts"), etc_hosts)?;
+        // This network has no DNS: names resolve from /etc/hosts alone, so that the real
+        // registries are out of reach whatever the machine running the tests can reach.
+        std::fs::write(root.join("etc/nsswitch.conf"), "hosts: files\n")?;
         write_executable(&root.join("bootplate-stubs/systemctl"), SYSTEMCTL)?;
         let outside = root.parent().context("the disk's directory")?;
         std::fs::write(outside.join("chroot.sh"), CHROOT)?;
@@ -221,6 +230,13 @@ impl ChrootNode {
         Ok(Command::new(&self.shell).arg("-c").arg(script).output()?)
     }
 
+    /// Writes the node file `path` (its directory made first).
+    pub fn write(&self, path: &str, text: &str) -> anyhow::Result<()> {
+        let file = self.disk.path(path);
+        std::fs::create_dir_all(file.parent().context("a parent")?)?;
+        Ok(std::fs::write(file, text)?)
+    }
+
     /// The node file `path`, if it is there.
     pub fn read(&self, path: &str) -> Option<String> {
         std::fs::read_to_string(self.disk.path(path)).ok()
@@ -233,28 +249,103 @@ impl ChrootNode {
         let _ = std::fs::remove_file(&log);
         calls.lines().map(str::to_owned).collect()
     }
+}
 
-    /// `ctr` pulling `reference` into `containerd` as containerd resolves it on the node: the
-    /// node's `/etc/containerd` and trust store (`/etc/ssl`) are bound over the host's in a
-    /// private mount namespace, and `--hosts-dir` is the rendered `config_path`.
-    pub fn pull(
-        &self,
-        containerd: &crate::images::Containerd,
-        reference: &str,
-    ) -> anyhow::Result<Output> {
-        let script = "mount --bind \"$0/etc/containerd\" /etc/containerd && \
-                      mount --bind \"$0/etc/ssl\" /etc/ssl && exec \"$@\"";
-        let out = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-            .arg(script)
-            .arg(self.disk.root())
-            .arg("ctr")
-            .arg("--address")
-            .arg(containerd.socket())
-            .args(["--namespace", crate::images::NAMESPACE, "images", "pull"])
-            .args(["--hosts-dir", "/etc/containerd/certs.d", reference])
-            .output()?;
-        Ok(out)
+/// containerd as the node runs it, the CRI plugin included (the kubelet pulls through it): the
+/// daemon imports the node's `/etc/containerd/config.toml` as it was rendered. Only what would
+/// clash with the host is set beside it, in a configuration of its own: its root, state, socket
+/// and `/opt` directory. It runs in a private mount namespace where the node's `/etc` is bound
+/// over the host's: the registry hosts under `config_path`, the trust store, `/etc/hosts` (and
+/// the CNI configuration directory the CRI plugin makes) are the node's. Stopped on drop.
+pub struct NodeContainerd {
+    process: Option<Process>,
+    dir: tempfile::TempDir,
+    etc: PathBuf,
+}
+
+impl NodeContainerd {
+    /// Starts containerd on `node` (whose `/etc/containerd/config.toml` is written) and waits
+    /// until its CRI image service answers.
+    pub fn start(node: &ChrootNode) -> anyhow::Result<NodeContainerd> {
+        let dir = tempfile::Builder::new().prefix("node-ctrd").tempdir()?;
+        let d = dir.path().display();
+        let config = format!(
+            "version = 2\nroot = \"{d}/root\"\nstate = \"{d}/state\"\n\
+             imports = [\"/etc/containerd/config.toml\"]\n\
+             [grpc]\n  address = \"{d}/containerd.sock\"\n\
+             [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{d}/opt\"\n"
+        );
+        std::fs::write(dir.path().join("private.toml"), config)?;
+        let mut containerd = NodeContainerd {
+            process: None,
+            dir,
+            etc: node.disk.path("/etc"),
+        };
+        containerd.restart()?;
+        Ok(containerd)
+    }
+
+    /// Stops the daemon if it runs, starts it again (as `systemctl restart containerd` does),
+    /// and waits until its CRI image service answers.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        if let Some(mut process) = self.process.take() {
+            process.terminate()?;
+        }
+        let process = Process::spawn(
+            "containerd",
+            Command::new("unshare")
+                .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg("mount --bind \"$0\" /etc && exec \"$@\"")
+                .arg(&self.etc)
+                .arg("containerd")
+                .arg("--config")
+                .arg(self.dir.path().join("private.toml")),
+            &self.dir.path().join("containerd.log"),
+        )?;
+        self.process = Some(process);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.crictl(&["images"]) {
+                Ok(out) if out.status.success() => return Ok(()),
+                _ if Instant::now() > deadline => bail!(
+                    "containerd's CRI plugin did not answer within 20 s:\n{}",
+                    self.process
+                        .as_ref()
+                        .map(|p| p.log_tail(20))
+                        .unwrap_or_default()
+                ),
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Runs crictl with `args` against this containerd (its socket as the runtime and the
+    /// image endpoint).
+    pub fn crictl(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let endpoint = format!(
+            "unix://{}",
+            self.dir.path().join("containerd.sock").display()
+        );
+        Command::new(crate::tools::path("crictl")?)
+            .args([
+                "--runtime-endpoint",
+                &endpoint,
+                "--image-endpoint",
+                &endpoint,
+            ])
+            .args(args)
+            .output()
+            .context("running crictl")
+    }
+
+    /// The references of the images the CRI plugin holds.
+    pub fn images(&self) -> anyhow::Result<Vec<String>> {
+        let out = check("crictl images", &self.crictl(&["images", "-o", "json"])?)?;
+        let list: serde_json::Value = serde_json::from_str(&out)?;
+        let tags = (list["images"].as_array().into_iter().flatten())
+            .flat_map(|image| image["repoTags"].as_array().into_iter().flatten())
+            .filter_map(|tag| tag.as_str().map(str::to_owned));
+        Ok(tags.collect())
     }
 }
 

@@ -2,7 +2,7 @@
 //! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, kube-scheduler,
 //! kube-proxy, kubeadm, the kubelet, kubectl, etcd, the Cluster API manager, clusterctl and the
 //! kubeadm bootstrap provider's manager, the manager of the oldest Cluster API release
-//! bootplate supports ([`CapiRelease`]), and distribution's container registry.
+//! bootplate supports ([`CapiRelease`]), distribution's container registry and crictl.
 //!
 //! A tool's path comes from its `BOOTPLATE_*` variable (the README's test command exports them);
 //! otherwise the script runs once per test process and its `NAME=PATH` lines are used (it exits
@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 /// The tools `build-tools.sh` builds, with the variable that overrides each.
-const TOOLS: [(&str, &str); 14] = [
+const TOOLS: [(&str, &str); 15] = [
     ("kube-apiserver", "BOOTPLATE_KUBE_APISERVER"),
     (
         "kube-controller-manager",
@@ -35,6 +35,8 @@ const TOOLS: [(&str, &str); 14] = [
     ("capi-manager-oldest", "BOOTPLATE_CAPI_MANAGER_OLDEST"),
     // distribution's container registry (tests/tests/network.rs).
     ("registry", "BOOTPLATE_REGISTRY"),
+    // crictl, the CRI client that pulls through containerd's CRI plugin (tests/tests/network.rs).
+    ("crictl", "BOOTPLATE_CRICTL"),
     // cert-manager's static install manifest, rendered from its module's chart.
     ("cert-manager-manifest", "BOOTPLATE_CERT_MANAGER_MANIFEST"),
 ];

@@ -1,15 +1,20 @@
 //! The network input (`spec.network`, docs/air-gapped.md) on a real restricted network, on
-//! loopback: distribution's registry as the mirror (TLS from a test CA), the host's containerd
-//! resolving `registry.k8s.io` images through the `hosts.toml` and CA that part `network` of a
-//! shipped template writes, the agent applying a CA rollover and a new mirror in place, and a
-//! forward proxy that sees part `artifacts`' downloads and not the `noProxy` destinations.
-//! See `testenv::mirror` for how the rendered scripts run under a node root.
+//! loopback: distribution's registry as the mirror (TLS from a test CA), containerd run with
+//! the node's rendered `/etc/containerd/config.toml` resolving `registry.k8s.io` images through
+//! the `hosts.toml` and CA that part `network` of a shipped template writes, the agent applying
+//! a CA rollover and a new mirror in place, and a forward proxy that sees part `artifacts`'
+//! downloads and not the `noProxy` destinations. See `testenv::mirror` for how the rendered
+//! scripts run under a node root.
+//!
+//! Every pull goes the kubelet's way: `crictl pull` through containerd's CRI plugin, which
+//! resolves with the `config_path` of the rendered configuration (not a client-side
+//! `ctr --hosts-dir`, which would prove nothing of that configuration). The node's `/etc/hosts`
+//! names no real registry and it has no DNS: the mirror is the only way to an image.
 
 use crd_types::payload::NodePayload;
 use serde_json::{Value, json};
 use testenv::agent::Workload;
-use testenv::images::Containerd;
-use testenv::mirror::{ChrootNode, Registry, part, render_parts};
+use testenv::mirror::{ChrootNode, NodeContainerd, Registry, part, render_parts};
 
 /// The mirror's path prefix: `registry.k8s.io/NAME` is `REGISTRY/v2/mirror/NAME`.
 const MIRROR_PATH: &str = "mirror";
@@ -79,35 +84,60 @@ fn manifest_requests(registry: &Registry) -> usize {
         .count()
 }
 
-/// Pulls `reference` on `node` into `containerd` (the image removed first); panics unless it
-/// is pulled and `registry` served its manifest.
-fn pull_through(node: &ChrootNode, containerd: &Containerd, registry: &Registry, reference: &str) {
-    let _ = containerd.ctr(&["images", "rm", "--sync", reference]);
+/// Pulls `reference` through `containerd`'s CRI plugin (the image removed first); panics unless
+/// it is pulled and `registry` served its manifest.
+fn pull_through(containerd: &NodeContainerd, registry: &Registry, reference: &str) {
+    let _ = containerd.crictl(&["rmi", reference]);
     let before = manifest_requests(registry);
-    let out = node.pull(containerd, reference).unwrap();
+    let out = containerd.crictl(&["pull", reference]).unwrap();
     assert!(out.status.success(), "the pull failed: {}", stderr(&out));
     assert!(
         manifest_requests(registry) > before,
         "not through the mirror"
     );
-    let images = containerd.ctr_ok(&["images", "ls", "-q"]).unwrap();
-    assert!(images.lines().any(|l| l == reference), "{images}");
+    let images = containerd.images().unwrap();
+    assert!(images.iter().any(|i| i == reference), "{images:?}");
 }
 
-/// The mirror drill: containerd (the host's, its own root, state and socket) configured only by
-/// what part `network` rendered (`hosts.toml` under `config_path`, the endpoint's CA file, the
-/// trust store) pulls `registry.k8s.io/pause` from the registry's mirror path, trusting the
-/// mirror through the endpoint's CA and, apart, through the trust store; with no CA in the
-/// input the same pull fails on the certificate.
+/// A node with the `/etc/containerd/config.toml` part `configure` of the template renders.
+fn node_with_containerd_config() -> ChrootNode {
+    let node = ChrootNode::new(&[]).unwrap();
+    let path = "/etc/containerd/config.toml";
+    let configure = part(&render_parts(json!({})).unwrap(), "configure").unwrap();
+    let file = (configure.files.iter().find(|f| f.path == path))
+        .unwrap_or_else(|| panic!("part configure writes no {path}"));
+    let text = String::from_utf8(file.content.clone()).unwrap();
+    assert!(
+        text.contains("config_path = \"/etc/containerd/certs.d\""),
+        "{text}"
+    );
+    node.write(path, &text).unwrap();
+    node
+}
+
+/// Restarts `containerd` when the scripts run on `node` since the last call asked systemd to.
+fn restart_if_asked(node: &ChrootNode, containerd: &mut NodeContainerd) {
+    let calls = node.take_script_systemctl_calls();
+    if calls.iter().any(|c| c == "restart containerd") {
+        containerd.restart().unwrap();
+    }
+}
+
+/// The mirror drill: containerd (its own root, state and socket) configured only by the
+/// rendered `config.toml` and what part `network` wrote (`hosts.toml` under `config_path`, the
+/// endpoint's CA file, the trust store) pulls `registry.k8s.io/pause` from the registry's
+/// mirror path through its CRI plugin, trusting the mirror through the endpoint's CA and,
+/// apart, through the trust store (containerd restarted as the part asks, to read it); with
+/// no CA in the input the same pull fails on the certificate.
 #[test]
 fn containerd_pulls_through_the_rendered_mirror_and_not_without_its_ca() {
     let registry = mirror("mirror-ca");
     let (_, reference) = pause_image();
-    let containerd = Containerd::start().unwrap();
-    let node = ChrootNode::new(&[]).unwrap();
-
+    let node = node_with_containerd_config();
     apply_network(&node, mirror_input(&registry, CaIn::Nowhere));
-    let out = node.pull(&containerd, &reference).unwrap();
+    let mut containerd = NodeContainerd::start(&node).unwrap();
+
+    let out = containerd.crictl(&["pull", &reference]).unwrap();
     assert!(!out.status.success(), "pulled without the mirror's CA");
     assert!(
         stderr(&out).contains("x509: certificate signed by unknown authority"),
@@ -116,7 +146,8 @@ fn containerd_pulls_through_the_rendered_mirror_and_not_without_its_ca() {
     );
 
     apply_network(&node, mirror_input(&registry, CaIn::Endpoint));
-    pull_through(&node, &containerd, &registry, &reference);
+    restart_if_asked(&node, &mut containerd);
+    pull_through(&containerd, &registry, &reference);
     let dir = "/etc/containerd/certs.d/registry.k8s.io";
     let hosts = node.read(&format!("{dir}/hosts.toml")).unwrap();
     assert!(
@@ -131,7 +162,8 @@ fn containerd_pulls_through_the_rendered_mirror_and_not_without_its_ca() {
             .unwrap()
             .contains("ca =")
     );
-    pull_through(&node, &containerd, &registry, &reference);
+    restart_if_asked(&node, &mut containerd);
+    pull_through(&containerd, &registry, &reference);
 }
 
 /// The network input a site rolls over to: `registry` as the mirror, its CA on the endpoint
@@ -169,13 +201,13 @@ async fn publish_and_pass(w: &Workload, agent: &agent::watch::Agent, network: Va
 /// changes to mirror `new` on another port with another CA (`corp-2027`, on the endpoint and in
 /// the trust store). The render changes part `network` alone, the agent applies it: the trust
 /// store and `hosts.toml` hold only the new CA and endpoint, containerd alone is restarted, and
-/// the next pull is served by the new mirror (the old one is stopped).
+/// the next pull through the CRI plugin (containerd restarted as the part asked) is served by
+/// the new mirror (the old one is stopped).
 #[tokio::test]
 async fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
     let (old, new) = (mirror("corp-2026"), mirror("corp-2027"));
     let (_, reference) = pause_image();
-    let containerd = Containerd::start().unwrap();
-    let node = ChrootNode::new(&[]).unwrap();
+    let node = node_with_containerd_config();
     let w = Workload::start(&["node-a"]).await.unwrap();
     let agent = agent::watch::Agent {
         identity: w.node_client("node-a").await.unwrap().into(),
@@ -183,7 +215,8 @@ async fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
         node: node.agent(),
     };
     publish_and_pass(&w, &agent, site_input(&old)).await;
-    pull_through(&node, &containerd, &old, &reference);
+    let mut containerd = NodeContainerd::start(&node).unwrap();
+    pull_through(&containerd, &old, &reference);
     node.take_script_systemctl_calls();
     node.disk.take_systemctl_calls();
 
@@ -196,8 +229,10 @@ async fn a_ca_rollover_and_a_new_mirror_reach_a_running_node_in_place() {
     publish_and_pass(&w, &agent, site_input(&new)).await;
     check_rolled_over(&node, &old, &new);
 
+    // The part asked for containerd's restart (checked above): what systemd would do.
+    containerd.restart().unwrap();
     drop(old);
-    pull_through(&node, &containerd, &new, &reference);
+    pull_through(&containerd, &new, &reference);
 }
 
 /// The node trusts only `new`'s CA and resolves through `new` alone; the only acting systemctl
