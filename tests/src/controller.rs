@@ -37,6 +37,87 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The objects `bootplate render` reads for one Machine of Cluster `workload`: what the tests that
+/// render without an apiserver vary, the rest as every one of them writes it.
+pub struct RenderObjects<'a> {
+    pub namespace: &'a str,
+    /// The Cluster's `controlPlaneEndpoint` (host, port).
+    pub endpoint: (&'a str, u16),
+    pub service_cidr: &'a str,
+    pub machine: &'a str,
+    /// The Machine's `spec.version`.
+    pub version: &'a str,
+    /// Whether the Machine carries Cluster API's control-plane label.
+    pub control_plane: bool,
+    /// The BootplateConfig's `spec`.
+    pub config_spec: serde_json::Value,
+}
+
+/// The files [`RenderObjects::write`] wrote, as [`render`] takes them.
+pub struct RenderFiles {
+    pub cluster: PathBuf,
+    pub machine: PathBuf,
+    pub config: PathBuf,
+}
+
+impl RenderObjects<'_> {
+    /// Writes the Cluster, the Machine and its BootplateConfig as YAML files into `dir`.
+    pub fn write(&self, dir: &Path) -> RenderFiles {
+        let write = |name: &str, value: serde_json::Value| {
+            let path = dir.join(name);
+            std::fs::write(&path, serde_yaml::to_string(&value).unwrap()).unwrap();
+            path
+        };
+        let (host, port) = self.endpoint;
+        let cluster = write(
+            "cluster.yaml",
+            serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "workload", "namespace": self.namespace},
+                "spec": {
+                    "controlPlaneEndpoint": {"host": host, "port": port},
+                    "clusterNetwork": {"services": {"cidrBlocks": [self.service_cidr]},
+                                       "pods": {"cidrBlocks": ["192.168.0.0/16"]}},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                          "kind": "DockerCluster", "name": "workload"},
+                },
+            }),
+        );
+        let mut labels = serde_json::json!({"cluster.x-k8s.io/cluster-name": "workload"});
+        if self.control_plane {
+            labels["cluster.x-k8s.io/control-plane"] = serde_json::json!("");
+        }
+        let machine = self.machine;
+        let machine_file = write(
+            &format!("{machine}.yaml"),
+            serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": machine, "namespace": self.namespace, "labels": labels},
+                "spec": {
+                    "clusterName": "workload", "version": self.version,
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.bootplate.dev",
+                                                "kind": "BootplateConfig", "name": machine}},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                          "kind": "DockerMachine", "name": machine},
+                },
+            }),
+        );
+        let config = write(
+            "config.yaml",
+            serde_json::json!({
+                "apiVersion": "bootstrap.bootplate.dev/v1alpha1", "kind": "BootplateConfig",
+                "metadata": {"name": machine, "namespace": self.namespace},
+                "spec": self.config_spec,
+            }),
+        );
+        RenderFiles {
+            cluster,
+            machine: machine_file,
+            config,
+        }
+    }
+}
+
 /// `bootplate render --template TEMPLATE --machine M --cluster C --config F ARGS...` (role,
 /// token, CA and the like in `args`): the user-data. Panics with bootplate's message when the
 /// render fails.

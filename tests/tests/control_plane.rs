@@ -13,6 +13,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
+use testenv::controller::RenderObjects;
 use testenv::node::{Node, NodeSpec};
 use testenv::pki::TestCa;
 use testenv::{images, joins, tls_probe};
@@ -55,52 +56,20 @@ fn render(
     version: &str,
     pause: &str,
 ) -> Vec<u8> {
-    let write = |name: &str, value: serde_json::Value| {
-        let path = dir.join(name);
-        std::fs::write(&path, serde_yaml::to_string(&value).unwrap()).unwrap();
-        path
-    };
-    let cluster = write(
-        "cluster.yaml",
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "workload", "namespace": "control-plane"},
-            "spec": {
-                "controlPlaneEndpoint": {"host": endpoint.to_string(), "port": PORT},
-                "clusterNetwork": {"services": {"cidrBlocks": ["10.96.0.0/16"]},
-                                   "pods": {"cidrBlocks": ["192.168.0.0/16"]}},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                      "kind": "DockerCluster", "name": "workload"},
-            },
+    let endpoint = endpoint.to_string();
+    let files = RenderObjects {
+        namespace: "control-plane",
+        endpoint: (&endpoint, PORT),
+        service_cidr: "10.96.0.0/16",
+        machine,
+        version,
+        control_plane: true,
+        config_spec: json!({
+            "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
+            "variables": variables(pause),
         }),
-    );
-    let machine_file = write(
-        &format!("{machine}.yaml"),
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-            "metadata": {"name": machine, "namespace": "control-plane",
-                         "labels": {"cluster.x-k8s.io/cluster-name": "workload",
-                                    "cluster.x-k8s.io/control-plane": ""}},
-            "spec": {
-                "clusterName": "workload", "version": version,
-                "bootstrap": {"configRef": {"apiGroup": "bootstrap.bootplate.dev",
-                                            "kind": "BootplateConfig", "name": machine}},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                      "kind": "DockerMachine", "name": machine},
-            },
-        }),
-    );
-    let config = write(
-        "config.yaml",
-        json!({
-            "apiVersion": "bootstrap.bootplate.dev/v1alpha1", "kind": "BootplateConfig",
-            "metadata": {"name": machine, "namespace": "control-plane"},
-            "spec": {
-                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
-                "variables": variables(pause),
-            },
-        }),
-    );
+    }
+    .write(dir);
     let (cert, key) = (dir.join("ca.crt"), dir.join("ca.key"));
     let args: [&OsStr; 6] = [
         "--role".as_ref(),
@@ -112,9 +81,9 @@ fn render(
     ];
     testenv::controller::render(
         &repo().join(TEMPLATE),
-        &machine_file,
-        &cluster,
-        &config,
+        &files.machine,
+        &files.cluster,
+        &files.config,
         &args,
     )
 }

@@ -21,6 +21,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use testenv::ApiServer;
+use testenv::controller::RenderObjects;
 use testenv::joins::{self, JoinServices};
 use testenv::pki::TestCa;
 
@@ -89,58 +90,20 @@ impl Cluster {
         ca: Option<(&Path, &Path)>,
     ) -> Vec<u8> {
         let d = self.dir.path();
-        let cluster = d.join("cluster.yaml");
-        std::fs::write(
-            &cluster,
-            serde_yaml::to_string(&json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "workload", "namespace": "joins"},
-                "spec": {
-                    "controlPlaneEndpoint": {"host": "127.0.0.1", "port": self.apiserver.port()},
-                    "clusterNetwork": {"services": {"cidrBlocks": ["10.0.0.0/24"]},
-                                       "pods": {"cidrBlocks": ["192.168.0.0/16"]}},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                          "kind": "DockerCluster", "name": "workload"},
-                },
-            }))
-            .unwrap(),
-        )
-        .unwrap();
-        let mut labels = json!({"cluster.x-k8s.io/cluster-name": "workload"});
-        if role != "worker" {
-            labels["cluster.x-k8s.io/control-plane"] = json!("");
+        let port = self.apiserver.port();
+        let files = RenderObjects {
+            namespace: "joins",
+            endpoint: ("127.0.0.1", port),
+            service_cidr: "10.0.0.0/24",
+            machine,
+            version,
+            control_plane: role != "worker",
+            config_spec: json!({
+                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-ubuntu-2404"},
+                "variables": joins::sandbox_variables(),
+            }),
         }
-        let machine_file = d.join(format!("{machine}.yaml"));
-        std::fs::write(
-            &machine_file,
-            serde_yaml::to_string(&json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": machine, "namespace": "joins", "labels": labels},
-                "spec": {
-                    "clusterName": "workload", "version": version,
-                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.bootplate.dev",
-                                                "kind": "BootplateConfig", "name": machine}},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                          "kind": "DockerMachine", "name": machine},
-                },
-            }))
-            .unwrap(),
-        )
-        .unwrap();
-        let config = d.join("config.yaml");
-        std::fs::write(
-            &config,
-            serde_yaml::to_string(&json!({
-                "apiVersion": "bootstrap.bootplate.dev/v1alpha1", "kind": "BootplateConfig",
-                "metadata": {"name": machine, "namespace": "joins"},
-                "spec": {
-                    "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-ubuntu-2404"},
-                    "variables": joins::sandbox_variables(),
-                },
-            }))
-            .unwrap(),
-        )
-        .unwrap();
+        .write(d);
         let (own_cert, own_key) = (d.join("ca.crt"), d.join("ca.key"));
         let (cert, key) = ca.unwrap_or((&own_cert, &own_key));
         let args: [&OsStr; 8] = [
@@ -155,9 +118,9 @@ impl Cluster {
         ];
         testenv::controller::render(
             &repo().join(TEMPLATE),
-            &machine_file,
-            &cluster,
-            &config,
+            &files.machine,
+            &files.cluster,
+            &files.config,
             &args,
         )
     }

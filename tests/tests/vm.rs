@@ -19,6 +19,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use testenv::ApiServer;
+use testenv::controller::RenderObjects;
 use testenv::joins::{self, JoinServices};
 use testenv::pki::TestCa;
 
@@ -216,59 +217,27 @@ async fn kubeadm_prebaked_image_joins_from_a_vm() {
     let d = work.path();
     let version = joins::kube_version().unwrap();
     let machine = "vm-worker-0";
-    let write = |name: &str, value: serde_json::Value| {
-        let path = d.join(name);
-        std::fs::write(&path, serde_yaml::to_string(&value).unwrap()).unwrap();
-        path
-    };
-    let cluster = write(
-        "cluster.yaml",
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "workload", "namespace": "vm"},
-            "spec": {
-                "controlPlaneEndpoint": {"host": "10.0.2.2", "port": port},
-                "clusterNetwork": {"services": {"cidrBlocks": ["10.0.0.0/24"]},
-                                   "pods": {"cidrBlocks": ["192.168.0.0/16"]}},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                      "kind": "DockerCluster", "name": "workload"},
-            },
+    let files = RenderObjects {
+        namespace: "vm",
+        endpoint: ("10.0.2.2", port),
+        service_cidr: "10.0.0.0/24",
+        machine,
+        version: &version,
+        control_plane: false,
+        config_spec: json!({
+            "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
+            "skipParts": ["install"],
         }),
-    );
-    let machine_file = write(
-        "machine.yaml",
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-            "metadata": {"name": machine, "namespace": "vm",
-                         "labels": {"cluster.x-k8s.io/cluster-name": "workload"}},
-            "spec": {
-                "clusterName": "workload", "version": version,
-                "bootstrap": {"configRef": {"apiGroup": "bootstrap.bootplate.dev",
-                                            "kind": "BootplateConfig", "name": machine}},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                      "kind": "DockerMachine", "name": machine},
-            },
-        }),
-    );
-    let config = write(
-        "config.yaml",
-        json!({
-            "apiVersion": "bootstrap.bootplate.dev/v1alpha1", "kind": "BootplateConfig",
-            "metadata": {"name": machine, "namespace": "vm"},
-            "spec": {
-                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
-                "skipParts": ["install"],
-            },
-        }),
-    );
+    }
+    .write(d);
     std::fs::write(d.join("ca.crt"), &ca.cert_pem).unwrap();
     std::fs::write(d.join("ca.key"), &ca.key_pem).unwrap();
     let (ca_cert, ca_key) = (d.join("ca.crt"), d.join("ca.key"));
     let user_data = render(
         "kubeadm-debian-12.yaml",
-        &machine_file,
-        &cluster,
-        &config,
+        &files.machine,
+        &files.cluster,
+        &files.config,
         &[
             "--role".as_ref(),
             "worker".as_ref(),
