@@ -127,12 +127,13 @@ CGO_ENABLED=0 build registry "$registry_version" registry . "-s -w"
 crictl_version=$(required crictl sigs.k8s.io/cri-tools)
 CGO_ENABLED=0 build crictl "$crictl_version" crictl sigs.k8s.io/cri-tools/cmd/crictl "-s -w"
 
-# CoreDNS (github.com/coredns/coredns, tests/tools/coredns: its coredns.go, every plugin and
-# coremain), the cluster DNS `kubeadm init` deploys: static, as CoreDNS builds its own image, for
-# the control-plane images of tests/scripts/build-images.sh.
+# CoreDNS (github.com/coredns/coredns, tests/tools/coredns: coremain with the plugins of kubeadm's
+# Corefile), the cluster DNS `kubeadm init` deploys: static, as CoreDNS builds its own image, for
+# the control-plane images of tests/scripts/build-images.sh. The plugin list lives in main.go, so
+# its digest is part of the build's name.
 coredns_version=$(required coredns github.com/coredns/coredns)
-CGO_ENABLED=0 build coredns "$coredns_version" coredns . \
-  "-s -w"
+coredns_build="$coredns_version-$(cat coredns/go.mod coredns/main.go | sha256sum | cut -c1-12)"
+CGO_ENABLED=0 build coredns "$coredns_build" coredns . "-s -w"
 
 # The last line, cert-manager-manifest=PATH, is cert-manager's static install manifest, rendered
 # as its release renders `cert-manager.yaml` (cached as manifests/cert-manager-VERSION.yaml): the
