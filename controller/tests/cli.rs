@@ -124,26 +124,7 @@ fn worker_role_comes_from_labels_and_gets_no_private_key() {
 fn role_token_and_ca_can_be_given() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
-    tool(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            "/CN=test-ca",
-            "-days",
-            "1",
-            "-keyout",
-            &key.to_string_lossy(),
-            "-out",
-            &cert.to_string_lossy(),
-        ],
-    );
+    openssl_ca(&cert, &key, "test-ca");
     // The CA hash as kubeadm's documentation computes it.
     let hash = tool(
         "sh",
@@ -186,6 +167,86 @@ fn role_token_and_ca_can_be_given() {
     assert!(
         user_data.contains(first_line),
         "the given CA certificate is written"
+    );
+}
+
+/// A self-signed EC CA made by openssl: `cert` and `key` (PEM).
+fn openssl_ca(cert: &Path, key: &Path, name: &str) {
+    tool(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &format!("/CN={name}"),
+            "-days",
+            "1",
+            "-keyout",
+            &key.to_string_lossy(),
+            "-out",
+            &cert.to_string_lossy(),
+        ],
+    );
+}
+
+/// `--pki-dir`: every certificate and key of a kubeadm-layout directory is what a
+/// control-plane render writes (so two renders share them); a missing file is an input error
+/// that names it.
+#[test]
+fn pki_dir_gives_every_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    std::fs::create_dir_all(pki.join("etcd")).unwrap();
+    for (cert, key) in [
+        ("ca.crt", "ca.key"),
+        ("etcd/ca.crt", "etcd/ca.key"),
+        ("front-proxy-ca.crt", "front-proxy-ca.key"),
+    ] {
+        openssl_ca(&pki.join(cert), &pki.join(key), &cert.replace('/', "-"));
+    }
+    let sa_key = pki.join("sa.key").to_string_lossy().into_owned();
+    tool(
+        "openssl",
+        &["genpkey", "-algorithm", "ed25519", "-out", &sa_key],
+    );
+    let sa_pub = tool("openssl", &["pkey", "-in", &sa_key, "-pubout"]);
+    std::fs::write(pki.join("sa.pub"), sa_pub).unwrap();
+    let args = [
+        "--role",
+        "control-plane-join",
+        "--pki-dir",
+        pki.to_str().unwrap(),
+    ];
+    let out = render_example("examples/machine-control-plane.yaml", &args);
+    assert_exit(&out, 0);
+    let user_data = text(&out.stdout);
+    for file in [
+        "ca.crt",
+        "ca.key",
+        "etcd/ca.crt",
+        "etcd/ca.key",
+        "front-proxy-ca.crt",
+        "front-proxy-ca.key",
+        "sa.pub",
+        "sa.key",
+    ] {
+        let pem = std::fs::read_to_string(pki.join(file)).unwrap();
+        let body = pem.lines().nth(1).unwrap();
+        assert!(user_data.contains(body), "{file} is not in the render");
+    }
+    std::fs::remove_file(pki.join("front-proxy-ca.key")).unwrap();
+    let out = render_example("examples/machine-control-plane.yaml", &args);
+    assert_exit(&out, 2);
+    assert!(
+        text(&out.stderr).contains("--pki-dir: ")
+            && text(&out.stderr).contains("front-proxy-ca.key"),
+        "{}",
+        text(&out.stderr)
     );
 }
 

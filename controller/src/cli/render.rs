@@ -28,7 +28,9 @@ Examples:
 
 Unless given --token, --ca-cert and --ca-key, the join token is random and the certificates
 (cluster CA, etcd CA, front-proxy CA, service-account key) are generated on the spot and thrown
-away: the output shows what a machine would receive, but cannot join a real cluster.
+away: the output shows what a machine would receive, but cannot join a real cluster. With
+--pki-dir, every certificate comes from that directory, so renders of several control-plane
+Machines share them as the controller's do (from the Cluster's Secrets).
 
 Exit codes: 0 rendered, 1 the template failed to render (message on stderr), 2 bad usage or
 unreadable input.")]
@@ -69,6 +71,11 @@ pub struct RenderArgs {
     /// The cluster CA private key (PEM), with --ca-cert.
     #[arg(long, value_name = "FILE", requires = "ca_cert")]
     pub ca_key: Option<PathBuf>,
+    /// Every certificate of the Cluster from DIR, laid out as kubeadm's /etc/kubernetes/pki:
+    /// ca.crt and ca.key, etcd/ca.crt and etcd/ca.key, front-proxy-ca.crt and
+    /// front-proxy-ca.key, sa.pub and sa.key (what `kubeadm init phase certs` writes).
+    #[arg(long, value_name = "DIR", conflicts_with = "ca_cert")]
+    pub pki_dir: Option<PathBuf>,
     /// Call the generator a template part names: NAME=URL (https), repeatable. Offline,
     /// generators receive no token and no keys.
     #[arg(long = "generator", value_name = "NAME=URL")]
@@ -241,7 +248,7 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
             pki::ca_cert_hash(&ca.cert).map_err(|e| input(format!("--ca-cert: {e}")))?,
         ],
     };
-    let certs = certificates(&roles, ca)?;
+    let certs = certificates(&roles, ca, args.pki_dir.as_deref())?;
     // Errors start with the file, line and column of their culprit, as lint's do.
     let at = |e: &render::RenderError| located(e, &template_file, index, config_input.as_ref());
     let compiled = CompiledTemplate::compile(&object, &spec)
@@ -266,19 +273,34 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
         .collect()
 }
 
-/// The cluster CA of `--ca-cert` and `--ca-key`, or a throw-away one.
+/// The cluster CA of `--pki-dir`, of `--ca-cert` and `--ca-key`, or a throw-away one.
 fn cluster_ca(args: &RenderArgs) -> Result<KeyPair, Failure> {
+    if let Some(dir) = &args.pki_dir {
+        return read_pair(&dir.join("ca.crt"), &dir.join("ca.key"), "--pki-dir");
+    }
     let (Some(cert), Some(key)) = (&args.ca_cert, &args.ca_key) else {
         return throw_away_ca("bootplate render throw-away cluster CA");
     };
-    let read = |p: &PathBuf| {
-        std::fs::read_to_string(p).map_err(|e| input(format!("{}: cannot read: {e}", p.display())))
+    read_pair(cert, key, "--ca-cert/--ca-key")
+}
+
+/// The PEM key pair in files `cert` and `key`, checked; `flag` names where they came from.
+fn read_pair(cert: &Path, key: &Path, flag: &str) -> Result<KeyPair, Failure> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| input(format!("{flag}: {}: cannot read: {e}", p.display())))
     };
     let pair = KeyPair {
         cert: read(cert)?,
         key: read(key)?,
     };
-    pki::check_key_pair(&pair).map_err(|e| input(format!("--ca-cert/--ca-key: {e}")))?;
+    pki::check_key_pair(&pair).map_err(|e| {
+        input(format!(
+            "{flag}: {} and {}: {e}",
+            cert.display(),
+            key.display()
+        ))
+    })?;
     Ok(pair)
 }
 
@@ -286,10 +308,24 @@ fn throw_away_ca(name: &str) -> Result<KeyPair, Failure> {
     pki::generate_ca(name).map_err(|e| Failure::Render(e.to_string()))
 }
 
-/// The certificates of a control-plane render (`ca` and throw-away others); none for workers.
-fn certificates(roles: &[Role], ca: KeyPair) -> Result<Option<Certificates>, Failure> {
+/// The certificates of a control-plane render (`ca`, and the others of `pki_dir` or throw-away
+/// ones); none for workers.
+fn certificates(
+    roles: &[Role],
+    ca: KeyPair,
+    pki_dir: Option<&Path>,
+) -> Result<Option<Certificates>, Failure> {
     if !roles.iter().any(|r| r.is_control_plane()) {
         return Ok(None);
+    }
+    if let Some(dir) = pki_dir {
+        let pair = |cert: &str, key: &str| read_pair(&dir.join(cert), &dir.join(key), "--pki-dir");
+        return Ok(Some(Certificates {
+            ca,
+            etcd: pair("etcd/ca.crt", "etcd/ca.key")?,
+            front_proxy: pair("front-proxy-ca.crt", "front-proxy-ca.key")?,
+            service_account: pair("sa.pub", "sa.key")?,
+        }));
     }
     Ok(Some(Certificates {
         ca,
