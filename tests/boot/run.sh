@@ -20,8 +20,9 @@
 # --real-kube DIR: a real join. DIR holds the real `kubeadm` and `kubelet`; they run instead of
 # the stubs, with the host's containerd and runc, in the host's network namespace (the kubelet
 # reaches the cluster on loopback), and services start as processes (lib/inside.sh says what
-# else the root gets). One real run at a time per machine: the kubelet's ports are the host's. The
-# kernel settings the kubelet changes are put back afterwards, and the cgroups it made removed.
+# else the root gets). One real run at a time per machine without --netns: the kubelet's ports
+# and cgroups are the host's. The kernel settings the kubelet changes are put back when the last
+# real run ends, and the cgroups it made (without --netns) removed.
 #
 # A node of a whole control plane (with --real-kube): --netns NAME runs the machine in that
 # network namespace (/run/netns/NAME, made by the caller: its own address, and a default route,
@@ -86,16 +87,36 @@ if [[ -n $real ]]; then
     [[ -x $program ]] || die "$program is missing: run tests/scripts/install-tools.sh"
   done
   namespaces=(--mount --uts --ipc --pid)
-  # One real run at a time: the kubelet's ports (unless --netns), its cgroups (kubepods) and the
-  # kernel settings are the host's.
-  exec 8>/run/lock/bootplate-real-join.lock
-  flock 8
+  # Real runs share the host's kernel settings (the kubelet sets them; the last run to end puts
+  # back the values saved before the first began, under a second lock) and, without --netns,
+  # the kubelet's ports and cgroups (kubepods): such a run holds the lock alone. Runs with
+  # --netns share it: each has its network namespace, and its caller gives the kubelet a cgroup
+  # root of its own (kubeletExtraArgs cgroup-root).
+  lock=/run/lock/bootplate-real-join.lock
+  saved_file=/run/lock/bootplate-real-join.tunables
+  exec 8>"$lock"
+  if [[ -n $netns ]]; then flock -s 8; else flock 8; fi
   tunables=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
     kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
-  saved=()
-  for t in "${tunables[@]}"; do saved+=("$(cat "/proc/sys/$t")"); done
+  (
+    flock 9
+    if [[ ! -s $saved_file ]]; then
+      for t in "${tunables[@]}"; do cat "/proc/sys/$t"; done >"$saved_file.new"
+      mv "$saved_file.new" "$saved_file"
+    fi
+  ) 9>"$lock.state"
   cleanup_real() {
-    for i in "${!tunables[@]}"; do echo "${saved[i]}" >"/proc/sys/${tunables[i]}" || true; done
+    (
+      flock 9
+      # The last run holding the lock (its shared lock becomes exclusive) restores them.
+      if flock -n 8 && [[ -s $saved_file ]]; then
+        local i saved
+        mapfile -t saved <"$saved_file"
+        for i in "${!tunables[@]}"; do echo "${saved[i]}" >"/proc/sys/${tunables[i]}" || true; done
+        rm -f "$saved_file"
+      fi
+    ) 9>"$lock.state"
+    [[ -z $netns ]] || return 0
     # The kubelet's cgroups (cgroupfs driver: kubepods under each hierarchy), deepest first.
     local pods
     for pods in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do

@@ -60,6 +60,13 @@ pub struct RenderFiles {
     pub config: PathBuf,
 }
 
+impl RenderFiles {
+    /// [`render`] of `template` for these files, with `args` (role, token, certificates).
+    pub fn render(&self, template: &Path, args: &[&std::ffi::OsStr]) -> Vec<u8> {
+        render(template, &self.machine, &self.cluster, &self.config, args)
+    }
+}
+
 impl RenderObjects<'_> {
     /// Writes the Cluster, the Machine and its BootplateConfig as YAML files into `dir`.
     pub fn write(&self, dir: &Path) -> RenderFiles {

@@ -11,6 +11,7 @@ pub mod capi_env;
 pub mod clusterctl_repo;
 pub mod configs;
 pub mod controller;
+pub mod endpoint;
 pub mod events;
 pub mod fixtures;
 pub mod generator;

@@ -9,8 +9,9 @@
 //! address from it); the control-plane images are in its containerd before the user-data runs,
 //! as on a pre-baked image; and it keeps running after its check until dropped.
 //!
-//! One node at a time per machine for now (run.sh's lock: the kubelet's `kubepods` cgroups are
-//! the host's).
+//! Nodes run side by side: each has its slot's cgroup ([`Node::cgroup_root`], which its
+//! user-data must give the kubelet as its cgroup root), its own root and so its own
+//! `/var/lib/kubelet`, `/var/lib/containerd`, `/etc/kubernetes` and `/run`.
 
 use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
@@ -56,6 +57,7 @@ impl Node {
         let slot = Slot::take()?;
         let layout = &slot.layout;
         host::make_network(layout)?;
+        host::make_cgroups(layout)?;
         let via = layout.host_ip.to_string();
         host::run(
             "ip",
@@ -104,7 +106,12 @@ impl Node {
         for image in spec.images {
             command.arg("--image").arg(image);
         }
-        self.run = Some(command.spawn().context("running tests/boot/run.sh")?);
+        let run = command.spawn().context("running tests/boot/run.sh")?;
+        // In the slot's cgroup, whatever it starts is ended with the slot, even when this
+        // process was killed before its drop.
+        let joined = host::join_cgroups(&self.slot.layout, run.id());
+        self.run = Some(run);
+        joined?;
         self.wait_until_holding()
     }
 
@@ -141,6 +148,20 @@ impl Node {
     /// The node's address on its network (its kubelet's and apiserver's).
     pub fn address(&self) -> Ipv4Addr {
         self.slot.layout.node_ip
+    }
+
+    /// The cgroup the node's kubelet must use as its root (its `cgroup-root` flag), so that two
+    /// nodes never share `kubepods`; it is made with the node and removed on drop.
+    pub fn cgroup_root(&self) -> String {
+        format!("/{}", self.slot.layout.cgroup)
+    }
+
+    /// Whether the node's kubelet keeps its pods under the node's cgroup root (`kubepods`
+    /// there, in the hierarchies it uses), not the host's.
+    pub fn pods_in_own_cgroup(&self) -> bool {
+        host::hierarchies()
+            .iter()
+            .any(|h| h.join(&self.slot.layout.cgroup).join("kubepods").is_dir())
     }
 
     /// The boot proof's report of the run (tests/boot/lib/check.py).

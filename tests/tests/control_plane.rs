@@ -2,20 +2,27 @@
 //! shipped Debian-family template's `init` render, on a node of its own (testenv::node: its own
 //! network namespace and address, real cloud-init, containerd with the control-plane images
 //! tests/scripts/build-images.sh built, the real kubelet), brings etcd, the apiserver, the
-//! controller-manager and the scheduler up as static Pods from those local images.
+//! controller-manager and the scheduler up as static Pods from those local images; the real
+//! `kubeadm join` of a `control-plane-join` render, on a second node beside it, adds a second
+//! etcd member and apiserver. Both are reached through the control-plane endpoint
+//! (testenv::endpoint, in front of them as a load balancer would be).
 //!
-//! Renders use `bootplate render` with a CA the test made (`--ca-cert`, `--ca-key`): the same
-//! engine and certificate code the controller uses. Needs root, the boot proof's Debian root
+//! Renders use `bootplate render --pki-dir` with the Cluster's certificates made by bootplate's
+//! own code (`bootplate::pki`, what the controller stores in the Cluster's Secrets), so both
+//! renders share them as the controller's do; the token is one the test issues, as the
+//! controller does, in the new cluster. Needs root, the boot proof's Debian root
 //! (tests/boot/build-root.sh) and tests/scripts/install-tools.sh's tools.
 
 use std::ffi::OsStr;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use testenv::controller::RenderObjects;
+use testenv::endpoint::Endpoint;
 use testenv::node::{Node, NodeSpec};
-use testenv::pki::TestCa;
 use testenv::{images, joins, tls_probe};
 
 /// The shipped template the control plane is rendered from.
@@ -33,12 +40,14 @@ fn repo() -> PathBuf {
 }
 
 /// The template's variables on these nodes: the sandbox's (joins::sandbox_variables), the
-/// local images' repository and sandbox image, and the preflight checks a chroot without
-/// systemd fails (swap is the host's, and so are the kernel modules).
-fn variables(pause: &str) -> serde_json::Value {
+/// local images' repository and sandbox image, the node's own kubelet cgroup root (nodes run
+/// side by side), and the preflight checks a chroot without systemd fails (swap is the host's,
+/// and so are the kernel modules).
+fn variables(pause: &str, cgroup_root: &str) -> Value {
     let mut variables = joins::sandbox_variables();
     variables["imageRepository"] = json!(REPOSITORY);
     variables["sandboxImage"] = json!(pause);
+    variables["kubeletExtraArgs"] = json!({"cgroup-root": cgroup_root});
     variables["kubeadmIgnorePreflightErrors"]
         .as_array_mut()
         .expect("a list")
@@ -46,46 +55,89 @@ fn variables(pause: &str) -> serde_json::Value {
     variables
 }
 
-/// `bootplate render` of [`TEMPLATE`] for control-plane Machine `machine` (role `role`) of
-/// Cluster `workload` whose endpoint is `endpoint`, with `ca`'s files in `dir`.
-fn render(
-    dir: &Path,
-    machine: &str,
-    role: &str,
+/// One control-plane Machine's render: its name, role and node.
+struct Render<'a> {
+    machine: &'a str,
+    role: &'a str,
+    node: &'a Node,
+}
+
+/// What every render of the test shares: the Cluster's certificates, the endpoint, the
+/// Kubernetes version, the sandbox image and the join token.
+struct Shared {
+    dir: PathBuf,
     endpoint: Ipv4Addr,
-    version: &str,
-    pause: &str,
-) -> Vec<u8> {
-    let endpoint = endpoint.to_string();
-    let files = RenderObjects {
-        namespace: "control-plane",
-        endpoint: (&endpoint, PORT),
-        service_cidr: "10.96.0.0/16",
-        machine,
-        version,
-        control_plane: true,
-        config_spec: json!({
-            "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
-            "variables": variables(pause),
-        }),
+    version: String,
+    pause: String,
+    token: String,
+}
+
+impl Shared {
+    /// `bootplate render` of [`TEMPLATE`] for `one` (the Cluster's certificates from
+    /// `pki/` in [`Shared::dir`]).
+    fn render(&self, one: &Render) -> Vec<u8> {
+        let endpoint = self.endpoint.to_string();
+        let dir = self.dir.join(one.machine);
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = RenderObjects {
+            namespace: "control-plane",
+            endpoint: (&endpoint, PORT),
+            service_cidr: "10.96.0.0/16",
+            machine: one.machine,
+            version: &self.version,
+            control_plane: true,
+            config_spec: json!({
+                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
+                "variables": variables(&self.pause, &one.node.cgroup_root()),
+            }),
+        }
+        .write(&dir);
+        let pki = self.dir.join("pki");
+        let args: [&OsStr; 6] = [
+            "--role".as_ref(),
+            one.role.as_ref(),
+            "--pki-dir".as_ref(),
+            pki.as_os_str(),
+            "--token".as_ref(),
+            self.token.as_ref(),
+        ];
+        files.render(&repo().join(TEMPLATE), &args)
     }
-    .write(dir);
-    let (cert, key) = (dir.join("ca.crt"), dir.join("ca.key"));
-    let args: [&OsStr; 6] = [
-        "--role".as_ref(),
-        role.as_ref(),
-        "--ca-cert".as_ref(),
-        cert.as_os_str(),
-        "--ca-key".as_ref(),
-        key.as_os_str(),
+
+    /// The cluster CA's certificate.
+    fn ca(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pki/ca.crt")).unwrap()
+    }
+}
+
+/// The Cluster's certificates as bootplate generates them for a Cluster without them (cluster,
+/// etcd and front-proxy CAs, the service-account key pair), in `dir` laid out as kubeadm's
+/// /etc/kubernetes/pki (what `bootplate render --pki-dir` reads).
+fn cluster_pki(dir: &Path) {
+    use bootplate::pki;
+    std::fs::create_dir_all(dir.join("etcd")).unwrap();
+    let pairs = [
+        (pki::generate_ca("kubernetes").unwrap(), "ca.crt", "ca.key"),
+        (
+            pki::generate_ca("etcd-ca").unwrap(),
+            "etcd/ca.crt",
+            "etcd/ca.key",
+        ),
+        (
+            pki::generate_ca("front-proxy-ca").unwrap(),
+            "front-proxy-ca.crt",
+            "front-proxy-ca.key",
+        ),
+        (
+            pki::generate_service_account_key().unwrap(),
+            "sa.pub",
+            "sa.key",
+        ),
     ];
-    testenv::controller::render(
-        &repo().join(TEMPLATE),
-        &files.machine,
-        &files.cluster,
-        &files.config,
-        &args,
-    )
+    for (pair, cert, key) in pairs {
+        std::fs::write(dir.join(cert), pair.cert).unwrap();
+        std::fs::write(dir.join(key), pair.key).unwrap();
+    }
 }
 
 /// The control-plane images in [`REPOSITORY`], and the sandbox image's reference.
@@ -96,48 +148,175 @@ fn control_plane_images() -> (Vec<PathBuf>, String) {
     (archives.into_values().collect(), pause)
 }
 
-/// The `init` render alone: the real `kubeadm init` on its node brings the control plane up
-/// from the local images; the apiserver serves a certificate of the cluster CA bootplate holds
-/// (the one it rendered from) for the node's address, and `kubectl get nodes` with kubeadm's
-/// admin.conf lists the node.
-#[tokio::test(flavor = "multi_thread")]
-async fn kubeadm_init_from_the_init_render_runs_a_control_plane() {
-    let version = joins::kube_version().unwrap();
-    let (archives, pause) = control_plane_images();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new("kubernetes");
-    std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem).unwrap();
-    std::fs::write(dir.path().join("ca.key"), &ca.key_pem).unwrap();
-
-    let mut node = Node::new().expect("a node");
-    let user_data = render(dir.path(), "cp-0", "init", node.address(), &version, &pause);
+/// Boots `node` with `user_data` for Machine `name` (role `role`) and asserts the boot proof.
+fn boot(
+    node: &mut Node,
+    name: &str,
+    role: &str,
+    user_data: &[u8],
+    images: &[PathBuf],
+    version: &str,
+) {
     node.boot(&NodeSpec {
-        name: "control-plane-init",
-        user_data: &user_data,
-        role: "init",
-        version: &version,
+        name,
+        user_data,
+        role,
+        version,
         os: "debian",
-        images: &archives,
+        images,
     })
-    .expect("the init node boots");
+    .unwrap_or_else(|e| panic!("the {role} node boots: {e:#}"));
     let report = node.report().unwrap();
     assert_eq!(
         report["ok"],
         true,
-        "the boot proof of the init render: {}\n{}",
+        "the boot proof of the {role} render: {}\n{}",
         report["failures"],
         node.kubeadm_log()
     );
-    tls_probe::handshake_at(node.address(), PORT, &ca.cert_pem)
-        .await
-        .unwrap_or_else(|e| panic!("the apiserver's serving certificate: {e:#}"));
-    let nodes = node
+}
+
+/// Issues the join token in the new cluster (kube-system/bootstrap-token-ID, in kubeadm's node
+/// group), as the controller does through the `<cluster>-kubeconfig` Secret.
+fn issue_token(node: &Node, token: &str) {
+    let (id, secret) = token.split_once('.').unwrap();
+    let object = joins::token_secret(id, secret, Duration::from_secs(900), false);
+    let file = node.dir().join("bootstrap-token.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&object).unwrap()).unwrap();
+    let out = node
+        .kubectl(&["apply", "-f", file.to_str().unwrap()])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "creating the bootstrap token: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The names of etcd's members, from etcd's own API (`/v3/cluster/member/list`, the call
+/// `etcdctl member list` makes) at `node`, with the etcd client certificate kubeadm made there.
+fn etcd_members(node: &Node) -> Vec<String> {
+    let pki = node.dir().join("etc-kubernetes/pki/etcd");
+    let url = format!("https://{}:2379/v3/cluster/member/list", node.address());
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-X", "POST", "-d", "{}"])
+        .arg("--cacert")
+        .arg(pki.join("ca.crt"))
+        .arg("--cert")
+        .arg(pki.join("healthcheck-client.crt"))
+        .arg("--key")
+        .arg(pki.join("healthcheck-client.key"))
+        .arg(&url)
+        .output()
+        .expect("curl");
+    let body = String::from_utf8_lossy(&out.stdout);
+    let list: Value = serde_json::from_str(&body).unwrap_or_else(|e| {
+        panic!(
+            "etcd's member list at {url}: {e}: {body}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let mut names: Vec<String> = list["members"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no members in {body}"))
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The Nodes `kubectl get nodes` lists through `node`'s admin.conf (the control-plane endpoint).
+fn listed_nodes(node: &Node) -> Vec<String> {
+    let out = node
         .kubectl(&["get", "nodes", "-o", "name"])
         .expect("kubectl");
-    let listed = String::from_utf8_lossy(&nodes.stdout);
     assert!(
-        nodes.status.success() && listed.lines().any(|l| l == "node/cp-0"),
-        "kubectl get nodes: {listed}{}",
-        String::from_utf8_lossy(&nodes.stderr)
+        out.status.success(),
+        "kubectl get nodes: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("node/").to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The `init` render, then a `control-plane-join` render on a second node beside it: the real
+/// `kubeadm init` brings the control plane up from the local images and the real `kubeadm join`
+/// adds a second etcd member and apiserver. Both apiservers, and the endpoint in front of them,
+/// serve certificates of the cluster CA bootplate holds; etcd lists both members; `kubectl get
+/// nodes` lists both Nodes.
+#[tokio::test(flavor = "multi_thread")]
+async fn init_and_control_plane_join_renders_make_a_two_member_control_plane() {
+    let (archives, pause) = control_plane_images();
+    let dir = tempfile::tempdir().unwrap();
+    cluster_pki(&dir.path().join("pki"));
+    let endpoint = Endpoint::start(PORT).expect("the control-plane endpoint");
+    let mut first = Node::new().expect("a node");
+    let mut second = Node::new().expect("a second node");
+    for node in [&first, &second] {
+        endpoint.add_backend(SocketAddr::from((node.address(), PORT)));
+    }
+    let shared = Shared {
+        dir: dir.path().to_owned(),
+        endpoint: endpoint.address(),
+        version: joins::kube_version().unwrap(),
+        pause,
+        token: bootplate::core::token::Token::generate().expose(),
+    };
+    let ca = shared.ca();
+    let (machine, role) = ("cp-0", "init");
+    let user_data = shared.render(&Render {
+        machine,
+        role,
+        node: &first,
+    });
+    boot(
+        &mut first,
+        "control-plane-init",
+        role,
+        &user_data,
+        &archives,
+        &shared.version,
+    );
+    for (ip, what) in [
+        (first.address(), "the first apiserver"),
+        (endpoint.address(), "the endpoint"),
+    ] {
+        tls_probe::handshake_at(ip, PORT, &ca)
+            .await
+            .unwrap_or_else(|e| panic!("{what}'s serving certificate: {e:#}"));
+    }
+    issue_token(&first, &shared.token);
+
+    let (machine, role) = ("cp-1", "control-plane-join");
+    let user_data = shared.render(&Render {
+        machine,
+        role,
+        node: &second,
+    });
+    boot(
+        &mut second,
+        "control-plane-join",
+        role,
+        &user_data,
+        &archives,
+        &shared.version,
+    );
+    tls_probe::handshake_at(second.address(), PORT, &ca)
+        .await
+        .unwrap_or_else(|e| panic!("the second apiserver's serving certificate: {e:#}"));
+    for node in [&first, &second] {
+        assert!(
+            node.pods_in_own_cgroup(),
+            "the kubelet at {} keeps its pods under {}",
+            node.address(),
+            node.cgroup_root()
+        );
+    }
+    assert_eq!(etcd_members(&first), ["cp-0", "cp-1"], "etcd's members");
+    assert_eq!(listed_nodes(&first), ["cp-0", "cp-1"], "kubectl get nodes");
 }

@@ -116,13 +116,7 @@ impl Cluster {
             "--ca-key".as_ref(),
             key.as_os_str(),
         ];
-        testenv::controller::render(
-            &repo().join(TEMPLATE),
-            &files.machine,
-            &files.cluster,
-            &files.config,
-            &args,
-        )
+        files.render(&repo().join(TEMPLATE), &args)
     }
 }
 

@@ -179,7 +179,7 @@ pub fn in_netns(layout: &Layout, program: &str, args: &[&str]) -> anyhow::Result
 
 /// The cgroup hierarchies mounted under `/sys/fs/cgroup` (one per v1 controller set, and the
 /// v2 one), read from the mount table.
-fn hierarchies() -> Vec<PathBuf> {
+pub fn hierarchies() -> Vec<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let mut out: Vec<PathBuf> = mounts
         .lines()
