@@ -3,9 +3,10 @@
 //! network namespace and address, real cloud-init, containerd with the control-plane images
 //! tests/scripts/build-images.sh built, the real kubelet), brings etcd, the apiserver, the
 //! controller-manager and the scheduler up as static Pods from those local images; the real
-//! `kubeadm join` of a `control-plane-join` render, on a second node beside it, adds a second
-//! etcd member and apiserver. Both are reached through the control-plane endpoint
-//! (testenv::endpoint, in front of them as a load balancer would be).
+//! `kubeadm join` of two `control-plane-join` renders, each on a node beside it, adds an etcd
+//! member and an apiserver each, and two `worker` renders join as workers. Every node reaches
+//! the cluster through the control-plane endpoint (testenv::endpoint, in front of the
+//! apiservers as a load balancer would be).
 //!
 //! Renders use `bootplate render --pki-dir` with the Cluster's certificates made by bootplate's
 //! own code (`bootplate::pki`, what the controller stores in the Cluster's Secrets), so both
@@ -55,53 +56,70 @@ fn variables(pause: &str, cgroup_root: &str) -> Value {
     variables
 }
 
-/// One control-plane Machine's render: its name, role and node.
-struct Render<'a> {
-    machine: &'a str,
-    role: &'a str,
-    node: &'a Node,
-}
-
-/// What every render of the test shares: the Cluster's certificates, the endpoint, the
-/// Kubernetes version, the sandbox image and the join token.
+/// What every render and boot of the test shares: the Cluster's certificates, the endpoint,
+/// the Kubernetes version, the images (and the sandbox image among them) and the join token.
 struct Shared {
     dir: PathBuf,
     endpoint: Ipv4Addr,
     version: String,
+    archives: Vec<PathBuf>,
     pause: String,
     token: String,
 }
 
 impl Shared {
-    /// `bootplate render` of [`TEMPLATE`] for `one` (the Cluster's certificates from
-    /// `pki/` in [`Shared::dir`]).
-    fn render(&self, one: &Render) -> Vec<u8> {
+    /// `bootplate render` of [`TEMPLATE`] for Machine `machine` (role `role`) on `node` (the
+    /// Cluster's certificates from `pki/` in [`Shared::dir`]).
+    fn render(&self, machine: &str, role: &str, node: &Node) -> Vec<u8> {
         let endpoint = self.endpoint.to_string();
-        let dir = self.dir.join(one.machine);
+        let dir = self.dir.join(machine);
         std::fs::create_dir_all(&dir).unwrap();
         let files = RenderObjects {
             namespace: "control-plane",
             endpoint: (&endpoint, PORT),
             service_cidr: "10.96.0.0/16",
-            machine: one.machine,
+            machine,
             version: &self.version,
-            control_plane: true,
+            control_plane: role != "worker",
             config_spec: json!({
                 "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
-                "variables": variables(&self.pause, &one.node.cgroup_root()),
+                "variables": variables(&self.pause, &node.cgroup_root()),
             }),
         }
         .write(&dir);
         let pki = self.dir.join("pki");
         let args: [&OsStr; 6] = [
             "--role".as_ref(),
-            one.role.as_ref(),
+            role.as_ref(),
             "--pki-dir".as_ref(),
             pki.as_os_str(),
             "--token".as_ref(),
             self.token.as_ref(),
         ];
         files.render(&repo().join(TEMPLATE), &args)
+    }
+
+    /// Renders Machine `machine` (role `role`), boots `node` with it (the run is named after
+    /// the Machine) and asserts the boot proof.
+    fn boot(&self, node: &mut Node, machine: &str, role: &str) {
+        let user_data = self.render(machine, role, node);
+        node.boot(&NodeSpec {
+            name: machine,
+            user_data: &user_data,
+            role,
+            version: &self.version,
+            os: "debian",
+            images: &self.archives,
+        })
+        .unwrap_or_else(|e| panic!("{machine}'s node boots: {e:#}"));
+        let report = node.report().unwrap();
+        assert_eq!(
+            report["ok"],
+            true,
+            "the boot proof of {machine}'s {role} render: {}\n{}",
+            report["failures"],
+            node.kubeadm_log()
+        );
     }
 
     /// The cluster CA's certificate.
@@ -146,34 +164,6 @@ fn control_plane_images() -> (Vec<PathBuf>, String) {
         .expect("the control-plane images");
     let pause = testenv::pod_cluster::images::reference_of(&archives["pause"]).unwrap();
     (archives.into_values().collect(), pause)
-}
-
-/// Boots `node` with `user_data` for Machine `name` (role `role`) and asserts the boot proof.
-fn boot(
-    node: &mut Node,
-    name: &str,
-    role: &str,
-    user_data: &[u8],
-    images: &[PathBuf],
-    version: &str,
-) {
-    node.boot(&NodeSpec {
-        name,
-        user_data,
-        role,
-        version,
-        os: "debian",
-        images,
-    })
-    .unwrap_or_else(|e| panic!("the {role} node boots: {e:#}"));
-    let report = node.report().unwrap();
-    assert_eq!(
-        report["ok"],
-        true,
-        "the boot proof of the {role} render: {}\n{}",
-        report["failures"],
-        node.kubeadm_log()
-    );
 }
 
 /// Issues the join token in the new cluster (kube-system/bootstrap-token-ID, in kubeadm's node
@@ -244,72 +234,69 @@ fn listed_nodes(node: &Node) -> Vec<String> {
     names
 }
 
-/// The `init` render, then a `control-plane-join` render on a second node beside it: the real
-/// `kubeadm init` brings the control plane up from the local images and the real `kubeadm join`
-/// adds a second etcd member and apiserver. Both apiservers, and the endpoint in front of them,
-/// serve certificates of the cluster CA bootplate holds; etcd lists both members; `kubectl get
-/// nodes` lists both Nodes.
+/// The Machines of the cluster, in the order they boot: the init Machine, the control-plane
+/// joins, then the workers.
+const MACHINES: [(&str, &str); 5] = [
+    ("cp-0", "init"),
+    ("cp-1", "control-plane-join"),
+    ("cp-2", "control-plane-join"),
+    ("worker-0", "worker"),
+    ("worker-1", "worker"),
+];
+
+/// Asserts that the apiserver at `ip` (or the endpoint in front of them) serves a certificate
+/// for `ip` of the cluster CA `ca`.
+async fn serves_cluster_certificate(ip: Ipv4Addr, ca: &str, what: &str) {
+    tls_probe::handshake_at(ip, PORT, ca)
+        .await
+        .unwrap_or_else(|e| panic!("{what} at {ip}: the serving certificate: {e:#}"));
+}
+
+/// A whole control plane and its workers from bootplate's renders, each on a node of its own:
+/// the real `kubeadm init` of the `init` render brings the control plane up from the local
+/// images; the real `kubeadm join` of two `control-plane-join` renders (one after the other, as
+/// etcd adds one learner at a time) adds an etcd member and an apiserver each; the two workers
+/// join at once. Every apiserver, and the endpoint in front of them, serves a certificate of the
+/// cluster CA bootplate holds; etcd lists three members; `kubectl get nodes` lists five Nodes.
 #[tokio::test(flavor = "multi_thread")]
-async fn init_and_control_plane_join_renders_make_a_two_member_control_plane() {
+async fn three_control_plane_machines_and_two_workers_from_bootplates_renders() {
     let (archives, pause) = control_plane_images();
     let dir = tempfile::tempdir().unwrap();
     cluster_pki(&dir.path().join("pki"));
     let endpoint = Endpoint::start(PORT).expect("the control-plane endpoint");
-    let mut first = Node::new().expect("a node");
-    let mut second = Node::new().expect("a second node");
-    for node in [&first, &second] {
+    let mut nodes: Vec<Node> = MACHINES
+        .iter()
+        .map(|(machine, _)| Node::new().unwrap_or_else(|e| panic!("{machine}'s node: {e:#}")))
+        .collect();
+    for node in &nodes[..3] {
         endpoint.add_backend(SocketAddr::from((node.address(), PORT)));
     }
     let shared = Shared {
         dir: dir.path().to_owned(),
         endpoint: endpoint.address(),
         version: joins::kube_version().unwrap(),
+        archives,
         pause,
         token: bootplate::core::token::Token::generate().expose(),
     };
     let ca = shared.ca();
-    let (machine, role) = ("cp-0", "init");
-    let user_data = shared.render(&Render {
-        machine,
-        role,
-        node: &first,
-    });
-    boot(
-        &mut first,
-        "control-plane-init",
-        role,
-        &user_data,
-        &archives,
-        &shared.version,
-    );
-    for (ip, what) in [
-        (first.address(), "the first apiserver"),
-        (endpoint.address(), "the endpoint"),
-    ] {
-        tls_probe::handshake_at(ip, PORT, &ca)
-            .await
-            .unwrap_or_else(|e| panic!("{what}'s serving certificate: {e:#}"));
+    let (control_plane, workers) = nodes.split_at_mut(3);
+    for (i, node) in control_plane.iter_mut().enumerate() {
+        let (machine, role) = MACHINES[i];
+        shared.boot(node, machine, role);
+        serves_cluster_certificate(node.address(), &ca, machine).await;
+        if role == "init" {
+            serves_cluster_certificate(endpoint.address(), &ca, "the endpoint").await;
+            issue_token(node, &shared.token);
+        }
     }
-    issue_token(&first, &shared.token);
-
-    let (machine, role) = ("cp-1", "control-plane-join");
-    let user_data = shared.render(&Render {
-        machine,
-        role,
-        node: &second,
+    std::thread::scope(|scope| {
+        for (node, (machine, role)) in workers.iter_mut().zip(&MACHINES[3..]) {
+            let shared = &shared;
+            scope.spawn(move || shared.boot(node, machine, role));
+        }
     });
-    boot(
-        &mut second,
-        "control-plane-join",
-        role,
-        &user_data,
-        &archives,
-        &shared.version,
-    );
-    tls_probe::handshake_at(second.address(), PORT, &ca)
-        .await
-        .unwrap_or_else(|e| panic!("the second apiserver's serving certificate: {e:#}"));
-    for node in [&first, &second] {
+    for node in &nodes {
         assert!(
             node.pods_in_own_cgroup(),
             "the kubelet at {} keeps its pods under {}",
@@ -317,6 +304,12 @@ async fn init_and_control_plane_join_renders_make_a_two_member_control_plane() {
             node.cgroup_root()
         );
     }
-    assert_eq!(etcd_members(&first), ["cp-0", "cp-1"], "etcd's members");
-    assert_eq!(listed_nodes(&first), ["cp-0", "cp-1"], "kubectl get nodes");
+    assert_eq!(
+        etcd_members(&nodes[0]),
+        ["cp-0", "cp-1", "cp-2"],
+        "etcd's members"
+    );
+    let mut all: Vec<&str> = MACHINES.iter().map(|(machine, _)| *machine).collect();
+    all.sort();
+    assert_eq!(listed_nodes(&nodes[0]), all, "kubectl get nodes");
 }
