@@ -5,7 +5,7 @@
 #
 #   tests/boot/run.sh --user-data FILE --out DIR [--label TEXT] [--role ROLE]
 #                     [--kubernetes-version VERSION] [--os NAME] [--real-kube DIR]
-#                     [--netns NAME] [--image ARCHIVE]... [--hold]
+#                     [--netns NAME] [--cgroup NAME] [--image ARCHIVE]... [--hold]
 #
 # DIR is emptied; DIR/report.json is the report (files, units, steps, stub calls, kubeadm
 # configurations, users, hostname, sentinel, failures), DIR/stages.log and DIR/cloud-init*.log
@@ -29,14 +29,18 @@
 # which `kubeadm init` picks its advertise address from) instead of the host's; each --image
 # ARCHIVE (an OCI archive, tests/scripts/build-images.sh) is in the machine's containerd before
 # the user-data runs, as on a pre-baked image; --hold keeps the machine running after its check
-# (DIR/holding says it is done) until DIR/release exists or the run's time is up.
+# (DIR/holding says it is done) until DIR/release exists or the run's time is up. Such nodes
+# run side by side. --cgroup NAME gives the machine a cgroup tree of its own, as a VM or a
+# container node has: the run joins cgroup NAME in every hierarchy (made by the caller, who
+# removes it afterwards) and gets a cgroup namespace rooted there, so its kubelet's kubepods is
+# NAME/kubepods on the host and two nodes never share one.
 #
 # Exit status: 0 proven; 1 the boot proof failed (each failure on stderr, prefixed with LABEL);
 # 2 the run could not be made (not root, the root cannot be built, a tool is missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME] [--real-kube DIR [--netns NAME] [--image ARCHIVE]... [--hold]]" >&2; exit 2; }
-user_data="" out="" label="" role="" version="" os="" real="" netns="" hold="" images=()
+user_data="" out="" label="" role="" version="" os="" real="" netns="" cgroup="" hold="" images=()
 while (($#)); do
   case "$1" in
     --user-data) user_data=${2-}; shift 2 ;;
@@ -48,6 +52,7 @@ while (($#)); do
     --real-kube) real=${2-}; shift 2 ;;
     --netns) netns=${2-}; shift 2 ;;
     --image) images+=("${2-}"); shift 2 ;;
+    --cgroup) cgroup=${2-}; shift 2 ;;
     --hold) hold=1; shift ;;
     *) usage ;;
   esac
@@ -56,7 +61,7 @@ done
 label=${label:-$user_data}
 die() { echo "boot-proof: $label: ERROR: $*" >&2; exit 2; }
 [[ -f $user_data ]] || die "no user-data file $user_data"
-[[ -n $real || -z $netns$hold${images[*]} ]] || die "--netns, --image and --hold need --real-kube"
+[[ -n $real || -z $netns$cgroup$hold${images[*]} ]] || die "--netns, --cgroup, --image and --hold need --real-kube"
 [[ -z $netns || -e /run/netns/$netns ]] || die "--netns $netns: no /run/netns/$netns"
 for archive in "${images[@]}"; do [[ -f $archive ]] || die "--image $archive: no such file"; done
 [[ $(id -u) -eq 0 ]] || die "the boot proof must run as root (chroot, mounts and namespaces need it)"
@@ -90,8 +95,7 @@ if [[ -n $real ]]; then
   # Real runs share the host's kernel settings (the kubelet sets them; the last run to end puts
   # back the values saved before the first began, under a second lock) and, without --netns,
   # the kubelet's ports and cgroups (kubepods): such a run holds the lock alone. Runs with
-  # --netns share it: each has its network namespace, and its caller gives the kubelet a cgroup
-  # root of its own (kubeletExtraArgs cgroup-root).
+  # --netns share it: each has its network namespace, and its own cgroup tree (--cgroup).
   lock=/run/lock/bootplate-real-join.lock
   saved_file=/run/lock/bootplate-real-join.tunables
   exec 8>"$lock"
@@ -126,10 +130,19 @@ if [[ -n $real ]]; then
   }
   trap cleanup_real EXIT
 fi
+if [[ -n $cgroup ]]; then
+  # The cgroup hierarchies (v1 controllers and the v2 tree) from the mount table.
+  while read -r _ point type _; do
+    [[ ($type == cgroup || $type == cgroup2) && $point == /sys/fs/cgroup* ]] || continue
+    [[ -d $point/$cgroup ]] || die "--cgroup $cgroup: no $point/$cgroup (the caller makes it)"
+    echo $$ >"$point/$cgroup/cgroup.procs" || die "--cgroup $cgroup: cannot join $point/$cgroup"
+  done </proc/self/mounts
+  namespaces+=(--cgroup)
+fi
 enter=()
 [[ -z $netns ]] || enter=(nsenter "--net=/run/netns/$netns" --)
 timeout --kill-after=10 "$timeout" "${enter[@]}" unshare "${namespaces[@]}" --fork --kill-child \
-  --propagation private env BOOT_HOLD="$hold" "$here/lib/inside.sh" "$lower" "$out" "$os" "$real" \
+  --propagation private env BOOT_HOLD="$hold" BOOT_CGROUPNS="${cgroup:+1}" "$here/lib/inside.sh" "$lower" "$out" "$os" "$real" \
   2>"$out/inside.log" || status=$?
 if ((status == 124 || status == 137)); then
   last=$(grep '^== ' "$out/stages.log" 2>/dev/null | grep -v ': exit [0-9]*$' | tail -n 1 || true)

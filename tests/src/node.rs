@@ -9,9 +9,10 @@
 //! address from it); the control-plane images are in its containerd before the user-data runs,
 //! as on a pre-baked image; and it keeps running after its check until dropped.
 //!
-//! Nodes run side by side: each has its slot's cgroup ([`Node::cgroup_root`], which its
-//! user-data must give the kubelet as its cgroup root), its own root and so its own
-//! `/var/lib/kubelet`, `/var/lib/containerd`, `/etc/kubernetes` and `/run`.
+//! Nodes run side by side: each has its slot's cgroup as the root of its own cgroup namespace
+//! (run.sh `--cgroup`: its kubelet's `kubepods` is under it on the host, [`Node::cgroup_root`]),
+//! its own root and so its own `/var/lib/kubelet`, `/var/lib/containerd`, `/etc/kubernetes` and
+//! `/run`. The user-data is what any machine gets: nothing in it is about the sandbox's cgroups.
 
 use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
@@ -94,6 +95,7 @@ impl Node {
             .arg("--real-kube")
             .arg(joins::real_kube_dir()?)
             .args(["--netns", &self.slot.layout.netns, "--hold"])
+            .args(["--cgroup", &self.slot.layout.cgroup])
             .env(
                 "BOOTPLATE_BOOT_TIMEOUT",
                 (BOOT_TIMEOUT.as_secs() + 120).to_string(),
@@ -106,12 +108,7 @@ impl Node {
         for image in spec.images {
             command.arg("--image").arg(image);
         }
-        let run = command.spawn().context("running tests/boot/run.sh")?;
-        // In the slot's cgroup, whatever it starts is ended with the slot, even when this
-        // process was killed before its drop.
-        let joined = host::join_cgroups(&self.slot.layout, run.id());
-        self.run = Some(run);
-        joined?;
+        self.run = Some(command.spawn().context("running tests/boot/run.sh")?);
         self.wait_until_holding()
     }
 
@@ -150,8 +147,8 @@ impl Node {
         self.slot.layout.node_ip
     }
 
-    /// The cgroup the node's kubelet must use as its root (its `cgroup-root` flag), so that two
-    /// nodes never share `kubepods`; it is made with the node and removed on drop.
+    /// The host cgroup that is the root of the node's cgroup namespace (everything the node
+    /// runs is in it, and found and ended there on drop, even after this process was killed).
     pub fn cgroup_root(&self) -> String {
         format!("/{}", self.slot.layout.cgroup)
     }

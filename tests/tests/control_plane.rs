@@ -41,14 +41,12 @@ fn repo() -> PathBuf {
 }
 
 /// The template's variables on these nodes: the sandbox's (joins::sandbox_variables), the
-/// local images' repository and sandbox image, the node's own kubelet cgroup root (nodes run
-/// side by side), and the preflight checks a chroot without systemd fails (swap is the host's,
-/// and so are the kernel modules).
-fn variables(pause: &str, cgroup_root: &str) -> Value {
+/// local images' repository and sandbox image, and the preflight checks a chroot without
+/// systemd fails (swap is the host's, and so are the kernel modules).
+fn variables(pause: &str) -> Value {
     let mut variables = joins::sandbox_variables();
     variables["imageRepository"] = json!(REPOSITORY);
     variables["sandboxImage"] = json!(pause);
-    variables["kubeletExtraArgs"] = json!({"cgroup-root": cgroup_root});
     variables["kubeadmIgnorePreflightErrors"]
         .as_array_mut()
         .expect("a list")
@@ -68,9 +66,9 @@ struct Shared {
 }
 
 impl Shared {
-    /// `bootplate render` of [`TEMPLATE`] for Machine `machine` (role `role`) on `node` (the
-    /// Cluster's certificates from `pki/` in [`Shared::dir`]).
-    fn render(&self, machine: &str, role: &str, node: &Node) -> Vec<u8> {
+    /// `bootplate render` of [`TEMPLATE`] for Machine `machine` (role `role`), the Cluster's
+    /// certificates from `pki/` in [`Shared::dir`].
+    fn render(&self, machine: &str, role: &str) -> Vec<u8> {
         let endpoint = self.endpoint.to_string();
         let dir = self.dir.join(machine);
         std::fs::create_dir_all(&dir).unwrap();
@@ -83,7 +81,7 @@ impl Shared {
             control_plane: role != "worker",
             config_spec: json!({
                 "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
-                "variables": variables(&self.pause, &node.cgroup_root()),
+                "variables": variables(&self.pause),
             }),
         }
         .write(&dir);
@@ -102,7 +100,7 @@ impl Shared {
     /// Renders Machine `machine` (role `role`), boots `node` with it (the run is named after
     /// the Machine) and asserts the boot proof.
     fn boot(&self, node: &mut Node, machine: &str, role: &str) {
-        let user_data = self.render(machine, role, node);
+        let user_data = self.render(machine, role);
         node.boot(&NodeSpec {
             name: machine,
             user_data: &user_data,

@@ -32,7 +32,10 @@
 #
 # OUT/images.list (one OCI archive a line, from run.sh --image) is imported into the root's
 # containerd store (namespace k8s.io, unpacked for its overlayfs snapshotter) before cloud-init
-# runs, by the host's containerd on that store with nothing else configured. BOOT_HOLD set: after
+# runs, by the host's containerd on that store with nothing else configured. BOOT_CGROUPNS set
+# (run.sh --cgroup: this run has a cgroup namespace of its own): the root's /sys/fs/cgroup
+# hierarchies are mounted anew from inside it, so the machine sees its own cgroup as the root,
+# as a container node does. BOOT_HOLD set: after
 # the check, OUT/holding is written and the machine keeps running until OUT/release exists.
 set -euo pipefail
 shopt -s extglob
@@ -76,6 +79,26 @@ preload_images() {
   kill "$pid"
   wait "$pid" || true
   rm -rf "$socket"
+}
+
+# mount_own_cgroups: the host's cgroup hierarchies, mounted again under the root's
+# /sys/fs/cgroup from inside this run's cgroup namespace (each shows the run's cgroup as its root).
+mount_own_cgroups() {
+  local point type options entry cgroups=$root/sys/fs/cgroup
+  if [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]]; then
+    mount -t cgroup2 cgroup2 "$cgroups"
+    return
+  fi
+  mount -t tmpfs -o mode=0755 cgroups "$cgroups"
+  while read -r _ point type options _; do
+    [[ ($type == cgroup || $type == cgroup2) && $point == /sys/fs/cgroup/* ]] || continue
+    mkdir -p "$root$point"
+    mount -t "$type" -o "$options" "$type" "$root$point"
+  done </proc/self/mounts
+  # Links such as cpu -> cpu,cpuacct.
+  for entry in /sys/fs/cgroup/*; do
+    [[ ! -L $entry ]] || ln -s "$(readlink "$entry")" "$cgroups/${entry##*/}"
+  done
 }
 
 # 1. The root.
@@ -146,6 +169,7 @@ done <"$boot/stubs/programs"
 if [[ -n $real ]]; then
   # What the install part's packages would have installed (see the top of this file).
   mount --rbind /sys "$root/sys"
+  [[ -z ${BOOT_CGROUPNS-} ]] || mount_own_cgroups
   touch "$root/dev/kmsg"
   mount --bind /dev/kmsg "$root/dev/kmsg"
   mkdir -p "$root/var/lib/containerd" && mount -t tmpfs tmpfs "$root/var/lib/containerd"
