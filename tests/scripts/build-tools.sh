@@ -5,7 +5,8 @@
 # module: the real joins run them on the machines bootplate's user-data sets up), kube-scheduler
 # and kube-proxy (the management cluster that runs Pods, tests/src/pod_cluster), kubectl (the
 # in-cluster client of that cluster's probe image), etcd
-# (go.etcd.io/etcd/server/v3), the Cluster API manager, clusterctl and the kubeadm bootstrap
+# (go.etcd.io/etcd/server/v3) and etcdctl (go.etcd.io/etcd/etcdctl/v3, a tool of the same
+# module file: tests/tests/control_plane.rs lists a real etcd's members), the Cluster API manager, clusterctl and the kubeadm bootstrap
 # provider's manager (sigs.k8s.io/cluster-api), and the manager of the oldest Cluster API release
 # bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
 # against it too, with its own CRDs and manifests), distribution's container registry
@@ -91,6 +92,8 @@ build_kube() {
 
 build_kube kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubeadm kubelet kubectl
 build etcd "$etcd_version" etcd . "-s -w"
+# etcdctl, at the server's version (tests/tools/etcd/go.mod's tool directive).
+build etcdctl "$etcd_version" etcd go.etcd.io/etcd/etcdctl/v3 "-s -w"
 # Cluster API's manager is built once, static (its image needs that, see below), and serves as
 # the host process too; clusterctl and the kubeadm provider are static as well so that the three
 # share one set of compiled packages (a cgo and a static build compile everything twice).

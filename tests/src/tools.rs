@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, bail};
 
 /// The tools `build-tools.sh` builds, with the variable that overrides each.
-const TOOLS: [(&str, &str); 15] = [
+const TOOLS: [(&str, &str); 16] = [
     ("kube-apiserver", "BOOTPLATE_KUBE_APISERVER"),
     (
         "kube-controller-manager",
@@ -29,6 +29,8 @@ const TOOLS: [(&str, &str); 15] = [
     ("kubeadm", "BOOTPLATE_KUBEADM"),
     ("kubelet", "BOOTPLATE_KUBELET"),
     ("etcd", "BOOTPLATE_ETCD"),
+    // etcdctl, etcd's own client (tests/tests/control_plane.rs: `etcdctl member list`).
+    ("etcdctl", "BOOTPLATE_ETCDCTL"),
     ("capi-manager", "BOOTPLATE_CAPI_MANAGER"),
     ("clusterctl", "BOOTPLATE_CLUSTERCTL"),
     ("cabpk-manager", "BOOTPLATE_CABPK_MANAGER"),

@@ -11,7 +11,8 @@
 //! Renders use `bootplate render --pki-dir` with the Cluster's certificates made by bootplate's
 //! own code (`bootplate::pki`, what the controller stores in the Cluster's Secrets), so both
 //! renders share them as the controller's do; the token is one the test issues, as the
-//! controller does, in the new cluster. Needs root, the boot proof's Debian root
+//! controller does, in the new cluster. etcd's members are what the real `etcdctl member list`
+//! says. Needs root, the boot proof's Debian root
 //! (tests/boot/build-root.sh) and tests/scripts/install-tools.sh's tools.
 
 use std::ffi::OsStr;
@@ -24,7 +25,7 @@ use serde_json::{Value, json};
 use testenv::controller::RenderObjects;
 use testenv::endpoint::Endpoint;
 use testenv::node::{Node, NodeSpec};
-use testenv::{images, joins, tls_probe};
+use testenv::{images, joins, tls_probe, tools};
 
 /// The shipped template the control plane is rendered from.
 const TEMPLATE: &str = "templates/kubeadm-debian-12.yaml";
@@ -181,29 +182,35 @@ fn issue_token(node: &Node, token: &str) {
     );
 }
 
-/// The names of etcd's members, from etcd's own API (`/v3/cluster/member/list`, the call
-/// `etcdctl member list` makes) at `node`, with the etcd client certificate kubeadm made there.
+/// The names of etcd's members: `etcdctl member list` against the etcd at `node`, with the
+/// etcd client certificate kubeadm made there.
 fn etcd_members(node: &Node) -> Vec<String> {
     let pki = node.dir().join("etc-kubernetes/pki/etcd");
-    let url = format!("https://{}:2379/v3/cluster/member/list", node.address());
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-X", "POST", "-d", "{}"])
+    let endpoint = format!("https://{}:2379", node.address());
+    let out = Command::new(tools::path("etcdctl").expect("etcdctl"))
+        .arg(format!("--endpoints={endpoint}"))
         .arg("--cacert")
         .arg(pki.join("ca.crt"))
         .arg("--cert")
         .arg(pki.join("healthcheck-client.crt"))
         .arg("--key")
         .arg(pki.join("healthcheck-client.key"))
-        .arg(&url)
+        .args([
+            "--command-timeout=10s",
+            "member",
+            "list",
+            "--write-out=json",
+        ])
         .output()
-        .expect("curl");
+        .expect("etcdctl runs");
     let body = String::from_utf8_lossy(&out.stdout);
-    let list: Value = serde_json::from_str(&body).unwrap_or_else(|e| {
-        panic!(
-            "etcd's member list at {url}: {e}: {body}{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    assert!(
+        out.status.success(),
+        "etcdctl member list at {endpoint}: {body}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("etcdctl member list at {endpoint}: {e}: {body}"));
     let mut names: Vec<String> = list["members"]
         .as_array()
         .unwrap_or_else(|| panic!("no members in {body}"))
