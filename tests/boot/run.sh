@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The boot proof of one rendered user-data: executes it with real cloud-init (cloud-config,
-# script, MIME) or real Ignition in a fresh copy of the cached Debian root, in namespaces of its
+# script, MIME) or real Ignition (Debian's 2.14 for a config of spec 3.x, v0.35.0 from
+# BOOTPLATE_IGNITION_SPEC2 for spec 2.x) in a fresh copy of the cached Debian root, in namespaces of its
 # own, and checks what it did (tests/boot/lib/check.py).
 #
 #   tests/boot/run.sh --user-data FILE --out DIR [--label TEXT] [--role ROLE]
@@ -14,8 +15,9 @@
 # configuration file, in the configuration API of that version. --os names the OS the template
 # targets (its spec.os.name): the root gets stand-ins for what that family's images have and a
 # Debian root lacks (for rocky, rhel, almalinux, centos, fedora, amazonlinux: /etc/yum.repos.d,
-# /etc/dnf, /etc/sysconfig, /etc/pki/rpm-gpg and an SELinux config; for kubeadm-image, an
-# image made for the kubeadm bootstrap provider: the units of the kubelet and containerd).
+# /etc/dnf, /etc/sysconfig, /etc/pki/rpm-gpg and an SELinux config; for flatcar, the units of
+# containerd, docker and ntpd and the groups docker and wheel; for kubeadm-image, an image made
+# for the kubeadm bootstrap provider: the units of the kubelet and containerd).
 #
 # --real-kube DIR: a real join. DIR holds the real `kubeadm` and `kubelet`; they run instead of
 # the stubs, with the host's containerd and runc, in the host's network namespace (the kubelet

@@ -11,8 +11,8 @@
 # bootplate supports (tests/tools/capi-oldest: scenarios a and b of tests/tests/capi.rs run
 # against it too, with its own CRDs and manifests), distribution's container registry
 # (tests/tools/registry, the mirror of tests/tests/network.rs), crictl (tests/tools/crictl, the
-# CRI client that pulls through that mirror) and CoreDNS (the control-plane images of
-# tests/scripts/build-images.sh).
+# CRI client that pulls through that mirror), CoreDNS (the control-plane images of
+# tests/scripts/build-images.sh) and Ignition v0.35.0 (the boot proof of Ignition spec 2.x).
 #
 # Idempotent and cached by version under ${BOOTPLATE_CACHE:-~/.cache/bootplate}: binaries in
 # bin/NAME-VERSION, the module and build caches in go/. Once cached it needs no network.
@@ -137,6 +137,20 @@ CGO_ENABLED=0 build crictl "$crictl_version" crictl sigs.k8s.io/cri-tools/cmd/cr
 coredns_version=$(required coredns github.com/coredns/coredns)
 coredns_build="$coredns_version-$(cat coredns/go.mod coredns/main.go | sha256sum | cut -c1-12)"
 CGO_ENABLED=0 build coredns "$coredns_build" coredns . "-s -w"
+
+# Ignition v0.35.0 (github.com/coreos/ignition, tests/tools/ignition-spec2), the last Ignition of
+# the spec-2 era: the boot proof runs it on Ignition configs of spec 2.x (the kubeadm bootstrap
+# provider writes 2.3), which its Ignition 2.14 refuses (tests/boot/lib/inside.sh picks one by the
+# config's version). The module predates Go modules: its go.mod pins the dependencies at the
+# commits of Ignition's glide.lock where the module proxy serves them. It needs cgo (libblkid, and
+# the user and group lookups it makes in the target root); linked static, as glibc's files NSS
+# module is part of libc. It runs chroot from the host, which keeps it in /usr/sbin as Debian does
+# (Ignition's default is /usr/bin/chroot, Container Linux's place).
+ignition_spec2_version=$(required ignition-spec2 github.com/coreos/ignition)
+ignition_spec2_ldflags="-s -w -X github.com/coreos/ignition/internal/version.Raw=$ignition_spec2_version
+  -X github.com/coreos/ignition/internal/distro.chrootCmd=/usr/sbin/chroot -linkmode external -extldflags -static"
+CGO_ENABLED=1 build ignition-spec2 "$ignition_spec2_version" ignition-spec2 github.com/coreos/ignition/internal \
+  "$ignition_spec2_ldflags" 2> >(grep -v 'in statically linked applications requires at runtime\|in function' >&2)
 
 # The last line, cert-manager-manifest=PATH, is cert-manager's static install manifest, rendered
 # as its release renders `cert-manager.yaml` (cached as manifests/cert-manager-VERSION.yaml): the

@@ -6,7 +6,8 @@
 # that runs Pods with them; ca-certificates is the CA bundle bootplate's image carries), for the
 # VM boots qemu, cloud-localds and e2fsprogs (mkfs.ext4 -d, debugfs), curl, whose documented
 # command line tests/tests/docs checks, and xmllint (libxml2-utils), which validates
-# `bootplate lint --format junit` against the JUnit XSD.
+# `bootplate lint --format junit` against the JUnit XSD; libblkid-dev for the cgo build of Ignition
+# v0.35.0 (tests/scripts/build-tools.sh).
 # The management cluster that runs Pods (tests/src/pod_cluster) adds the bridge and host-local
 # CNI plugins (containernetworking-plugins, in /usr/lib/cni), nftables (kube-proxy runs in its
 # nftables mode, which drives `nft`), iptables (the CNI plugins and kube-proxy's start-up clean-up
@@ -20,7 +21,7 @@ sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl
   containerd runc umoci skopeo ca-certificates qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs curl
-  libxml2-utils containernetworking-plugins nftables iptables iproute2 busybox-static)
+  libxml2-utils libblkid-dev containernetworking-plugins nftables iptables iproute2 busybox-static)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")

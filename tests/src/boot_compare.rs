@@ -18,8 +18,10 @@ use crate::joins::Boot;
 
 /// What every boot writes whatever the user-data says (or writes differently for two
 /// user-data of the same meaning): cloud-init's copies of the user-data, its instance state,
-/// logs and caches; the boot proof's stubs, records and copies.
-pub const RUN_NOISE: [&str; 9] = [
+/// logs and caches; Ignition's record of its run (Ignition 2.x writes one, v0.35.0 none); the
+/// boot proof's stubs, records and copies.
+pub const RUN_NOISE: [&str; 10] = [
+    "/etc/.ignition-result.json",
     "/var/lib/cloud",
     "/var/log",
     "/var/cache",
@@ -38,6 +40,46 @@ pub struct Allowed<'a> {
     pub kubeadm_files: &'a [&'a str],
     /// Files whose text differs by design (the placeholder): type, mode and owner only.
     pub any_text: &'a [&'a str],
+    /// Scripts compared as their non-empty lines, each without the blanks around it (the
+    /// provider's Ignition script has empty lines and a trailing blank where bootplate's has
+    /// none), with mode and owner.
+    pub script_lines: &'a [&'a str],
+    /// Files compared as their set of lines (a systemd preset file: each line names another
+    /// unit, so their order means nothing), with mode and owner.
+    pub any_order: &'a [&'a str],
+    /// Users' SSH keys compared as the keys each user is left with (the report's users), not
+    /// as the files holding them: for two Ignition releases that keep them differently.
+    pub ssh_keys_as_users: bool,
+}
+
+/// The files that hold a user's SSH keys: `~/.ssh/authorized_keys`, `~/.ssh/authorized_keys.d`
+/// and what is in it (Ignition 2.x writes `ignition` there; Ignition v0.35.0 writes
+/// `coreos-ignition` and merges the directory into `authorized_keys`, as Container Linux's
+/// update-ssh-keys did, under the lock file `~/.authorized_keys.d.lock`).
+fn holds_ssh_keys(path: &str) -> bool {
+    path.ends_with("/.ssh/authorized_keys")
+        || path.contains("/.ssh/authorized_keys.d")
+        || path.ends_with("/.authorized_keys.d.lock")
+}
+
+/// The users the boot left (the report's: name, uid, home, shell) with the set of their
+/// authorized SSH keys, from whichever file holds them.
+pub fn users(boot: &Boot) -> Value {
+    let users: Vec<Value> = boot.report["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|u| {
+            let keys: std::collections::BTreeSet<&str> = u["authorizedKeys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|k| k.as_str().map(str::trim))
+                .collect();
+            json!([u["name"], u["uid"], u["home"], u["shell"], keys])
+        })
+        .collect();
+    json!(users)
 }
 
 /// `text` with every bootstrap token replaced by `<token>`.
@@ -162,6 +204,18 @@ pub fn differences(
             ]);
         } else if allowed.any_text.contains(&path) && value[0] == "file" {
             value[3] = json!("<any text>");
+        } else if allowed.script_lines.contains(&path) && value[0] == "file" {
+            let text = value[3].as_str().unwrap_or_default();
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            value[3] = json!(lines);
+        } else if allowed.any_order.contains(&path) && value[0] == "file" {
+            let text = value[3].as_str().unwrap_or_default();
+            let lines: std::collections::BTreeSet<&str> = text.lines().collect();
+            value[3] = json!(lines);
         }
         value
     };
@@ -171,6 +225,8 @@ pub fn differences(
         .keys()
         .chain(b.keys())
         .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|p| !(allowed.ssh_keys_as_users && holds_ssh_keys(p)))
     {
         let (x, y) = (a.get(path), b.get(path));
         let (x, y) = (x.map(|v| relax(path, v)), y.map(|v| relax(path, v)));
@@ -186,6 +242,12 @@ pub fn differences(
     if a != b {
         out.push(format!(
             "the commands run (stub calls, in order):\n    kubeadm provider: {a:?}\n    bootplate:        {b:?}"
+        ));
+    }
+    let (a, b) = (users(theirs), users(ours));
+    if a != b {
+        out.push(format!(
+            "the users (name, uid, home, shell, SSH keys):\n    kubeadm provider: {a}\n    bootplate:        {b}"
         ));
     }
     out

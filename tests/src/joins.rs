@@ -304,9 +304,19 @@ impl BootRun<'_> {
         if let Some(real) = real {
             command.arg("--real-kube").arg(real);
         }
+        if ignition_spec(user_data).is_some_and(|v| v.starts_with("2.")) {
+            // Ignition 2.x refuses spec 2 configs: run.sh runs Ignition v0.35.0 on them.
+            command.env("BOOTPLATE_IGNITION_SPEC2", tools::path("ignition-spec2")?);
+        }
         let out = command.output().context("running tests/boot/run.sh")?;
         booted(out, case, dir)
     }
+}
+
+/// The spec version of an Ignition config (`ignition.version`); None for any other user-data.
+fn ignition_spec(user_data: &[u8]) -> Option<String> {
+    let config: Value = serde_json::from_slice(user_data).ok()?;
+    Some(config["ignition"]["version"].as_str()?.to_owned())
 }
 
 fn booted(out: Output, case: &str, dir: PathBuf) -> anyhow::Result<Boot> {

@@ -2,7 +2,8 @@
 //! `tests/scripts/build-tools.sh`: kube-apiserver, kube-controller-manager, kube-scheduler,
 //! kube-proxy, kubeadm, the kubelet, kubectl, etcd, the Cluster API manager, clusterctl and the
 //! kubeadm bootstrap provider's manager, the manager of the oldest Cluster API release
-//! bootplate supports ([`CapiRelease`]), distribution's container registry and crictl.
+//! bootplate supports ([`CapiRelease`]), distribution's container registry, crictl and Ignition
+//! v0.35.0 (the boot proof's Ignition for spec 2.x configs).
 //!
 //! A tool's path comes from its `BOOTPLATE_*` variable (the README's test command exports them);
 //! otherwise the script runs once per test process and its `NAME=PATH` lines are used (it exits
@@ -39,6 +40,8 @@ const TOOLS: [(&str, &str); 16] = [
     ("registry", "BOOTPLATE_REGISTRY"),
     // crictl, the CRI client that pulls through containerd's CRI plugin (tests/tests/network.rs).
     ("crictl", "BOOTPLATE_CRICTL"),
+    // Ignition v0.35.0, the boot proof's Ignition for configs of spec 2.x (tests/boot/run.sh).
+    ("ignition-spec2", "BOOTPLATE_IGNITION_SPEC2"),
     // cert-manager's static install manifest, rendered from its module's chart.
     ("cert-manager-manifest", "BOOTPLATE_CERT_MANAGER_MANIFEST"),
 ];

@@ -15,9 +15,10 @@
 //! /etc/kubeadm.sh as its non-empty lines in order.
 //! One environment, every Machine at once.
 //!
-//! Then both renders of every cloud-config spec are booted by the boot proof (real cloud-init,
-//! stubs for kubeadm and the programs that would act on a machine): both pass it, and leave the
-//! same files (mode, owner, content) and ran the same commands in order, differences only where
+//! Then both renders of every spec are booted by the boot proof (real cloud-init, or real
+//! Ignition: v0.35.0 for the provider's spec 2.3, 2.14 for bootplate's 3.3; stubs for kubeadm
+//! and the programs that would act on a machine): both pass it, and leave the same files (mode,
+//! owner, content) and users, and ran the same commands in order, differences only where
 //! docs/migrating.md says ([`boot_both`]); beside them, a drill shows that comparison failing
 //! ([`the_boot_comparison_sees_a_dropped_file_and_a_reordered_command`]).
 //!
@@ -242,6 +243,14 @@ fn semantic(user_data: &str) -> BTreeMap<String, Value> {
 
 const IGNITION_KUBEADM_FILE: &str = "/etc/kubeadm.yml";
 const IGNITION_KUBEADM_SCRIPT: &str = "/etc/kubeadm.sh";
+const IGNITION_KUBEADM_MOVED: &str = "/tmp/kubeadm.yml";
+const IGNITION_PRESET: &str = "/etc/systemd/system-preset/20-ignition.preset";
+
+/// Whether the boot ran an Ignition config (the boot proof keeps the user-data it ran).
+fn is_ignition(boot: &testenv::joins::Boot) -> bool {
+    std::fs::read_to_string(boot.dir.join("user-data"))
+        .is_ok_and(|u| u.trim_start().starts_with('{'))
+}
 
 /// The bytes of a `data:` URL (percent-encoded or base64).
 fn data_url(source: &str) -> Vec<u8> {
@@ -394,7 +403,8 @@ async fn imported_configs_render_what_the_kubeadm_provider_renders() {
         .filter(|r| !r.1.trim_start().starts_with('{'))
         .count();
     assert!(cloud_config >= 20, "{cloud_config} cloud-config specs");
-    renders.extend(drill_renders());
+    let ignition_drill = ignition_drill_renders(&renders);
+    renders.extend(drill_renders().into_iter().chain(ignition_drill));
     // The boots run beside the migration: one waits on Cluster API, the other on CPUs.
     let boots = tokio::task::spawn_blocking(move || boot_both(&renders));
     migrate_a_machine_deployment(&env).await;
@@ -405,16 +415,17 @@ async fn imported_configs_render_what_the_kubeadm_provider_renders() {
         .partition(|d| d.starts_with("drill-"));
     assert!(differences.is_empty(), "{}", differences.join("\n"));
     the_boot_comparison_sees_a_dropped_file_and_a_reordered_command(&drill);
+    the_ignition_boot_comparison_sees_a_dropped_file_and_swapped_units(&drill);
 }
 
 /// Boots at once (the boot proof's default for two CPUs).
 const BOOT_JOBS: usize = 4;
 
-/// Every cloud-config render of `renders` (name, the provider's, bootplate's) booted by the
-/// boot proof with real cloud-init: each passes the proof, and both renders of a spec leave the
-/// same machine and run the same commands in order ([`testenv::boot_compare`]). The Ignition
-/// renders are not booted: the provider writes Ignition spec 2.3, which Ignition 2.x (the boot
-/// proof's) refuses ("unsupported config version"); Flatcar's Ignition converts it first.
+/// Every render of `renders` (name, the provider's, bootplate's) booted by the boot proof, with
+/// real cloud-init or real Ignition (the provider's Ignition configs, spec 2.3, by Ignition
+/// v0.35.0; bootplate's, spec 3.x, by Ignition 2.14: tests/boot/run.sh picks by the config's
+/// version): each passes the proof, and both renders of a spec leave the same machine and run
+/// the same commands in order ([`testenv::boot_compare`]).
 fn boot_both(renders: &[(String, String, String)]) -> Vec<String> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target")
@@ -424,7 +435,6 @@ fn boot_both(renders: &[(String, String, String)]) -> Vec<String> {
         .unwrap_or(dir);
     let jobs: Vec<(String, &str)> = renders
         .iter()
-        .filter(|(_, theirs, _)| !theirs.trim_start().starts_with('{'))
         .flat_map(|(name, theirs, ours)| {
             [
                 (format!("k-{name}"), theirs.as_str()),
@@ -440,14 +450,16 @@ fn boot_both(renders: &[(String, String, String)]) -> Vec<String> {
                 while let Some((case, user_data)) =
                     jobs.get(next.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
                 {
+                    let ignition = user_data.trim_start().starts_with('{');
                     let run = testenv::joins::BootRun {
                         dir: dir.clone(),
                         case,
                         role: "worker",
                         version: KUBERNETES_VERSION,
-                        // What the provider's renders expect: kubeadm, the kubelet and a
-                        // container runtime on the image (run.sh's stand-ins).
-                        os: "kubeadm-image",
+                        // What the provider's renders expect (run.sh's stand-ins): kubeadm, the
+                        // kubelet and a container runtime on the image; for its Ignition
+                        // configs, Flatcar's (its units and groups).
+                        os: if ignition { "flatcar" } else { "kubeadm-image" },
                     };
                     let boot = run.boot(user_data.as_bytes(), None).unwrap();
                     boots.lock().unwrap().insert(case.clone(), boot);
@@ -519,14 +531,20 @@ fn schema_errors(text: &str) -> Vec<String> {
 
 /// Each spec's two boots: both proven, and the same machine left behind.
 fn compare_boots(boots: &BTreeMap<String, testenv::joins::Boot>) -> Vec<String> {
-    let allowed = testenv::boot_compare::Allowed {
-        kubeadm_files: &[JOIN_FILE],
-        any_text: &[PLACEHOLDER],
-    };
     let mut out = Vec::new();
     for (case, ours) in boots.iter().filter(|(c, _)| c.starts_with("b-")) {
         let name = &case[2..];
         let theirs = &boots[&format!("k-{name}")];
+        let allowed = testenv::boot_compare::Allowed {
+            // The Ignition script moves its kubeadm file to /tmp once kubeadm ran.
+            kubeadm_files: &[JOIN_FILE, IGNITION_KUBEADM_MOVED],
+            any_text: &[PLACEHOLDER],
+            script_lines: &[IGNITION_KUBEADM_SCRIPT],
+            any_order: &[IGNITION_PRESET],
+            // Ignition v0.35.0 (the provider's spec 2.3) and 2.14 (bootplate's spec 3.3) keep
+            // a user's keys in other files.
+            ssh_keys_as_users: is_ignition(theirs),
+        };
         for (who, boot) in [(PROVIDER, theirs), ("bootplate", ours)] {
             let failures = unexplained_failures(boot, who);
             if boot.status == Some(2) || !failures.is_empty() {
@@ -846,16 +864,20 @@ fn drill_renders() -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The differences of drill case `name` (`drill-NAME: …`).
+fn drill_case<'a>(differences: &'a [String], name: &str) -> Vec<&'a String> {
+    let prefix = format!("drill-{name}: ");
+    differences
+        .iter()
+        .filter(|d| d.starts_with(&prefix))
+        .collect()
+}
+
 /// The boot comparison fails when one render drops a file or runs two commands in another
 /// order, and allows what docs/migrating.md allows (another token, the join file's mode):
 /// `differences` are those of the drill's boots.
 fn the_boot_comparison_sees_a_dropped_file_and_a_reordered_command(differences: &[String]) {
-    let of = |name: &str| -> Vec<&String> {
-        differences
-            .iter()
-            .filter(|d| d.starts_with(&format!("drill-{name}: ")))
-            .collect()
-    };
+    let of = |name: &str| drill_case(differences, name);
     assert_eq!(of("same"), Vec::<&String>::new());
     let dropped = of("dropped");
     assert!(
@@ -868,4 +890,54 @@ fn the_boot_comparison_sees_a_dropped_file_and_a_reordered_command(differences: 
         reordered.len() == 1 && reordered[0].contains("the commands run (stub calls, in order)"),
         "{reordered:#?}"
     );
+}
+
+/// The Ignition drill: the provider's render of `ignition-users-ntp` against bootplate's, once
+/// without `/etc/ntp.conf` and once with the names of its two units swapped.
+fn ignition_drill_renders(renders: &[(String, String, String)]) -> Vec<(String, String, String)> {
+    let (_, theirs, ours) = renders
+        .iter()
+        .find(|r| r.0 == "ignition-users-ntp")
+        .expect("the corpus entry ignition-users-ntp");
+    let ours: Value = serde_json::from_str(ours).expect("bootplate's Ignition config");
+    let mut dropped = ours.clone();
+    dropped["storage"]["files"]
+        .as_array_mut()
+        .expect("storage.files")
+        .retain(|f| f["path"] != "/etc/ntp.conf");
+    let mut swapped = ours;
+    for unit in swapped["systemd"]["units"]
+        .as_array_mut()
+        .expect("systemd.units")
+    {
+        let other = match unit["name"].as_str() {
+            Some("kubeadm.service") => "ntpd.service",
+            Some("ntpd.service") => "kubeadm.service",
+            _ => continue,
+        };
+        unit["name"] = json!(other);
+    }
+    [("dropped", dropped), ("swapped", swapped)]
+        .into_iter()
+        .map(|(name, ours)| {
+            let name = format!("drill-ignition-{name}");
+            (name, theirs.clone(), ours.to_string())
+        })
+        .collect()
+}
+
+/// The boot comparison of two Ignition renders fails when one drops a file or swaps two units:
+/// `differences` are those of the Ignition drill's boots.
+fn the_ignition_boot_comparison_sees_a_dropped_file_and_swapped_units(differences: &[String]) {
+    let of = |name: &str| drill_case(differences, &format!("ignition-{name}"));
+    let dropped = of("dropped");
+    assert!(
+        !dropped.is_empty() && dropped.iter().all(|d| d.contains(": /etc/ntp.conf:")),
+        "{dropped:#?}"
+    );
+    let swapped = of("swapped");
+    for unit in ["kubeadm.service", "ntpd.service"] {
+        let path = format!(": /etc/systemd/system/{unit}:");
+        assert!(swapped.iter().any(|d| d.contains(&path)), "{swapped:#?}");
+    }
 }

@@ -12,9 +12,10 @@
 # 2. /proc (with /proc/sys read-only), an empty tmpfs /run and /dev/shm; the stubs first on PATH
 #    (and over the root's own binary for the programs marked `!` in stubs/programs).
 # 3. cloud-init: the NoCloud seed, then `cloud-init init --local`, `init`, `modules
-#    --mode=config` (then runcmd's step markers), `modules --mode=final`; or Ignition:
-#    `fetch-offline` and `files` into the root, the presets it wrote applied as at first boot, and
-#    its enabled oneshot units started. Every stage runs whatever the one before did, as a boot does.
+#    --mode=config` (then runcmd's step markers), `modules --mode=final`; or Ignition (2.14 for
+#    spec 3.x: `fetch-offline` and `files`; v0.35.0 for spec 2.x: `fetch` and `files`) into the
+#    root, the presets it wrote applied as at first boot, and its enabled oneshot units started.
+#    Every stage runs whatever the one before did, as a boot does.
 # 4. lib/check.py compares the root with the user-data and writes the report.
 #
 # Programs in the root run chrooted, with the capabilities to load kernel modules, reboot, set
@@ -126,6 +127,7 @@ hostname boot-proof
 # directories their tools expect and the units their images ship (so that `systemctl enable` of
 # such a unit works as it does on the image, and of any other fails as it does there).
 image_units=(systemd-timesyncd.service)
+image_groups=()
 case "$os" in
   rocky | rhel | almalinux | centos | fedora | amazonlinux)
     mkdir -p "$root/etc/yum.repos.d" "$root/etc/dnf" "$root/etc/sysconfig" "$root/etc/pki/rpm-gpg" \
@@ -134,7 +136,10 @@ case "$os" in
     image_units=(chronyd.service)
     ;;
   flatcar)
-    image_units=(containerd.service docker.service systemd-timesyncd.service)
+    # Flatcar's image ships ntpd beside timesyncd, and groups docker and wheel, which the
+    # Ignition configs made for it (the kubeadm bootstrap provider's) name.
+    image_units=(containerd.service docker.service systemd-timesyncd.service ntpd.service)
+    image_groups=(docker wheel)
     ;;
   kubeadm-image)
     # An image made for the kubeadm bootstrap provider (image-builder's): the kubelet and a
@@ -146,6 +151,9 @@ for unit in "${image_units[@]}"; do
   [[ -e $root/usr/lib/systemd/system/$unit ]] ||
     printf '# boot-proof stand-in: a unit the %s image ships\n[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=multi-user.target\n' \
       "${os:-OS}" >"$root/usr/lib/systemd/system/$unit"
+done
+for group in "${image_groups[@]}"; do
+  grep -q "^$group:" "$root/etc/group" || groupadd --root "$root" --system "$group"
 done
 
 # 2. The stubs and the boot proof's own files.
@@ -252,9 +260,17 @@ if [[ $consumer == cloud-init ]]; then
     in_root BASH_ENV=/usr/local/bootplate/trace.bash cloud-init modules --mode=final || true
   cp "$root"/var/log/cloud-init*.log "$out/" 2>/dev/null || true
 else
-  # 3b. Ignition, from the host into the root: it relabels at the end, so it needs an SELinux
-  # config saying disabled and a setfiles that does nothing.
-  [[ -x $ignition ]] || { log "ERROR: $ignition is missing: install Debian's ignition package (tests/scripts/install-tools.sh)"; exit 2; }
+  # 3b. Ignition, from the host into the root, the one of the config's spec version: 3.x Ignition
+  # 2.14 (Debian's; it relabels at the end, so it needs an SELinux config saying disabled and a
+  # setfiles that does nothing), 2.x Ignition v0.35.0 (BOOTPLATE_IGNITION_SPEC2, built by
+  # tests/scripts/build-tools.sh; Ignition 2.x refuses spec 2 configs).
+  spec=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ignition"]["version"])' "$out/user-data" 2>/dev/null || true)
+  if [[ $spec == 2.* ]]; then
+    ignition_spec2=${BOOTPLATE_IGNITION_SPEC2-}
+    [[ -x $ignition_spec2 ]] || { log "ERROR: an Ignition config of spec $spec needs Ignition v0.35.0: set BOOTPLATE_IGNITION_SPEC2 to the ignition-spec2 tests/scripts/build-tools.sh builds (now '${ignition_spec2}')"; exit 2; }
+  else
+    [[ -x $ignition ]] || { log "ERROR: $ignition is missing: install Debian's ignition package (tests/scripts/install-tools.sh)"; exit 2; }
+  fi
   mount -t tmpfs tmpfs /run
   mkdir -p "$out/bin" "$root/etc/selinux"
   printf '#!/bin/sh\nexit 0\n' >"$out/bin/setfiles"
@@ -266,11 +282,20 @@ else
   mkdir -p /run/ignition-root
   mount --rbind "$root" /run/ignition-root
   # A failed Ignition stage stops the boot (the initramfs goes to its emergency shell).
-  stage "ignition fetch-offline" env PATH="$out/bin:$PATH" IGNITION_CONFIG_FILE="$out/user-data" \
-    "$ignition" -platform file -stage fetch-offline -config-cache "$out/ignition.json" &&
-    stage "ignition files" env PATH="$out/bin:$PATH" \
-      "$ignition" -platform file -stage files -root /run/ignition-root -config-cache "$out/ignition.json" ||
-    ignition_failed=true
+  if [[ $spec == 2.* ]]; then
+    # Spec 2.x: Ignition v0.35.0's two stages of a boot without disks (`fetch`, then `files`).
+    stage "ignition fetch (spec $spec)" env IGNITION_CONFIG_FILE="$out/user-data" \
+      "$ignition_spec2" -oem file -log-to-stdout -stage fetch -config-cache "$out/ignition.json" &&
+      stage "ignition files (spec $spec)" "$ignition_spec2" -oem file -log-to-stdout -stage files \
+        -root /run/ignition-root -config-cache "$out/ignition.json" ||
+      ignition_failed=true
+  else
+    stage "ignition fetch-offline" env PATH="$out/bin:$PATH" IGNITION_CONFIG_FILE="$out/user-data" \
+      "$ignition" -platform file -stage fetch-offline -config-cache "$out/ignition.json" &&
+      stage "ignition files" env PATH="$out/bin:$PATH" \
+        "$ignition" -platform file -stage files -root /run/ignition-root -config-cache "$out/ignition.json" ||
+      ignition_failed=true
+  fi
   # First boot: systemd applies the presets Ignition wrote, to the units that are installed (a
   # unit with only drop-ins and no unit file in the image stays disabled, as on a real boot).
   preset=$root/etc/systemd/system-preset/20-ignition.preset
@@ -279,7 +304,9 @@ else
     for unit in "${units[@]}"; do
       template=${unit%%@*}@.${unit##*.}
       # systemd presets only the units that exist; check.py reports an enabled one that does not.
-      if compgen -G "$root/@(etc|usr/lib)/systemd/system/@($unit|$template)" >/dev/null; then
+      # (A glob's group cannot hold a slash: one pattern per directory.)
+      if compgen -G "$root/etc/systemd/system/@($unit|$template)" >/dev/null ||
+        compgen -G "$root/usr/lib/systemd/system/@($unit|$template)" >/dev/null; then
         stage "systemctl preset $unit (first boot)" in_root /usr/bin/systemctl preset "$unit"
       fi
     done
