@@ -38,6 +38,7 @@ pub struct Metrics {
     boot_duration: HistogramVec,
     boot_failures: IntCounterVec,
     boot_reports_unreadable: IntCounterVec,
+    network_ignored: IntCounterVec,
     /// Per-config state and creation time, to derive the gauges. Keyed by namespace/name;
     /// this map is memory, not label values.
     config_states: Mutex<HashMap<String, (ConfigState, Option<Timestamp>)>>,
@@ -78,6 +79,7 @@ impl Metrics {
         let boot_duration = histogram_vec(&r, "bootplate_boot_duration_seconds", "Time each part of a machine's boot took, as the machine reported it, by template and part (a part the template does not have counts as `other`).", vec![1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0], &["template", "part"]);
         let boot_failures = counter_vec(&r, "bootplate_boot_failures_total", "Machines that reported a failed boot, by template and the part that failed.", &["template", "part"]);
         let boot_reports_unreadable = counter_vec(&r, "bootplate_boot_reports_unreadable_total", "Boot reports that could not be read (too large, malformed), by template.", &["template"]);
+        let network_ignored = counter_vec(&r, "bootplate_network_ignored_total", "Configs found setting network input (spec.network) their template never reads, counted once per change (with the NetworkIgnored Event), by template.", &["template"]);
         let leader = IntGauge::new("bootplate_leader", "1 while this instance holds the leader Lease (or runs without leader election).").expect("valid metric");
         for collector in [
             Box::new(secrets_written.clone()) as Box<dyn prometheus::core::Collector>,
@@ -103,7 +105,7 @@ impl Metrics {
             secrets_written, events, events_queued, tokens, configs, templates, time_to_ready,
             oldest_waiting, leader, generator_requests, generator_duration, inplace_updates,
             oldest_inplace_update, hook_requests, boot_duration, boot_failures,
-            boot_reports_unreadable,
+            boot_reports_unreadable, network_ignored,
             config_states: Mutex::default(),
             template_validity: Mutex::default(),
             inplace_since: Mutex::default(),
@@ -266,6 +268,11 @@ impl Metrics {
         if let Some(to) = to {
             self.configs.with_label_values(&[to.as_str()]).inc();
         }
+    }
+
+    /// Counts a config whose network input `template` ignores (once per change).
+    pub fn network_ignored(&self, template: &str) {
+        self.network_ignored.with_label_values(&[template]).inc();
     }
 
     /// Records a template's validity.

@@ -71,6 +71,42 @@ fn check_cloud_config(data: &[u8]) {
     );
 }
 
+/// A config whose `spec.network` the template never reads: the render succeeds and says so on
+/// stderr, naming the template and the fields (never their values); a template that reads the
+/// input (plain-linux) renders the same config without a word.
+#[test]
+fn render_warns_of_network_input_the_template_ignores() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootplateConfig\nmetadata: {name: workers, namespace: team-a}\nspec:\n  templateRef: {kind: ClusterBootstrapTemplate, name: any}\n  network:\n    proxy: {http: \"http://proxy.corp.example:3128\"}\n    ntpServers: [ntp.corp.example]\n",
+    )
+    .unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let out = render_example("examples/machine-worker.yaml", &["--config", &config]);
+    assert_exit(&out, 0);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr,
+        "bootplate render: warning: template ClusterBootstrapTemplate ubuntu-2404 takes no network input: spec.network.proxy, spec.network.ntpServers not applied to the machine (the config renders without it; pick a template that reads it, see docs/air-gapped.md)\n"
+    );
+    assert!(!stderr.contains("proxy.corp.example"), "{stderr}");
+    let out = bootplate(&[
+        "render",
+        "--template",
+        "templates/plain-linux.yaml",
+        "--cluster",
+        "templates/testdata/cluster.yaml",
+        "--machine",
+        "templates/testdata/machine-plain.yaml",
+        "--config",
+        &config,
+    ]);
+    assert_exit(&out, 0);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
+
 #[test]
 fn readme_command_renders_a_valid_init_cloud_config() {
     let out = render_example("examples/machine-control-plane.yaml", &[]);

@@ -2131,6 +2131,7 @@ fn no_stale_golden_files() {
         .chain(configured_cases().iter())
         .chain(compat_cases().iter())
         .chain(network::cases().iter())
+        .chain(network::other_cases().iter())
         .chain(compat_ignition_cases().iter())
         .map(golden_path)
         .collect();

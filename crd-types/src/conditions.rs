@@ -10,6 +10,9 @@ pub const PAUSED: &str = "Paused";
 /// Config: an in-place update of the booted machine is under way (True), or how the last one
 /// ended (False).
 pub const IN_PLACE_UPDATING: &str = "InPlaceUpdating";
+/// Config: whether the render writes out the network input (`spec.network`) it sets; absent
+/// when the config sets none.
+pub const NETWORK_APPLIED: &str = "NetworkApplied";
 /// Template: every template and partial compiles and renders for each role.
 pub const VALID: &str = "Valid";
 
@@ -54,6 +57,11 @@ pub mod reason {
     pub const FILE_SOURCE_ERROR: &str = "FileSourceError";
     /// The network input (mirrors, proxy, CAs, NTP, artifacts) is invalid or its Secret unreadable.
     pub const INVALID_NETWORK: &str = "InvalidNetwork";
+    /// The template reads every field of the network input the config sets.
+    pub const NETWORK_RENDERED: &str = "NetworkRendered";
+    /// The template never reads some (or all) of the network input the config sets: the
+    /// machine does not get them.
+    pub const NETWORK_IGNORED: &str = "NetworkIgnored";
     /// The Cluster's certificates are missing or unreadable.
     pub const CERTIFICATES_ERROR: &str = "CertificatesError";
     /// The workload cluster could not be reached or the token could not be written.

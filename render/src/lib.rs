@@ -67,6 +67,9 @@ pub struct CompiledTemplate {
     body: Body,
     /// The template's defaults of the network input.
     network: Option<crd_types::NetworkConfig>,
+    /// The fields of `network` the template's texts read (see [`CompiledTemplate::ignored_network_fields`]),
+    /// found once, when first asked.
+    network_read: std::sync::OnceLock<std::collections::BTreeSet<String>>,
 }
 
 enum Body {
@@ -178,7 +181,22 @@ impl CompiledTemplate {
             declarations,
             body,
             network: spec.network.clone(),
+            network_read: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The fields `input` sets (named as in `spec.network`) that no text of this template reads,
+    /// so a render ignores them: every field set, for a template that takes no network input.
+    /// The analysis runs once per compiled template.
+    pub fn ignored_network_fields(&self, input: &crd_types::NetworkConfig) -> Vec<&'static str> {
+        let read = self
+            .network_read
+            .get_or_init(|| lint::analyze(self).network_read);
+        let unread = lint::unread_network_fields(read);
+        network::set_fields(input)
+            .into_iter()
+            .filter(|field| unread.contains(field))
+            .collect()
     }
 
     /// The revision of the compiled spec (`TemplateSpec::revision`).

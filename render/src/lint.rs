@@ -291,9 +291,8 @@ fn for_shape(mut p: Problem, shape: &str) -> Problem {
     p
 }
 
-/// The whole-template analysis (see `analysis.rs`) of every text, and a warning for each
-/// declared variable no text reads and each partial no text includes.
-fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
+/// The analysis of every text of `t` (see `analysis.rs`).
+pub(crate) fn analyze(t: &CompiledTemplate) -> analysis::Findings {
     let parts: &[crate::body::CompiledPart] = match &t.body {
         crate::Body::Parts(parts) => parts,
         crate::Body::Raw(_) => &[],
@@ -315,7 +314,26 @@ fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
             }
         })
         .collect();
-    let findings = analysis::analyze(&t.engine, &t.declarations, &entries);
+    analysis::analyze(&t.engine, &t.declarations, &entries)
+}
+
+/// The fields of the network input (as `NetworkConfig` names them) that `read` (the analysis'
+/// `network_read`) leaves unread: a config's value for them would be ignored.
+pub(crate) fn unread_network_fields(read: &BTreeSet<String>) -> Vec<&'static str> {
+    if read.contains("*") {
+        return Vec::new();
+    }
+    NETWORK_FIELDS
+        .iter()
+        .filter(|(_, names)| !names.iter().any(|n| read.contains(*n)))
+        .map(|(input, _)| *input)
+        .collect()
+}
+
+/// The whole-template analysis (see `analysis.rs`) of every text, and a warning for each
+/// declared variable no text reads and each partial no text includes.
+fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
+    let findings = analyze(t);
     let mut problems = findings.problems;
     if !findings.whole_values {
         for (i, d) in t.declarations.list.iter().enumerate() {
@@ -552,6 +570,45 @@ mod tests {
                     "{text}"
                 );
             }
+        }
+    }
+
+    /// Each case: a template's command text and the fields of a config's input (proxy, NTP
+    /// servers, image repository set) the render ignores: every one set for a template that
+    /// takes no network input, the unread ones for a template that reads part of it, none
+    /// when `network` is read whole.
+    #[test]
+    fn the_fields_a_config_sets_and_the_template_never_reads_are_ignored() {
+        let input: crd_types::NetworkConfig = serde_json::from_value(serde_json::json!({
+            "proxy": {"http": "http://proxy.example:3128"},
+            "ntpServers": ["ntp.example"],
+            "imageRepository": "mirror.example/k8s",
+        }))
+        .unwrap();
+        let cases: [(&str, &[&str]); 5] = [
+            (
+                "echo no network",
+                &["proxy", "ntpServers", "imageRepository"],
+            ),
+            (
+                "echo {{cluster.network.serviceDomain}}",
+                &["proxy", "ntpServers", "imageRepository"],
+            ),
+            (
+                "{{shell_quote network.proxy.http}}",
+                &["ntpServers", "imageRepository"],
+            ),
+            (
+                "{{#each network.ntpServers}}{{this}}{{/each}} {{network.imageRepository}} {{network.proxy.enabled}}",
+                &[],
+            ),
+            ("{{json network}}", &[]),
+        ];
+        for (text, expected) in cases {
+            let compiled = CompiledTemplate::compile("t", &template(text, None)).unwrap();
+            assert_eq!(compiled.ignored_network_fields(&input), expected, "{text}");
+            let empty = crd_types::NetworkConfig::default();
+            assert!(compiled.ignored_network_fields(&empty).is_empty(), "{text}");
         }
     }
 }

@@ -63,6 +63,21 @@ fn pick_bundles(
     }
 }
 
+/// The fields `network` sets, named as in `spec.network`, in the order of the type.
+pub fn set_fields(network: &NetworkConfig) -> Vec<&'static str> {
+    [
+        ("registryMirrors", !network.registry_mirrors.is_empty()),
+        ("proxy", network.proxy.is_some()),
+        ("caBundles", !network.ca_bundles.is_empty()),
+        ("ntpServers", !network.ntp_servers.is_empty()),
+        ("imageRepository", network.image_repository.is_some()),
+        ("artifacts", !network.artifacts.is_empty()),
+    ]
+    .into_iter()
+    .filter_map(|(field, set)| set.then_some(field))
+    .collect()
+}
+
 /// Where a network input comes from: what it may hold differs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {

@@ -591,6 +591,115 @@ async fn pause_missing_and_broken_templates() {
     for (reason, _, note) in m1.iter().chain(&m0) {
         assert!(!note.contains("PRIVATE KEY"), "{reason}: {note}");
     }
+    network_input_the_template_ignores(&env, &controller).await;
+}
+
+/// A config that sets network input (spec.network) on a template that takes none (the probe
+/// template) still renders and stays ready, and says so: `NetworkApplied=False` with reason
+/// `NetworkIgnored` naming the template and the fields, one Warning Event and one count of
+/// `bootplate_network_ignored_total` per change (not per reconcile), nothing once the input
+/// is gone.
+async fn network_input_the_template_ignores(
+    env: &testenv::capi_env::Env,
+    controller: &ControllerProcess,
+) {
+    let machine = Api::<Machine>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &fixtures::machine(NS, "n-0", "live", false, "n-0"),
+        )
+        .await
+        .unwrap();
+    let mut config = fixtures::owned_config(&machine, cluster_template("good"));
+    config.spec.network = Some(
+        serde_json::from_value(json!({"proxy": {"http": "http://proxy.example:3128"},
+            "ntpServers": ["ntp.example"]}))
+        .unwrap(),
+    );
+    let configs = Api::<BootplateConfig>::namespaced(env.client.clone(), NS);
+    configs
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    let network = |wanted: &'static str| async move {
+        let wait = format!("n-0's NetworkApplied condition naming {wanted}");
+        eventually(&wait, WAIT, || async {
+            let status = env.config("n-0").await.status?;
+            let c = status
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "NetworkApplied");
+            match c {
+                None if wanted.is_empty() => Some(None),
+                Some(c) if !wanted.is_empty() && c.message.contains(wanted) => Some(Some(c)),
+                _ => None,
+            }
+        })
+        .await
+    };
+    env.wait_ready("n-0").await;
+    let c = network("spec.network.proxy, spec.network.ntpServers")
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NetworkIgnored")
+    );
+    assert!(
+        c.message
+            .contains("template ClusterBootstrapTemplate good takes no network input"),
+        "{}",
+        c.message
+    );
+    let series = "bootplate_network_ignored_total{template=\"ClusterBootstrapTemplate/good\"}";
+    let told = |count: usize| async move {
+        let wait = format!("{count} NetworkIgnored Event(s) of n-0");
+        eventually(&wait, WAIT, || async {
+            let events = summaries(&env.client, "n-0").await;
+            let ignored: Vec<_> = events
+                .into_iter()
+                .filter(|e| e.0 == "NetworkIgnored")
+                .collect();
+            (ignored.len() >= count).then_some(ignored)
+        })
+        .await
+    };
+    let first = told(1).await;
+    assert_eq!(
+        (first[0].1.as_str(), first[0].2.as_str()),
+        ("Warning", c.message.as_str())
+    );
+    // Another reconcile that finds the same says nothing new.
+    env.settled(controller, "n-0").await;
+    assert_eq!(
+        told(1).await.len(),
+        1,
+        "one Event per change, not per reconcile"
+    );
+    assert_eq!(controller.metric(series), Some(1.0));
+    assert!(
+        env.config("n-0").await.status.unwrap().ready,
+        "the config stays ready"
+    );
+    // A change of what is ignored is told again.
+    let patch = json!({"spec": {"network": {"proxy": null}}});
+    configs
+        .patch("n-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    network("spec.network.ntpServers not applied").await;
+    assert_eq!(told(2).await.len(), 2);
+    eventually("the metric counts the change", WAIT, || async {
+        (controller.metric(series) == Some(2.0)).then_some(())
+    })
+    .await;
+    // Without the input, the condition goes.
+    let patch = json!({"spec": {"network": null}});
+    configs
+        .patch("n-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    network("").await;
 }
 
 /// The Events regarding config `name`: (reason, type, note) each.

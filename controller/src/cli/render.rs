@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use bootplate::core::network;
 use bootplate::pki;
 use crd_types::Role;
 use crd_types::capi::{Cluster, Machine};
@@ -253,6 +254,13 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
     let at = |e: &render::RenderError| located(e, &template_file, index, config_input.as_ref());
     let compiled = CompiledTemplate::compile(&object, &spec)
         .map_err(|e| Failure::Render(format!("{}{e}", at(&e))))?;
+    if let Some(input) = &config.network {
+        let set = render::network::set_fields(input);
+        let view = network::view(&object, set, compiled.ignored_network_fields(input));
+        if let Some(warning) = network::warning(&view) {
+            eprintln!("bootplate render: warning: {warning}");
+        }
+    }
     let generators = Offline::new(&args.generators, args.generator_ca.as_deref())?;
     roles
         .into_iter()

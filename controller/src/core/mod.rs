@@ -7,6 +7,7 @@ pub mod cached_secret;
 pub(crate) mod gate;
 pub mod import;
 pub(crate) mod inplace;
+pub mod network;
 pub(crate) mod outcome;
 pub(crate) mod role;
 pub(crate) mod shard;

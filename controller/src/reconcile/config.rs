@@ -21,6 +21,7 @@ use super::render::{self, Rendered, Subject};
 use crate::core::blocked::Blocked;
 use crate::core::boot::View;
 use crate::core::gate::{self, Owner, Path};
+use crate::core::network;
 use crate::core::outcome::{self, ConfigState};
 use crate::core::status::{self, ConfigId, ReadyFacts};
 use crate::core::token;
@@ -180,7 +181,11 @@ async fn report_rendered(
         Some(subject) => boot::look(ctx, config, subject).await,
         None => None,
     };
-    if status::write_ready_status(done.unchanged, previous.ready) || looked.is_some() {
+    let network_changed = network::changed(previous, &done.network);
+    if status::write_ready_status(done.unchanged, previous.ready)
+        || looked.is_some()
+        || network_changed
+    {
         let facts = ReadyFacts {
             role: done.role,
             revision: &done.revision,
@@ -191,7 +196,14 @@ async fn report_rendered(
         if let Some(looked) = &looked {
             desired = status::with_boot(desired, previous, &looked.view, now);
         }
+        desired = network::with_network(desired, previous, &done.network, now);
         apply_status(ctx, config, &desired).await?;
+    }
+    if let Some(note) = network::note(previous, &done.network) {
+        let template = crate::k8s::templates::reference(&config.spec.template_ref);
+        ctx.metrics.network_ignored(&template);
+        warn!(message = %note.text, "network input ignored");
+        ctx.publish(config, note);
     }
     if let (Some(subject), Some(looked)) = (&done.boot, &looked) {
         boot::tell(ctx, config, previous, subject, looked);

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::context::{Context, config_key};
 use super::generate::{Calls, Phase};
 use crate::core::gate;
+use crate::core::network::{self as network_view, View as NetworkView};
 use crate::core::outcome::{self, RenderFacts};
 use crate::core::role::{self, RoleDecision, RoleFacts};
 use crate::core::skip::{self, Inputs, LastRender, Record};
@@ -46,6 +47,8 @@ pub(crate) struct Rendered {
     /// The machine whose boot report the config shows (a Machine's joining machine, from a
     /// template that reports).
     pub boot: Option<super::boot::Subject>,
+    /// What the render makes of the config's network input.
+    pub network: NetworkView,
 }
 
 /// What a config renders for: the Machine it bootstraps, or the MachinePool whose instances
@@ -123,14 +126,35 @@ pub(crate) async fn render(
         endpoint,
     };
     let boot = boot_subject(&scene);
+    let network = network_of(&scene);
     if let Some(done) = unchanged(ctx, config, previous, inputs_ref, subject, role, &revision) {
         debug!(%role, "unchanged since the last render");
-        return Ok(Rendered { boot, ..done });
+        return Ok(Rendered {
+            boot,
+            network,
+            ..done
+        });
     }
     let made = make_user_data(ctx, &scene).await?;
     debug!("rendered");
     let done = write_and_tell(ctx, &scene, made, inputs).await?;
-    Ok(Rendered { boot, ..done })
+    Ok(Rendered {
+        boot,
+        network,
+        ..done
+    })
+}
+
+/// Which fields of the config's network input the template writes out and which it ignores.
+fn network_of(scene: &Scene<'_>) -> NetworkView {
+    let Some(input) = &scene.config.spec.network else {
+        return NetworkView::Unset;
+    };
+    network_view::view(
+        &scene.template.display,
+        render::network::set_fields(input),
+        scene.template.compiled.ignored_network_fields(input),
+    )
 }
 
 /// The machine whose boot the config shows, when it reports.
@@ -279,6 +303,7 @@ fn unchanged(
         cleanup_failed: false,
         token_expires: last.token_expires.filter(|_| role != Role::Init),
         boot: None,
+        network: NetworkView::Unset,
     })
 }
 
@@ -485,6 +510,7 @@ async fn write_and_tell(
         cleanup_failed,
         token_expires: made.token_expires,
         boot: None,
+        network: NetworkView::Unset,
     })
 }
 

@@ -8,14 +8,20 @@ use super::*;
 const MIRROR_DIR: &str = "etc/containerd/certs.d/registry.k8s.io";
 const ARTIFACT_URL: &str = "https://files.corp.example/k8s/v1.31.2/kubeadm";
 
-/// The shipped templates that write the input: those with a part `network` (not plain-linux and
-/// the kubeadm-compat ones, which carry a KubeadmConfigSpec as it is).
+/// The kubeadm templates that write the whole input, downloads included: those with a part
+/// `network` and a part `artifacts` (plain-linux has the first only; the kubeadm-compat ones
+/// write the input in their `template` body and install nothing).
 fn network_templates() -> Vec<PathBuf> {
     catalogue()
         .into_iter()
         .filter(|p| {
-            std::fs::read_to_string(p)
-                .is_ok_and(|text| text.lines().any(|l| l.trim_end() == "    - name: network"))
+            std::fs::read_to_string(p).is_ok_and(|text| {
+                let part = |name: &str| {
+                    text.lines()
+                        .any(|l| l.trim_end() == format!("    - name: {name}"))
+                };
+                part("network") && part("artifacts")
+            })
         })
         .collect()
 }

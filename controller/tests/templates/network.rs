@@ -87,6 +87,14 @@ fn check_trust_and_mirror(what: &str, case: &Case, sandbox: &Sandbox) {
         "{what}: {anchor}"
     );
     assert!(sandbox.called(&[tool]), "{what}: {tool} not run");
+    check_mirror(what, sandbox);
+    let containerd = sandbox.read("/etc/containerd/config.toml").unwrap();
+    assert!(containerd.contains("config_path = \"/etc/containerd/certs.d\""));
+}
+
+/// The mirror's hosts.toml and CA where containerd's config_path reads them.
+fn check_mirror(what: &str, sandbox: &Sandbox) {
+    let pem = render::network::SAMPLE_CA_PEM;
     let dir = "/etc/containerd/certs.d/registry.k8s.io";
     let toml = sandbox
         .read(&format!("{dir}/hosts.toml"))
@@ -97,26 +105,10 @@ fn check_trust_and_mirror(what: &str, case: &Case, sandbox: &Sandbox) {
     assert_eq!(toml, wanted, "{what}");
     let ca = sandbox.read(&format!("{dir}/mirror-0-ca.crt"));
     assert_eq!(ca.as_deref(), Some(pem), "{what}");
-    let containerd = sandbox.read("/etc/containerd/config.toml").unwrap();
-    assert!(containerd.contains("config_path = \"/etc/containerd/certs.d\""));
 }
 
 fn check_proxy(what: &str, case: &Case, sandbox: &Sandbox) {
-    let line = format!("Environment=\"HTTPS_PROXY={PROXY}\"\n");
-    for unit in ["containerd", "kubelet"] {
-        let path = format!("/etc/systemd/system/{unit}.service.d/20-bootplate-network-proxy.conf");
-        let dropin = sandbox
-            .read(&path)
-            .unwrap_or_else(|| panic!("{what}: no {path}"));
-        assert!(
-            dropin.starts_with("[Service]\n") && dropin.contains(&line),
-            "{what}: {dropin}"
-        );
-        assert!(
-            dropin.contains(",.corp.example\"\n"),
-            "{what}: noProxy: {dropin}"
-        );
-    }
+    check_dropins(what, sandbox, &["containerd", "kubelet"]);
     assert!(sandbox.called(&["systemctl", "daemon-reload"]));
     let env = sandbox.read("/etc/bootplate/network-proxy.env").unwrap();
     assert!(
@@ -130,6 +122,25 @@ fn check_proxy(what: &str, case: &Case, sandbox: &Sandbox) {
         case.entry.image != Image::Flatcar,
         "{what}: /etc/environment: {environment}"
     );
+}
+
+/// The proxy drop-in of each of `units`, with the computed noProxy and the user's addition.
+fn check_dropins(what: &str, sandbox: &Sandbox, units: &[&str]) {
+    let line = format!("Environment=\"HTTPS_PROXY={PROXY}\"\n");
+    for unit in units {
+        let path = format!("/etc/systemd/system/{unit}.service.d/20-bootplate-network-proxy.conf");
+        let dropin = sandbox
+            .read(&path)
+            .unwrap_or_else(|| panic!("{what}: no {path}"));
+        assert!(
+            dropin.starts_with("[Service]\n") && dropin.contains(&line),
+            "{what}: {dropin}"
+        );
+        assert!(
+            dropin.contains(",.corp.example\"\n"),
+            "{what}: noProxy: {dropin}"
+        );
+    }
 }
 
 fn check_ntp(what: &str, case: &Case, sandbox: &Sandbox) {
@@ -292,6 +303,9 @@ fn lint_sees_every_network_field_read() {
             .map(|p| p.to_string())
             .collect()
     };
+    for name in ["plain-linux", COMPAT.name, COMPAT_IGNITION.name] {
+        assert_eq!(ignored(&spec(name), name), Vec::<String>::new(), "{name}");
+    }
     for entry in CATALOGUE.iter().filter(|e| e.kubeadm) {
         let mut spec = spec(entry.name);
         assert_eq!(
@@ -310,4 +324,162 @@ fn lint_sees_every_network_field_read() {
         }
         assert_eq!(found.len(), 3, "{}: {found:?}", entry.name);
     }
+}
+
+/// The worked example without what only the kubeadm-* templates take (kubeadm's image
+/// repository, the downloads): the input of kubeadm-compat, kubeadm-compat-ignition and
+/// plain-linux.
+fn input_without_downloads() -> crd_types::NetworkConfig {
+    let mut input = network_input(STUB_DOWNLOAD_SHA256);
+    (input.image_repository, input.artifacts) = (None, Vec::new());
+    input
+}
+
+/// kubeadm-compat and kubeadm-compat-ignition for every role, plain-linux for its one (their
+/// golden files), with the input of [`input_without_downloads`]; kubeadm-compat's init also
+/// with kubeadm's image repository.
+pub(super) fn other_cases() -> Vec<Case> {
+    let plain = *CATALOGUE.iter().find(|e| e.name == "plain-linux").unwrap();
+    let mut cases: Vec<Case> = [COMPAT, COMPAT_IGNITION]
+        .iter()
+        .flat_map(|e| Role::ALL.iter().map(|r| Case::new(*e, *r, "v1.31")))
+        .chain([Case::new(plain, Role::Worker, "")])
+        .collect();
+    for case in &mut cases {
+        let mut input = input_without_downloads();
+        if case.role == Role::Init {
+            input.image_repository = Some("mirror.corp.example:5000/k8s".to_owned());
+        }
+        case.config.network = Some(input);
+        case.tag = "network";
+    }
+    cases
+}
+
+/// The templates without kubeadm downloads, each role: golden file, boot, the CA in the trust
+/// store and its tool run, hosts.toml, the proxy drop-ins (plain-linux: /etc/environment and
+/// containerd's), the time servers, kubeadm's image repository.
+#[test]
+fn the_network_input_lands_where_the_os_reads_it_without_downloads() {
+    in_parallel(&other_cases(), |case| {
+        let what = format!("{} {}", case.entry.name, case.label());
+        let data = case.render().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let boot = check_output(&what, case.format(), &data, true);
+        check_golden(case, &data);
+        let sandbox = Sandbox::new(case.entry.image);
+        let plain = case.entry.name == "plain-linux";
+        if plain {
+            // plain-linux writes the mirrors only where containerd is installed.
+            let link = sandbox.path("/bootplate-stubs/containerd");
+            std::os::unix::fs::symlink("stub", link).expect("containerd stub");
+        }
+        let run = sandbox.boot(&boot);
+        assert!(run.status.success(), "{what}: boot failed:\n{}", run.output);
+        let (anchor, tool) = trust_store(case.entry.image);
+        let pem = render::network::SAMPLE_CA_PEM;
+        assert_eq!(
+            sandbox.read(anchor).as_deref(),
+            Some(pem),
+            "{what}: {anchor}"
+        );
+        assert!(sandbox.called(&[tool]), "{what}: {tool} not run");
+        check_mirror(&what, &sandbox);
+        if plain {
+            check_dropins(&what, &sandbox, &["containerd"]);
+            let environment = sandbox.read("/etc/environment").unwrap_or_default();
+            let line = format!("https_proxy={PROXY}\n");
+            assert!(
+                environment.starts_with("# BEGIN bootplate network.proxy\n")
+                    && environment.contains(&line),
+                "{what}: /etc/environment: {environment}"
+            );
+        } else {
+            check_dropins(&what, &sandbox, &["containerd", "kubelet"]);
+        }
+        check_other_ntp_and_repository(&what, case, &sandbox, &data);
+    });
+}
+
+/// NTP (kubeadm-compat: cloud-init's ntp module, which the sandbox does not run) and, for
+/// kubeadm-compat's init, the ClusterConfiguration's imageRepository.
+fn check_other_ntp_and_repository(what: &str, case: &Case, sandbox: &Sandbox, data: &[u8]) {
+    if case.entry.name == COMPAT.name {
+        let doc = yaml_to_json(data);
+        assert_eq!(
+            doc["ntp"],
+            json!({"enabled": true, "servers": ["ntp1.corp.example", "10.0.0.1"]}),
+            "{what}"
+        );
+        if case.role == Role::Init {
+            let docs = kubeadm_documents(sandbox, case.role);
+            assert_eq!(
+                docs[1]["imageRepository"], "mirror.corp.example:5000/k8s",
+                "{what}"
+            );
+        }
+    } else {
+        check_ntp(what, case, sandbox);
+    }
+}
+
+/// What a template cannot do with the input it refuses at render time, naming the field:
+/// downloads in kubeadm-compat (it installs nothing), kubeadm's fields in plain-linux. And
+/// plain-linux on an image without containerd says that the mirrors were not written.
+#[test]
+fn what_a_template_cannot_apply_is_refused_or_said() {
+    let plain = *CATALOGUE.iter().find(|e| e.name == "plain-linux").unwrap();
+    let refusals = [
+        (COMPAT, "network.artifacts needs a template that downloads"),
+        (
+            COMPAT_IGNITION,
+            "network.artifacts needs a template that downloads",
+        ),
+        (plain, "network.imageRepository does not apply"),
+    ];
+    for (entry, message) in refusals {
+        let version = if entry.name == "plain-linux" {
+            ""
+        } else {
+            "v1.31"
+        };
+        let mut case = Case::new(entry, Role::Worker, version);
+        case.config.network = Some(network_input(STUB_DOWNLOAD_SHA256));
+        let error = case.render().expect_err(entry.name).to_string();
+        assert!(error.contains(message), "{}: {error}", entry.name);
+    }
+    let mut case = Case::new(plain, Role::Worker, "");
+    case.config.network = Some(input_without_downloads());
+    let data = case.render().expect("renders");
+    let boot = check_output("plain-linux", case.format(), &data, false);
+    let sandbox = Sandbox::new(plain.image);
+    // An image without containerd (the host's, under the sandbox's /usr, is shadowed).
+    let missing = b"#!/bin/sh\necho 'containerd: not found' >&2\nexit 127\n";
+    sandbox.write("/bootplate-stubs/containerd", missing, 0o755);
+    let run = sandbox.boot(&boot);
+    assert!(run.status.success(), "{}", run.output);
+    assert!(
+        run.output
+            .contains("containerd is not installed; no hosts.toml written"),
+        "{}",
+        run.output
+    );
+    assert!(
+        sandbox
+            .read("/etc/containerd/certs.d/registry.k8s.io/hosts.toml")
+            .is_none()
+    );
+}
+
+/// plain-linux's part `network` is applied in place, like the kubeadm templates'.
+#[test]
+fn plain_linux_network_changes_are_applied_in_place() {
+    let plain = *CATALOGUE.iter().find(|e| e.name == "plain-linux").unwrap();
+    let mut old = Case::new(plain, Role::Worker, "");
+    old.config.network = Some(input_without_downloads());
+    let mut new = old.clone();
+    new.config.network.as_mut().unwrap().ca_bundles[0].name = "corp-2027".to_owned();
+    let in_place = render::UpdatePlan::InPlace {
+        parts: vec!["network".to_owned()],
+    };
+    assert_eq!(parts(&new).update_from(&parts(&old)), in_place);
 }

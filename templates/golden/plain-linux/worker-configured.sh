@@ -1,5 +1,5 @@
 #!/bin/bash
-# Rendered by bootplate from ClusterBootstrapTemplate plain-linux (revision b4acbb5c7c8b1fff) for role worker.
+# Rendered by bootplate from ClusterBootstrapTemplate plain-linux (revision 013566f345766a4c) for role worker.
 set -euo pipefail
 
 # Part system: the host name and the packages.
