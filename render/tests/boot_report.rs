@@ -31,7 +31,7 @@ parts:
   commands: ["echo installing"]
 - name: join
   commands:
-  - echo "joining with {{{{join.token}}}} and {SECRET_VALUE}" >&2; sh -c 'exit 3'
+  - printf '\033[0;37mCONFIG_NAMESPACES\033[0m=enabled\n' >&2; echo "joining with {{{{join.token}}}} and {SECRET_VALUE}" >&2; sh -c 'exit 3'
   - echo never
 "#
     ))
@@ -221,6 +221,10 @@ fn a_failing_step_is_reported_with_its_output_redacted() {
     assert!(
         last.contains("\njoining with [redacted] and [redacted]\n"),
         "{last}"
+    );
+    assert!(
+        last.contains("\nCONFIG_NAMESPACES=enabled\n") && !last.contains('\u{1b}'),
+        "a colour code is removed, not taken for a random word: {last}"
     );
     let parts: Vec<&str> = last.lines().filter(|l| l.starts_with("part ")).collect();
     assert_eq!(parts.len(), 4, "files, units, install, join: {last}");

@@ -123,14 +123,16 @@ bootplate_report_text() {
   fi
 }
 
-# The redaction of the tail: every listed secret, PEM blocks, words that look random (16 or
-# more characters with a letter and a digit) and the word after one that names a secret; each
-# line cut to 240 characters.
+# The redaction of the tail, after terminal escape sequences are removed: every listed secret,
+# PEM blocks, words that look random (16 or more characters with a letter and a digit) and the
+# word after one that names a secret; each line cut to 240 characters.
 # shellcheck disable=SC2016 # an awk program, not shell
 BOOTPLATE_REPORT_REDACT='
 BEGIN { while ((getline s < secrets) > 0) if (length(s) >= 4) list[++n] = s }
 {
   line = $0
+  # Terminal escapes first: a colour code glued to a word would make it look random.
+  gsub(/\033\[[0-9;?]*[A-Za-z]/, "", line); gsub(/\033[()][A-Za-z0-9]/, "", line); gsub(/\033/, "", line)
   for (i = 1; i <= n; i++) {
     while ((at = index(line, list[i])) > 0)
       line = substr(line, 1, at - 1) "[redacted]" substr(line, at + length(list[i]))
