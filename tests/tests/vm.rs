@@ -287,7 +287,7 @@ async fn kubeadm_prebaked_image_joins_from_a_vm() {
 /// the Machine's name, Cluster API sets the Machine's nodeRef, and bootplate deletes the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_under_cluster_api_boots_its_data_secret_in_a_vm_and_joins() {
-    use testenv::capi::{CapiEnv, NS, Options};
+    use testenv::capi::{CapiEnv, Options};
 
     const CLUSTER: &str = "vm-capi";
     const MACHINE: &str = "vm-capi-worker-0";
@@ -304,14 +304,7 @@ async fn a_machine_under_cluster_api_boots_its_data_secret_in_a_vm_and_joins() {
     worker_for_the_guest(&env, (CLUSTER, MACHINE), &version, port).await;
 
     // What Cluster API hands the machine: the data Secret its Machine names.
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
-    let user_data = testenv::eventually("the Machine's data Secret", wait, || async {
-        let machine = env.capi("Machine", "machines").get(MACHINE).await.ok()?;
-        let name = machine.data["spec"]["bootstrap"]["dataSecretName"].as_str()?;
-        let secret = secrets.get_opt(name).await.ok()??;
-        Some(secret.data?.get("value")?.0.clone())
-    })
-    .await;
+    let user_data = data_secret_of(&env, MACHINE).await;
     let token_id = the_controllers_token(&env, MACHINE).await;
     let text = String::from_utf8_lossy(&user_data);
     assert!(
@@ -346,6 +339,141 @@ async fn a_machine_under_cluster_api_boots_its_data_secret_in_a_vm_and_joins() {
         env.tokens().await.is_empty().then_some(())
     })
     .await;
+    let parts = reported_parts(&env, "kubeadm-debian-12");
+    assert!(
+        parts.iter().any(|p| p == "configure"),
+        "the good boot's part durations in bootplate_boot_duration_seconds: {parts:?}"
+    );
+    a_failing_boot_is_reported_within_seconds(&env, CLUSTER, &version).await;
+}
+
+/// The parts of `template` that bootplate_boot_duration_seconds has an observation for.
+fn reported_parts(env: &testenv::capi::CapiEnv, template: &str) -> Vec<String> {
+    let metrics = env.bootplate.metrics().unwrap_or_default();
+    let template = format!("template=\"ClusterBootstrapTemplate/{template}\"");
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("bootplate_boot_duration_seconds_count{") && l.contains(&template)
+        })
+        .filter(|l| l.rsplit(' ').next().is_some_and(|n| n != "0"))
+        .filter_map(|l| Some(l.split("part=\"").nth(1)?.split('"').next()?.to_owned()))
+        .collect()
+}
+
+/// The boot channel in a real VM: a second worker of the same Cluster whose template's join
+/// command fails (exit 7 with a message of its own). The machine's reporter sends the failure
+/// with its own token; bootplate shows `Ready=False` reason `BootFailed` naming part
+/// `kubeadm-join`, command 0 and the status, within 30 s of the failure the machine reported,
+/// with the command's message in the Warning Event's tail.
+async fn a_failing_boot_is_reported_within_seconds(
+    env: &testenv::capi::CapiEnv,
+    cluster: &str,
+    version: &str,
+) {
+    use testenv::capi::{NS, objects};
+    const MACHINE: &str = "vm-capi-worker-fails";
+    const MESSAGE: &str = "this machine refuses to join on purpose";
+    let text = std::fs::read_to_string(repo().join("templates/kubeadm-debian-12.yaml")).unwrap();
+    let join = "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml";
+    assert!(text.contains(join), "the shipped template runs {join}");
+    let doctored = text.replace(join, &format!("echo '{MESSAGE}' >&2; exit 7"));
+    let mut template: serde_json::Value = serde_yaml::from_str(&doctored).unwrap();
+    template["metadata"]["name"] = json!("kubeadm-refuses-to-join");
+    let templates =
+        objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates");
+    testenv::capi::cloud::apply(&env.client, &templates, None, &template)
+        .await
+        .unwrap();
+    let mut config = objects::bootplate_config(MACHINE, "kubeadm-refuses-to-join");
+    config["spec"]["skipParts"] = json!(["install"]);
+    let configs = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
+    env.apply(&configs, config).await.unwrap();
+    env.worker_machine(MACHINE, cluster, version).await.unwrap();
+    let user_data = data_secret_of(env, MACHINE).await;
+    let image = prebaked_image();
+    let dir = tokio::task::spawn_blocking(move || boot(&image, &user_data, "vm-capi-fails", true))
+        .await
+        .unwrap();
+
+    let wait = std::time::Duration::from_secs(120);
+    let ready = testenv::eventually(
+        "BootFailed on the failing machine's config",
+        wait,
+        || async {
+            let config = env.configs().get(MACHINE).await.ok()?;
+            let conditions = config.data["status"]["conditions"].as_array()?;
+            let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+            (ready["reason"] == "BootFailed").then(|| ready.clone())
+        },
+    )
+    .await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        ready["status"] == "False"
+            && message.contains("part `kubeadm-join`, command 0")
+            && message.contains('7'),
+        "the failed part, step and status: {ready}; console: {}/console.log",
+        dir.display()
+    );
+    let failed_at = reported_failure_time(env, MACHINE).await;
+    let shown_at: k8s_openapi::jiff::Timestamp = ready["lastTransitionTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let shown_at = shown_at.as_second();
+    assert!(
+        shown_at - failed_at <= 30,
+        "BootFailed shown {} s after the machine's failure at {failed_at}",
+        shown_at - failed_at
+    );
+    let parts = reported_parts(env, "kubeadm-refuses-to-join");
+    assert!(
+        parts == ["configure", "units"],
+        "the failed boot's ended parts in bootplate_boot_duration_seconds: {parts:?}"
+    );
+    let event = testenv::events::wait_reason(&env.client, NS, MACHINE, "BootFailed").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        event.type_.as_deref() == Some("Warning") && note.contains(MESSAGE),
+        "the command's message in the Event's tail: {note}"
+    );
+}
+
+/// The data Secret's user-data of Machine `machine`, once Cluster API names it.
+async fn data_secret_of(env: &testenv::capi::CapiEnv, machine: &str) -> Vec<u8> {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), testenv::capi::NS);
+    let wait = std::time::Duration::from_secs(300);
+    testenv::eventually("the Machine's data Secret", wait, || async {
+        let machine = env.capi("Machine", "machines").get(machine).await.ok()?;
+        let name = machine.data["spec"]["bootstrap"]["dataSecretName"].as_str()?;
+        let secret = secrets.get_opt(name).await.ok()??;
+        Some(secret.data?.get("value")?.0.clone())
+    })
+    .await
+}
+
+/// When the machine of config `name` says its boot failed: the `time` line of the failed
+/// report in its ConfigMap on the workload cluster (seconds since the epoch, the VM's clock
+/// being the host's).
+async fn reported_failure_time(env: &testenv::capi::CapiEnv, name: &str) -> i64 {
+    use kube::ResourceExt;
+    let uid = env.configs().get(name).await.unwrap().uid().unwrap();
+    let reports: Api<ConfigMap> = Api::namespaced(env.workload_client.clone(), "kube-system");
+    let report = reports.get(&format!("bootplate-boot-{uid}")).await.unwrap();
+    let text = report
+        .data
+        .unwrap_or_default()
+        .remove("report")
+        .unwrap_or_default();
+    let text = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, text.trim())
+        .map(|t| String::from_utf8_lossy(&t).into_owned())
+        .unwrap_or(text);
+    assert!(text.contains("\nstate failed\n"), "a failed report: {text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix("time ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no time in the report: {text}"))
 }
 
 /// kubeadm-debian-12 published, a Cluster under the stand-in provider whose endpoint is the
