@@ -2,11 +2,12 @@
 //! disk, with the image's own kernel, systemd and cloud-init, and what it did is read from the
 //! disk afterwards (tests/vm/: build-image.sh builds and caches the images, boot.sh boots one).
 //! Unlike the boot proof, nothing is a stand-in: systemd runs the units the user-data enables,
-//! `hostnamectl`, `useradd`, kubeadm and the kubelet are the machine's own. Three boots:
+//! `hostnamectl`, `useradd`, kubeadm and the kubelet are the machine's own. Four boots:
 //! plain-linux on the plain image; kubeadm-debian-12 on the pre-baked one joining a real control
-//! plane, rendered offline by `bootplate render --token` with a token the test made; and the
-//! same template for a Machine under Cluster API's own manager, booted from the data Secret the
-//! controller wrote, with the token the controller created.
+//! plane, rendered offline by `bootplate render --token` with a token the test made; the same
+//! template for a Machine under Cluster API's own manager, booted from the data Secret the
+//! controller wrote, with the token the controller created; and beside it a Machine whose join
+//! command fails, whose boot report reaches bootplate (docs/boot-channel.md).
 //! Needs root and tests/scripts/install-tools.sh's qemu, cloud-localds and debugfs.
 
 use std::ffi::OsStr;
