@@ -35,6 +35,7 @@ export BOOTPLATE_KUBE_APISERVER="$(tool kube-apiserver)" BOOTPLATE_ETCD="$(tool 
   BOOTPLATE_KUBE_SCHEDULER="$(tool kube-scheduler)" BOOTPLATE_KUBE_PROXY="$(tool kube-proxy)" \
   BOOTPLATE_KUBECTL="$(tool kubectl)" BOOTPLATE_REGISTRY="$(tool registry)" \
   BOOTPLATE_CRICTL="$(tool crictl)" BOOTPLATE_IGNITION_SPEC2="$(tool ignition-spec2)" \
+  BOOTPLATE_ETCDCTL="$(tool etcdctl)" \
   BOOTPLATE_CERT_MANAGER_MANIFEST="$(tool cert-manager-manifest)"
 
 cargo fmt --all --check
