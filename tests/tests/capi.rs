@@ -16,7 +16,7 @@ use testenv::capi::cloud;
 use testenv::capi::objects::{self, KUBERNETES_VERSION};
 use testenv::capi::pool::{self, Instance};
 use testenv::capi::token_watch::{TokenWatch, handed_out};
-use testenv::capi::{CapiEnv, NS, Options};
+use testenv::capi::{CapiEnv, NS, Options, condition};
 use testenv::tools::CapiRelease;
 use testenv::{eventually, joins, machine_script};
 
@@ -164,13 +164,6 @@ fn phase(machine: &DynamicObject) -> &str {
 
 fn has_node_ref(machine: &DynamicObject) -> bool {
     machine.data["status"]["nodeRef"]["name"].is_string()
-}
-
-fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
-    object.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
 }
 
 /// Waits until `cluster` has `count` Machines, each Running with a nodeRef; returns them.

@@ -24,7 +24,7 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use testenv::agent::{AgentProcess, NodeDisk};
-use testenv::capi::{CapiEnv, NS, Options, objects};
+use testenv::capi::{CapiEnv, NS, Options, condition, objects};
 
 const WAIT: Duration = Duration::from_secs(240);
 const MIRROR_FILE: &str = "/etc/containerd/certs.d/docker.io/hosts.toml";
@@ -148,13 +148,6 @@ fn config_name(machine: &DynamicObject) -> String {
         .as_str()
         .unwrap()
         .to_owned()
-}
-
-fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
-    object.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
 }
 
 /// Polls `check` every second until it returns `Some`; on timeout panics with `what` and

@@ -398,8 +398,7 @@ async fn a_failing_boot_is_reported_within_seconds(
         wait,
         || async {
             let config = env.configs().get(MACHINE).await.ok()?;
-            let conditions = config.data["status"]["conditions"].as_array()?;
-            let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+            let ready = testenv::capi::condition(&config, "Ready")?;
             (ready["reason"] == "BootFailed").then(|| ready.clone())
         },
     )

@@ -560,6 +560,14 @@ impl CapiEnv {
     }
 }
 
+/// The condition of `type_` in `object`'s status, if it has one.
+pub fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a serde_json::Value> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
 /// What [`CapiEnv::provider_cluster`] applies, through `client`: a Cluster `name` in [`NS`] on a
 /// DevCluster, its control plane managed by the stand-in provider at `version`, naming
 /// `endpoint` when given.
