@@ -10,7 +10,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use tracing::{debug, warn};
 
-use super::context::Context;
+use super::context::{Context, Topic};
 use crate::core::boot::{self, Facts, Report, ReportError, View};
 use crate::core::outcome::Note;
 
@@ -92,14 +92,17 @@ pub(crate) fn tell(
     looked: &Looked,
 ) {
     let was = (previous.boot.as_ref()).and_then(|b| b.phase.as_deref());
+    let uid = config.uid().unwrap_or_default();
     let phase = match &looked.view {
         View::Failed { .. } => "Failed",
         View::Booted => "Booted",
         View::NotStarted { .. } => "NotStarted",
         View::Unreadable { .. } => "Unreadable",
-        View::Booting { .. } | View::Unknown => return,
+        View::Booting { .. } => return ctx.forget_told(&uid, Topic::Boot),
+        View::Unknown => return,
     };
-    if was == Some(phase) {
+    // The stored phase can be older than this process's last write: the memory settles it.
+    if was == Some(phase) || !ctx.first_telling(&uid, Topic::Boot, phase) {
         return;
     }
     let label = |part: &str| {

@@ -15,7 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, warn};
 
 use super::boot;
-use super::context::{Context, config_key};
+use super::context::{Context, Topic, config_key};
 use super::joined::{self, Joined};
 use super::render::{self, Rendered, Subject};
 use crate::core::blocked::Blocked;
@@ -199,7 +199,14 @@ async fn report_rendered(
         desired = network::with_network(desired, previous, &done.network, now);
         apply_status(ctx, config, &desired).await?;
     }
-    if let Some(note) = network::note(previous, &done.network) {
+    let uid = config.uid().unwrap_or_default();
+    let note = network::note(previous, &done.network);
+    if note.is_none() {
+        ctx.forget_told(&uid, Topic::Network);
+    }
+    // The stored condition can be older than this process's last write: the memory settles it.
+    let note = note.filter(|n| ctx.first_telling(&uid, Topic::Network, &n.text));
+    if let Some(note) = note {
         let template = crate::k8s::templates::reference(&config.spec.template_ref);
         ctx.metrics.network_ignored(&template);
         warn!(message = %note.text, "network input ignored");

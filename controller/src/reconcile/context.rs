@@ -18,7 +18,7 @@ use crate::k8s::stores::Stores;
 use crate::k8s::templates::CompiledCache;
 use crate::k8s::workload::WorkloadClients;
 use crate::metrics::Metrics;
-use crate::reconcile::memory::ByConfig;
+use crate::reconcile::memory::{ByConfig, Told};
 
 /// Settings from the command line.
 #[derive(Clone, Debug)]
@@ -99,6 +99,15 @@ pub(crate) fn config_key(config: &BootplateConfig) -> String {
     )
 }
 
+/// What a config is told about once per change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topic {
+    /// Its network input is ignored (`NetworkIgnored`).
+    Network,
+    /// Its machine's boot phase (`BootFailed`, `Booted`, ...).
+    Boot,
+}
+
 /// Shared state of the reconcilers.
 pub struct Context {
     /// Client of the management cluster.
@@ -125,6 +134,10 @@ pub struct Context {
     tokens_deleted: Mutex<ByConfig<()>>,
     /// Configs (by UID) that released their Cluster's init lock, so they do not again.
     locks_released: Mutex<ByConfig<()>>,
+    /// What each config (by UID) was last told, by topic: a digest of the Event's text. A
+    /// reconcile can read a status older than the previous reconcile's write (the cache lags
+    /// the apiserver), and must not tell the same again.
+    told: Mutex<Told<Topic>>,
     /// Consecutive failed reconciles per config (by UID), for the retry delay.
     pub failures: crate::reconcile::retry::Failures,
     /// Consecutive `GeneratorFailed` results per config (by UID), for the retry delay.
@@ -166,6 +179,7 @@ impl Context {
             rendered: Default::default(),
             tokens_deleted: Default::default(),
             locks_released: Default::default(),
+            told: Default::default(),
             failures: Default::default(),
             generator_failures: Default::default(),
             recorder,
@@ -232,9 +246,24 @@ impl Context {
             .insert(uid, (), || self.live_configs());
     }
 
+    /// Whether config `uid` was not yet told `text` about `topic` (and notes that it now is):
+    /// the Events and counts that go once per change ask this after their status check.
+    pub fn first_telling(&self, uid: &str, topic: Topic, text: &str) -> bool {
+        let mut told = self.told.lock().expect("lock");
+        told.first(uid, topic, text, || self.live_configs())
+    }
+
+    /// Forgets what config `uid` was told about `topic` (what it was told no longer holds, so
+    /// the same told again is news).
+    pub fn forget_told(&self, uid: &str, topic: Topic) {
+        let mut told = self.told.lock().expect("lock");
+        told.forget(uid, topic, || self.live_configs());
+    }
+
     /// Forgets everything remembered of config `uid` (it is being deleted).
     pub fn forget_config(&self, uid: &str) {
         self.rendered.lock().expect("lock").remove(uid);
+        self.told.lock().expect("lock").remove(uid);
         self.tokens_deleted.lock().expect("lock").remove(uid);
         self.locks_released.lock().expect("lock").remove(uid);
         self.failures.succeeded(uid);

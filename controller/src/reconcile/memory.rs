@@ -57,6 +57,61 @@ impl<V> ByConfig<V> {
     }
 }
 
+/// What each config was last told, by topic: a digest of the text (8 bytes, whatever its
+/// length). Telling again what a config was last told about a topic is not news.
+#[derive(Debug)]
+pub struct Told<T>(ByConfig<Vec<(T, u64)>>);
+
+impl<T> Default for Told<T> {
+    fn default() -> Self {
+        Told(ByConfig::default())
+    }
+}
+
+impl<T: Copy + PartialEq> Told<T> {
+    /// Whether config `uid` was last told something other than `text` about `topic` (or
+    /// nothing); notes `text` as told. `live`: as for [`ByConfig::insert`].
+    pub fn first(
+        &mut self,
+        uid: &str,
+        topic: T,
+        text: &str,
+        live: impl FnOnce() -> HashSet<String>,
+    ) -> bool {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let digest = BuildHasherDefault::<DefaultHasher>::default().hash_one(text);
+        let mut topics = self.0.get(uid).cloned().unwrap_or_default();
+        if topics.contains(&(topic, digest)) {
+            return false;
+        }
+        topics.retain(|(t, _)| *t != topic);
+        topics.push((topic, digest));
+        self.0.insert(uid.to_owned(), topics, live);
+        true
+    }
+
+    /// Forgets what config `uid` was told about `topic`.
+    pub fn forget(&mut self, uid: &str, topic: T, live: impl FnOnce() -> HashSet<String>) {
+        let Some(topics) = self.0.get(uid) else {
+            return;
+        };
+        let kept: Vec<_> = (topics.iter())
+            .filter(|(t, _)| *t != topic)
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            self.0.remove(uid);
+        } else {
+            self.0.insert(uid.to_owned(), kept, live);
+        }
+    }
+
+    /// Forgets config `uid`.
+    pub fn remove(&mut self, uid: &str) {
+        self.0.remove(uid);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +139,36 @@ mod tests {
         assert!((1..=5).contains(&listings), "{listings} listings");
         memory.remove("live-0");
         assert!(!memory.contains("live-0"));
+    }
+
+    /// Each step: (config, topic, text, `Some(text)` told or `None` forgotten) and whether it
+    /// is news. A repeat is not; a change, or the same after a forget, is.
+    #[test]
+    fn a_config_is_told_once_per_change_by_topic() {
+        let steps: &[(&str, u8, Option<&str>, bool)] = &[
+            ("a", 1, Some("proxy ignored"), true),
+            ("a", 1, Some("proxy ignored"), false),
+            ("a", 2, Some("proxy ignored"), true),
+            ("b", 1, Some("proxy ignored"), true),
+            ("a", 1, Some("ntp ignored"), true),
+            ("a", 1, Some("proxy ignored"), true),
+            ("a", 2, Some("proxy ignored"), false),
+            ("a", 1, None, false),
+            ("a", 1, Some("proxy ignored"), true),
+            ("a", 2, Some("proxy ignored"), false),
+        ];
+        let mut told = Told::default();
+        for (i, (uid, topic, text, news)) in steps.iter().enumerate() {
+            let got = match text {
+                Some(text) => told.first(uid, *topic, text, HashSet::new),
+                None => {
+                    told.forget(uid, *topic, HashSet::new);
+                    false
+                }
+            };
+            assert_eq!(got, *news, "step {i}");
+        }
+        told.remove("a");
+        assert!(told.first("a", 2, "proxy ignored", HashSet::new));
     }
 }
