@@ -25,18 +25,17 @@ tests/scripts/install-tools.sh
 # and clusterctl, built from their Go modules (cached).
 tools=$(tests/scripts/build-tools.sh)
 echo "$tools"
-tool() { sed -n "s/^$1=//p" <<<"$tools"; }
-export BOOTPLATE_KUBE_APISERVER="$(tool kube-apiserver)" BOOTPLATE_ETCD="$(tool etcd)" \
-  BOOTPLATE_KUBE_CONTROLLER_MANAGER="$(tool kube-controller-manager)" \
-  BOOTPLATE_CAPI_MANAGER="$(tool capi-manager)" BOOTPLATE_CLUSTERCTL="$(tool clusterctl)" \
-  BOOTPLATE_CABPK_MANAGER="$(tool cabpk-manager)" \
-  BOOTPLATE_CAPI_MANAGER_OLDEST="$(tool capi-manager-oldest)" \
-  BOOTPLATE_KUBEADM="$(tool kubeadm)" BOOTPLATE_KUBELET="$(tool kubelet)" \
-  BOOTPLATE_KUBE_SCHEDULER="$(tool kube-scheduler)" BOOTPLATE_KUBE_PROXY="$(tool kube-proxy)" \
-  BOOTPLATE_KUBECTL="$(tool kubectl)" BOOTPLATE_REGISTRY="$(tool registry)" \
-  BOOTPLATE_CRICTL="$(tool crictl)" BOOTPLATE_IGNITION_SPEC2="$(tool ignition-spec2)" \
-  BOOTPLATE_ETCDCTL="$(tool etcdctl)" \
-  BOOTPLATE_CERT_MANAGER_MANIFEST="$(tool cert-manager-manifest)"
+# Each tool's path as BOOTPLATE_<NAME> (capitals, '-' as '_'), as tests/src/tools.rs reads it.
+for name in kube-apiserver etcd etcdctl kube-controller-manager kube-scheduler kube-proxy \
+  kubeadm kubelet kubectl capi-manager capi-manager-oldest clusterctl cabpk-manager registry \
+  crictl ignition-spec2 cert-manager-manifest; do
+  path=$(sed -n "s/^$name=//p" <<<"$tools")
+  if [[ -z $path ]]; then
+    echo "ci.sh: tests/scripts/build-tools.sh printed no $name=PATH line" >&2
+    exit 1
+  fi
+  export "BOOTPLATE_$(tr 'a-z-' 'A-Z_' <<<"$name")=$path"
+done
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
