@@ -340,6 +340,16 @@ async fn a_machine_under_cluster_api_boots_its_data_secret_in_a_vm_and_joins() {
         env.tokens().await.is_empty().then_some(())
     })
     .await;
+    // The Node registers during `kubeadm join`; the token waits for the machine's last
+    // report, the one with the join part's end.
+    testenv::eventually("the good boot's end and durations", wait, || async {
+        let config = env.configs().get(MACHINE).await.ok()?;
+        let parts = reported_parts(&env, "kubeadm-debian-12");
+        let ended = ["configure", "kubeadm-join"];
+        let seen = ended.iter().all(|p| parts.iter().any(|q| q == p));
+        (seen && config.data["status"]["boot"]["phase"] == "Booted").then_some(())
+    })
+    .await;
     a_failing_boot_is_reported_within_seconds(&env, CLUSTER, &version).await;
 }
 
@@ -496,6 +506,9 @@ async fn worker_for_the_guest(
         .unwrap();
     let mut config = objects::bootplate_config(machine, "kubeadm-debian-12");
     config["spec"]["skipParts"] = json!(["install"]);
+    // Steps that run after the Node registered (as a post-command that labels the node or
+    // pulls images would): the boot's end is reported well after Cluster API sees the join.
+    config["spec"]["postCommands"] = json!(["sleep 20"]);
     env.apply(
         &objects::bootplate_resource("BootplateConfig", "bootplateconfigs"),
         config,

@@ -16,6 +16,8 @@
 //! tail                                     (state failed only; the lines after it)
 //! ```
 
+use std::time::Duration;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -308,6 +310,41 @@ pub(crate) fn event_text(message: &str, tail: &[String], max: usize) -> String {
     format!("{message}; output:\n{}", kept.join("\n"))
 }
 
+/// What a config's render knows of the machine whose boot it may report.
+#[derive(Clone, Debug)]
+pub(crate) struct Subject {
+    /// The Machine's name.
+    pub machine: String,
+    /// Its Cluster's name.
+    pub cluster: String,
+    /// Since when its infrastructure is provisioned.
+    pub provisioned_since: Option<Timestamp>,
+    /// The template's `<Kind>/<name>`, the metrics' label.
+    pub template: String,
+    /// The part names the template's reports may name (others count as `other`).
+    pub parts: Vec<String>,
+}
+
+/// How long after its Machine joined a config's token is kept for the machine's last report.
+/// A Node registers during `kubeadm join`, before the boot's last steps and the `done` report
+/// that carries their durations; that report is written with the token.
+pub(crate) const LAST_REPORT_GRACE: Duration = Duration::from_secs(60);
+
+/// How often a joined machine's report is read again while its token waits for it.
+const LAST_REPORT_POLL: Duration = Duration::from_secs(5);
+
+/// Whether a joined machine's token waits for its last report, and for how long before the
+/// next look: only while the report says the boot still runs and for at most
+/// [`LAST_REPORT_GRACE`] after this process first saw the join (`joined_for` ago). A machine
+/// that never reported, or reported its end, does not hold its token back.
+pub(crate) fn wait_for_last_report(view: &View, joined_for: Duration) -> Option<Duration> {
+    let View::Booting { .. } = view else {
+        return None;
+    };
+    let left = LAST_REPORT_GRACE.checked_sub(joined_for)?;
+    (!left.is_zero()).then(|| left.min(LAST_REPORT_POLL))
+}
+
 /// The durations of the parts that ended, for the metric.
 pub(crate) fn durations(report: &Report) -> impl Iterator<Item = (&str, f64)> {
     report.parts.iter().filter_map(|p| {
@@ -483,5 +520,38 @@ mod tests {
         assert!(text.ends_with("line 39"), "{text}");
         assert!(text.len() <= 100, "{}", text.len());
         assert_eq!(event_text("failed", &[], 100), "failed");
+    }
+
+    /// Each case: the view, how long ago the join was first seen (seconds), and the wait.
+    #[test]
+    fn a_joined_machine_token_waits_for_the_last_report_only_while_the_boot_runs() {
+        let booting = View::Booting {
+            part: "post".into(),
+        };
+        let secs = Duration::from_secs;
+        let cases = [
+            (booting.clone(), 0, Some(LAST_REPORT_POLL)),
+            (booting.clone(), 58, Some(secs(2))),
+            (booting.clone(), 60, None),
+            (booting, 600, None),
+            (View::Booted, 0, None),
+            (View::Unknown, 0, None),
+            (
+                View::Failed {
+                    part: "post".into(),
+                    message: String::new(),
+                    tail: vec![],
+                },
+                0,
+                None,
+            ),
+        ];
+        for (i, (view, joined_for, wait)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                wait_for_last_report(&view, secs(joined_for)),
+                wait,
+                "case {i}"
+            );
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The boot report of a config's machine (docs/boot-channel.md): read from the workload
-//! cluster's coalesced listing while the machine has not joined, turned into a view by
-//! `core::boot`, and reported here as the Event and the metrics that go with the status.
+//! cluster's coalesced listing while the machine has not joined (and read directly once more
+//! when it has, before its token goes), turned into a view by `core::boot`, and reported here
+//! as the Event and the metrics that go with the status.
 
 use std::time::Duration;
 
@@ -11,26 +12,12 @@ use kube::ResourceExt;
 use tracing::{debug, warn};
 
 use super::context::{Context, Topic};
+pub(crate) use crate::core::boot::Subject;
 use crate::core::boot::{self, Facts, Report, ReportError, View};
 use crate::core::outcome::Note;
 
 /// The most of a failure's output an Event carries (the Event API takes 1 KiB).
 const EVENT_TEXT: usize = 1000;
-
-/// What a config's render knows of the machine whose boot it may report.
-#[derive(Clone, Debug)]
-pub(crate) struct Subject {
-    /// The Machine's name.
-    pub machine: String,
-    /// Its Cluster's name.
-    pub cluster: String,
-    /// Since when its infrastructure is provisioned.
-    pub provisioned_since: Option<Timestamp>,
-    /// The template's `<Kind>/<name>`, the metrics' label.
-    pub template: String,
-    /// The part names the template's reports may name (others count as `other`).
-    pub parts: Vec<String>,
-}
 
 /// The machine's boot as the config shows it, and the report it came from.
 pub(crate) struct Looked {
@@ -65,7 +52,44 @@ pub(crate) async fn look(
         }
     };
     let uid = config.uid().unwrap_or_default();
-    let report = reports.get(&uid).map(|r| match r {
+    Some(looked(
+        ctx,
+        subject,
+        reports.get(&uid).map(Option::as_deref),
+    ))
+}
+
+/// Reads the machine's report now, past the shared listing: the last look at a joined
+/// machine's boot before its token (and with it the report) is deleted. `None` when it cannot
+/// be read.
+pub(crate) async fn last_look(
+    ctx: &Context,
+    config: &BootplateConfig,
+    subject: &Subject,
+) -> Option<Looked> {
+    let namespace = config.namespace().unwrap_or_default();
+    let uid = config.uid().unwrap_or_default();
+    let read = match ctx.workload_client(&namespace, &subject.cluster).await {
+        Ok(workload) => crate::k8s::boot_report::read(&workload, &uid).await,
+        Err(e) => Err(e),
+    };
+    match read {
+        // A joined machine that never reported did not fail to start.
+        Ok(None) => Some(Looked {
+            view: View::Unknown,
+            report: None,
+        }),
+        Ok(report) => Some(looked(ctx, subject, report.as_ref().map(Option::as_deref))),
+        Err(e) => {
+            debug!(error = %e, "last boot report not read");
+            None
+        }
+    }
+}
+
+/// The view of `report` (the encoded report, `Some(None)` for one too large to keep).
+fn looked(ctx: &Context, subject: &Subject, report: Option<Option<&str>>) -> Looked {
+    let report = report.map(|r| match r {
         Some(encoded) => boot::parse(encoded),
         None => Err(ReportError::TooLarge(boot::MAX_ENCODED + 1)),
     });
@@ -79,7 +103,7 @@ pub(crate) async fn look(
         not_started_after,
         now: Timestamp::now(),
     });
-    Some(Looked { view, report: kept })
+    Looked { view, report: kept }
 }
 
 /// The Event and metrics of a boot that reached a new phase (compared with the status as

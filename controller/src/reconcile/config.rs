@@ -117,7 +117,8 @@ async fn next_step(
             let adopt = gate::adoptable(config, &machine, secret.as_deref());
             match gate::path(config, previous, &machine, &cluster, adopt)? {
                 Path::Frozen { role, revision } => {
-                    let mut joined = joined::clean_up(ctx, config, &cluster, role, revision).await;
+                    let scene = (&*machine, &*cluster);
+                    let mut joined = joined::clean_up(ctx, config, scene, role, revision).await;
                     match super::inplace::sync(ctx, config, &machine, &cluster, role).await {
                         Ok(in_place) => joined.in_place = in_place,
                         Err(e) => joined.failure = Some(e),
@@ -257,6 +258,15 @@ async fn report_joined(
     };
     let now = Timestamp::now();
     let mut desired = status::ready(&config_id(config), previous, &facts, now);
+    // Only an end the last look found is shown: a failure after the join is told (Event and
+    // metric) but does not make a joined machine's config unready.
+    if let Some((_, looked)) = joined
+        .boot
+        .as_deref()
+        .filter(|(_, l)| l.view == View::Booted)
+    {
+        desired = status::with_boot(desired, previous, &looked.view, now);
+    }
     let mut updating = false;
     if let Some(in_place) = joined.in_place {
         updating = in_place.updating;
@@ -269,7 +279,14 @@ async fn report_joined(
     let since = updating.then(|| crate::core::inplace::updating_since(previous).unwrap_or(now));
     ctx.metrics.inplace_updating(&config_key(config), since);
     apply_status(ctx, config, &desired).await?;
+    if let Some((subject, looked)) = joined.boot.as_deref() {
+        boot::tell(ctx, config, previous, subject, looked);
+    }
     let (state, retry) = outcome::joined(joined.failure.is_some());
+    let retry = match (retry, joined.wait) {
+        (Some(r), Some(w)) => Some(r.min(w)),
+        (r, w) => r.or(w),
+    };
     if let Some(error) = &joined.failure {
         warn!(%error, ?retry, "clean-up or in-place step after join failed; the config stays ready");
     }

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crd_types::BootplateConfig;
 use kube::runtime::events::EventType;
@@ -138,6 +138,9 @@ pub struct Context {
     /// reconcile can read a status older than the previous reconcile's write (the cache lags
     /// the apiserver), and must not tell the same again.
     told: Mutex<Told<Topic>>,
+    /// Configs (by UID) of joined Machines whose tokens wait for their last boot report:
+    /// since when this process has seen them joined.
+    joined_seen: Mutex<ByConfig<Instant>>,
     /// Consecutive failed reconciles per config (by UID), for the retry delay.
     pub failures: crate::reconcile::retry::Failures,
     /// Consecutive `GeneratorFailed` results per config (by UID), for the retry delay.
@@ -180,6 +183,7 @@ impl Context {
             tokens_deleted: Default::default(),
             locks_released: Default::default(),
             told: Default::default(),
+            joined_seen: Default::default(),
             failures: Default::default(),
             generator_failures: Default::default(),
             recorder,
@@ -260,10 +264,29 @@ impl Context {
         told.forget(uid, topic, || self.live_configs());
     }
 
+    /// How long ago this process first saw config `uid`'s Machine joined while its token
+    /// waits for the machine's last boot report (zero the first time).
+    pub(crate) fn joined_for(&self, uid: &str) -> Duration {
+        let mut seen = self.joined_seen.lock().expect("lock");
+        match seen.get(uid) {
+            Some(since) => since.elapsed(),
+            None => {
+                seen.insert(uid.to_owned(), Instant::now(), || self.live_configs());
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// Forgets when config `uid`'s Machine was seen joined (its token is gone).
+    pub(crate) fn forget_joined(&self, uid: &str) {
+        self.joined_seen.lock().expect("lock").remove(uid);
+    }
+
     /// Forgets everything remembered of config `uid` (it is being deleted).
     pub fn forget_config(&self, uid: &str) {
         self.rendered.lock().expect("lock").remove(uid);
         self.told.lock().expect("lock").remove(uid);
+        self.joined_seen.lock().expect("lock").remove(uid);
         self.tokens_deleted.lock().expect("lock").remove(uid);
         self.locks_released.lock().expect("lock").remove(uid);
         self.failures.succeeded(uid);

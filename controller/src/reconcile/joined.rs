@@ -1,15 +1,24 @@
 //! The clean-up once a config's Machine joined: its bootstrap token has served its purpose and
 //! is deleted; the init lock, if this machine held it, is released. The data Secret stays as it
 //! is. A failure here is logged, counted and retried, and never makes the config unready.
+//!
+//! Before the token goes, the machine's boot report is read a last time: a Node registers
+//! during `kubeadm join`, before the boot's last steps and the report of its end (written
+//! with the token), so a report that says the boot still runs holds the token back for a
+//! short grace (`core::boot::LAST_REPORT_GRACE`).
+
+use std::time::Duration;
 
 use crd_types::BootplateConfig;
 use crd_types::Role;
-use crd_types::capi::Cluster;
+use crd_types::capi::{Cluster, Machine};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use tracing::info;
 
+use super::boot::{Looked, Subject};
 use super::context::Context;
+use crate::core::boot::{self as core_boot, View};
 use crate::core::role;
 use crate::core::token::{self, AfterJoin};
 use crate::error::{Error, Result};
@@ -25,13 +34,18 @@ pub(crate) struct Joined {
     pub failure: Option<Error>,
     /// The in-place step (see `super::inplace`), when the template has `InPlace` parts.
     pub in_place: Option<super::inplace::InPlace>,
+    /// The last look at the machine's boot report, before its token goes (boxed: rare, and
+    /// larger than the rest).
+    pub boot: Option<Box<(Subject, Looked)>>,
+    /// How soon to look again while the token waits for the machine's last report.
+    pub wait: Option<Duration>,
 }
 
 /// Cleans up after config `config` of a joined Machine of `cluster`.
 pub(crate) async fn clean_up(
     ctx: &Context,
     config: &BootplateConfig,
-    cluster: &Cluster,
+    (machine, cluster): (&Machine, &Cluster),
     role: Role,
     revision: String,
 ) -> Joined {
@@ -50,17 +64,33 @@ pub(crate) async fn clean_up(
         deleted: ctx.tokens_deleted(&uid),
         known_expiry: super::render::last_render(ctx, config).and_then(|l| l.token_expires),
     };
-    if token::may_be_live(after, Timestamp::now())
-        && let Err(e) = delete_tokens(ctx, config, cluster, &uid).await
-    {
-        ctx.metrics.token("error");
-        failure = Some(e);
+    let (mut boot, mut wait) = (None, None);
+    if token::may_be_live(after, Timestamp::now()) {
+        let subject = super::render::joined_boot_subject(ctx, config, machine, cluster, role);
+        if let Some(subject) = subject
+            && let Some(looked) = super::boot::last_look(ctx, config, &subject).await
+        {
+            let joined_for = match looked.view {
+                View::Booting { .. } => ctx.joined_for(&uid),
+                _ => Duration::ZERO,
+            };
+            wait = core_boot::wait_for_last_report(&looked.view, joined_for);
+            boot = Some(Box::new((subject, looked)));
+        }
+        if wait.is_none()
+            && let Err(e) = delete_tokens(ctx, config, cluster, &uid).await
+        {
+            ctx.metrics.token("error");
+            failure = Some(e);
+        }
     }
     Joined {
         role,
         revision,
         failure,
         in_place: None,
+        boot,
+        wait,
     }
 }
 
@@ -82,5 +112,6 @@ async fn delete_tokens(
         info!("bootstrap token deleted: the Machine has joined");
     }
     ctx.mark_tokens_deleted(uid.to_owned());
+    ctx.forget_joined(uid);
     Ok(())
 }

@@ -162,15 +162,38 @@ fn boot_subject(scene: &Scene<'_>) -> Option<super::boot::Subject> {
     let Subject::Machine(machine) = scene.subject else {
         return None;
     };
-    reports_boot(scene).then(|| super::boot::Subject {
+    reports_boot(scene).then(|| subject_of(machine, scene.cluster, &scene.template))
+}
+
+fn subject_of(
+    machine: &Machine,
+    cluster: &Cluster,
+    template: &templates::ResolvedTemplate,
+) -> super::boot::Subject {
+    super::boot::Subject {
         machine: machine.name_any(),
-        cluster: scene.cluster.name_any(),
+        cluster: cluster.name_any(),
         provisioned_since: machine.infrastructure_provisioned_since(),
-        template: scene.template.reference.clone(),
-        parts: (scene.template.compiled.step_part_names().into_iter())
+        template: template.reference.clone(),
+        parts: (template.compiled.step_part_names().into_iter())
             .map(str::to_owned)
             .collect(),
-    })
+    }
+}
+
+/// The boot a joined Machine's config showed, for the last look at its report: from the
+/// template as it is now (its parts name the metric's labels). `None` when the machine did
+/// not report (an `init`, a template without reports) or the template is gone.
+pub(crate) fn joined_boot_subject(
+    ctx: &Context,
+    config: &BootplateConfig,
+    machine: &Machine,
+    cluster: &Cluster,
+    role: Role,
+) -> Option<super::boot::Subject> {
+    let template = templates::resolve(&ctx.stores, &ctx.compiled, config).ok()?;
+    (role != Role::Init && template.compiled.reports_boot())
+        .then(|| subject_of(machine, cluster, &template))
 }
 
 /// The role (taking the init lock for `init`), releasing the lock once it has served.
