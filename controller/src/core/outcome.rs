@@ -54,6 +54,14 @@ pub(crate) fn ready_requeue(
 /// When to look again at a joined config whose clean-up failed.
 pub(crate) const CLEANUP_RETRY: Duration = WAIT_REQUEUE;
 
+/// The sooner of two optional requeue delays (`None`: no requeue asked).
+pub(crate) fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The state and next look of a config whose Machine joined. A failed clean-up (a workload
 /// cluster that does not answer, a token deletion refused) leaves it ready, since its data
 /// Secret is written and its Machine booted, and counted as ready, not waiting (the
@@ -275,5 +283,20 @@ mod tests {
                 "; bootstrap token new222 created in the workload cluster; deleted old111"
             )
         );
+    }
+
+    #[test]
+    fn the_sooner_requeue_wins_and_none_asks_for_none() {
+        let s = Duration::from_secs;
+        let cases = [
+            (None, None, None),
+            (Some(s(5)), None, Some(s(5))),
+            (None, Some(s(7)), Some(s(7))),
+            (Some(s(5)), Some(s(7)), Some(s(5))),
+            (Some(s(9)), Some(s(7)), Some(s(7))),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(sooner(a, b), want, "{a:?} {b:?}");
+        }
     }
 }

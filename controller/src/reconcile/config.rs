@@ -231,10 +231,7 @@ async fn report_rendered(
         (None, _) => None,
     };
     let action = outcome::ready_requeue(token_look, done.cleanup_failed);
-    let action = match (action, boot_look) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let action = outcome::sooner(action, boot_look);
     let state = match looked.as_ref().map(|l| &l.view) {
         Some(View::Failed { .. } | View::NotStarted { .. }) => ConfigState::Failed,
         _ => ConfigState::Ready,
@@ -283,19 +280,12 @@ async fn report_joined(
         boot::tell(ctx, config, previous, subject, looked);
     }
     let (state, retry) = outcome::joined(joined.failure.is_some());
-    let retry = match (retry, joined.wait) {
-        (Some(r), Some(w)) => Some(r.min(w)),
-        (r, w) => r.or(w),
-    };
+    let retry = outcome::sooner(retry, joined.wait);
     if let Some(error) = &joined.failure {
         warn!(%error, ?retry, "clean-up or in-place step after join failed; the config stays ready");
     }
     // While Cluster API updates the machine in place, the node's report is looked at often.
-    let retry = match (retry, updating) {
-        (Some(r), true) => Some(r.min(crate::core::inplace::POLL)),
-        (None, true) => Some(crate::core::inplace::POLL),
-        (r, false) => r,
-    };
+    let retry = outcome::sooner(retry, updating.then_some(crate::core::inplace::POLL));
     let action = retry.map_or_else(Action::await_change, Action::requeue);
     Ok((action, state))
 }

@@ -138,8 +138,9 @@ pub struct Context {
     /// reconcile can read a status older than the previous reconcile's write (the cache lags
     /// the apiserver), and must not tell the same again.
     told: Mutex<Told<Topic>>,
-    /// Configs (by UID) of joined Machines whose tokens wait for their last boot report:
-    /// since when this process has seen them joined.
+    /// Configs (by UID) of joined Machines whose tokens are not deleted yet: since when this
+    /// process has seen them joined (a token waits for the machine's last boot report at most
+    /// a grace after that). Dropped with the token.
     joined_seen: Mutex<ByConfig<Instant>>,
     /// Consecutive failed reconciles per config (by UID), for the retry delay.
     pub failures: crate::reconcile::retry::Failures,
@@ -264,8 +265,8 @@ impl Context {
         told.forget(uid, topic, || self.live_configs());
     }
 
-    /// How long ago this process first saw config `uid`'s Machine joined while its token
-    /// waits for the machine's last boot report (zero the first time).
+    /// How long ago this process first saw config `uid`'s Machine joined, its token not yet
+    /// deleted (zero the first time).
     pub(crate) fn joined_for(&self, uid: &str) -> Duration {
         let mut seen = self.joined_seen.lock().expect("lock");
         match seen.get(uid) {

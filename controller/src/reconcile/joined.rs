@@ -18,7 +18,7 @@ use tracing::info;
 
 use super::boot::{Looked, Subject};
 use super::context::Context;
-use crate::core::boot::{self as core_boot, View};
+use crate::core::boot as core_boot;
 use crate::core::role;
 use crate::core::token::{self, AfterJoin};
 use crate::error::{Error, Result};
@@ -70,11 +70,7 @@ pub(crate) async fn clean_up(
         if let Some(subject) = subject
             && let Some(looked) = super::boot::last_look(ctx, config, &subject).await
         {
-            let joined_for = match looked.view {
-                View::Booting { .. } => ctx.joined_for(&uid),
-                _ => Duration::ZERO,
-            };
-            wait = core_boot::wait_for_last_report(&looked.view, joined_for);
+            wait = core_boot::wait_for_last_report(&looked.view, ctx.joined_for(&uid));
             boot = Some(Box::new((subject, looked)));
         }
         if wait.is_none()

@@ -192,8 +192,7 @@ pub(crate) fn joined_boot_subject(
     role: Role,
 ) -> Option<super::boot::Subject> {
     let template = templates::resolve(&ctx.stores, &ctx.compiled, config).ok()?;
-    (role != Role::Init && template.compiled.reports_boot())
-        .then(|| subject_of(machine, cluster, &template))
+    machine_reports_boot(role, &template).then(|| subject_of(machine, cluster, &template))
 }
 
 /// The role (taking the init lock for `init`), releasing the lock once it has served.
@@ -422,8 +421,13 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
 /// would share one report) joining machine, from a template that reports.
 fn reports_boot(scene: &Scene<'_>) -> bool {
     matches!(scene.subject, Subject::Machine(_))
-        && scene.role != Role::Init
-        && scene.template.compiled.reports_boot()
+        && machine_reports_boot(scene.role, &scene.template)
+}
+
+/// Whether a Machine of `role` reports its boot with `template`: an `init` machine has no
+/// apiserver to report to before it starts one.
+fn machine_reports_boot(role: Role, template: &templates::ResolvedTemplate) -> bool {
+    role != Role::Init && template.compiled.reports_boot()
 }
 
 /// Where and how the machine reports its boot, with token `token`.
