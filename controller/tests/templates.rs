@@ -541,14 +541,20 @@ fn ignition_boot(config: &Value) -> Boot {
             .push((path.clone(), 0o644, content.as_bytes().to_vec()));
     }
     // The oneshot unit the Ignition writer adds runs the commands script; kubeadm-compat-
-    // ignition's kubeadm.service runs /etc/kubeadm.sh, as the kubeadm bootstrap provider's does.
-    let script = boot
-        .files
-        .iter()
-        .find(|(p, _, _)| p == "/etc/bootplate/bootstrap.sh" || p == "/etc/kubeadm.sh")
-        .map(|(p, _, c)| (p.clone(), String::from_utf8(c.clone()).expect("UTF-8")))
+    // ignition's kubeadm.service runs /etc/kubeadm.sh, as the kubeadm bootstrap provider's does,
+    // after bootplate-parts.service's /etc/bootplate/parts.sh (the parts beside a raw body).
+    let text = |path: &str| {
+        (boot.files.iter())
+            .find(|(p, _, _)| p == path)
+            .map(|(p, _, c)| (p.clone(), String::from_utf8(c.clone()).expect("UTF-8")))
+    };
+    let (path, mut script) = text("/etc/bootplate/bootstrap.sh")
+        .or_else(|| text("/etc/kubeadm.sh"))
         .expect("the oneshot unit's commands script");
-    boot.script = Some(script);
+    if let Some((_, parts)) = text("/etc/bootplate/parts.sh") {
+        script = format!("{parts}{script}");
+    }
+    boot.script = Some((path, script));
     boot
 }
 

@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 /// A template for the bootstrap data (user-data) of machines of one OS image and purpose.
 ///
 /// Either `template` (the whole output, rendered as one handlebars template) or `parts`
-/// (files, systemd units and commands that bootplate writes out in the shape of `format`) is set.
+/// (files, systemd units and commands that bootplate writes out in the shape of `format`) is
+/// set; a `template` may also carry `parts` that are all `update: InPlace`, added to its output.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "bootstrap.bootplate.dev",
@@ -42,13 +43,14 @@ pub struct TemplateSpec {
     /// Named handlebars partials, included with `{{> name}}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub partials: BTreeMap<String, String>,
-    /// Raw body: one handlebars template rendering the whole user-data. Mutually exclusive with
-    /// `parts`.
+    /// Raw body: one handlebars template rendering the whole user-data. With `parts` beside it,
+    /// every part must be `update: InPlace` (cloud-config and ignition only): their files, units
+    /// and commands are added to the raw output (see docs/in-place.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
     /// Structured body: named parts (for example `install` and `configure`) whose files, units
-    /// and commands are written out in the shape of `format`, in this order. Mutually exclusive
-    /// with `template`.
+    /// and commands are written out in the shape of `format`, in this order. Beside a raw
+    /// `template`: `update: InPlace` parts added to its output.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
     /// Compress the output. `gzip` applies to `cloud-config`, `script` and `mime-multipart`

@@ -319,10 +319,28 @@ pub(crate) fn collect(
     budget: &mut Budget,
     generated: &Generated,
 ) -> Result<Body, FieldError> {
-    let split = collect_split(parts, config, role, engine, ctx, budget, generated)?;
+    let parts = collect_parts(parts, config, role, engine, ctx, budget, generated)?;
+    let split = with_config_files(parts, config, budget)?;
     let mut body = Body::default();
     body.add_commands(PRE_COMMANDS, config.pre_commands.iter().cloned());
-    for part in split.parts {
+    add_parts(&mut body, split.parts);
+    for f in split.config_files {
+        add_file(&mut body.files, f);
+    }
+    body.add_commands(POST_COMMANDS, config.post_commands.iter().cloned());
+    Ok(body)
+}
+
+/// The parts' files, units and commands merged into one body (the config's own are not in it:
+/// what a raw `spec.template` gets added to its output).
+pub(crate) fn parts_body(parts: Vec<PartBody>) -> Body {
+    let mut body = Body::default();
+    add_parts(&mut body, parts);
+    body
+}
+
+fn add_parts(body: &mut Body, parts: Vec<PartBody>) {
+    for part in parts {
         for f in part.files {
             add_file(&mut body.files, f);
         }
@@ -331,15 +349,40 @@ pub(crate) fn collect(
         }
         body.add_commands(&part.name, part.commands);
     }
-    for f in split.config_files {
-        add_file(&mut body.files, f);
-    }
-    body.add_commands(POST_COMMANDS, config.post_commands.iter().cloned());
-    Ok(body)
 }
 
-/// [`collect`] before merging: each part's contribution and the config's files.
-pub(crate) fn collect_split(
+/// [`collect`] before merging: each part's contribution ([`collect_parts`]) and the config's
+/// files.
+pub(crate) fn with_config_files(
+    parts: Vec<PartBody>,
+    config: &BootplateConfigSpec,
+    budget: &mut Budget,
+) -> Result<Split, FieldError> {
+    let mut split = Split {
+        parts,
+        config_files: Vec::new(),
+    };
+    for (i, f) in config_files(config)?.into_iter().enumerate() {
+        if !budget.take(f.content.len()) {
+            return Err(FieldError::TooLarge);
+        }
+        check_path(&f.path).map_err(|m| {
+            FieldError::Failed(located(Origin::Config, format!("spec.files[{i}].path"), m))
+        })?;
+        check_content(&f.content, f.encoding).map_err(|m| {
+            FieldError::Failed(located(
+                Origin::Config,
+                format!("spec.files[{i}].content"),
+                m,
+            ))
+        })?;
+        split.config_files.push(f);
+    }
+    Ok(split)
+}
+
+/// Each part's contribution for `role`, in order (after checking the config's `skipParts`).
+pub(crate) fn collect_parts(
     parts: &[CompiledPart],
     config: &BootplateConfigSpec,
     role: Role,
@@ -347,7 +390,7 @@ pub(crate) fn collect_split(
     ctx: &Context,
     budget: &mut Budget,
     generated: &Generated,
-) -> Result<Split, FieldError> {
+) -> Result<Vec<PartBody>, FieldError> {
     for (i, skip) in config.skip_parts.iter().enumerate() {
         if !parts.iter().any(|p| &p.name == skip) {
             let names: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
@@ -361,7 +404,7 @@ pub(crate) fn collect_split(
             )));
         }
     }
-    let mut split = Split::default();
+    let mut out_parts = Vec::new();
     for part in parts.iter().filter(|p| applies(p, config, role)) {
         let mut out = PartBody {
             name: part.name.clone(),
@@ -417,25 +460,9 @@ pub(crate) fn collect_split(
         if let Some(output) = generated.get(&part.name) {
             add_generated(&mut out, output, budget)?;
         }
-        split.parts.push(out);
+        out_parts.push(out);
     }
-    for (i, f) in config_files(config)?.into_iter().enumerate() {
-        if !budget.take(f.content.len()) {
-            return Err(FieldError::TooLarge);
-        }
-        check_path(&f.path).map_err(|m| {
-            FieldError::Failed(located(Origin::Config, format!("spec.files[{i}].path"), m))
-        })?;
-        check_content(&f.content, f.encoding).map_err(|m| {
-            FieldError::Failed(located(
-                Origin::Config,
-                format!("spec.files[{i}].content"),
-                m,
-            ))
-        })?;
-        split.config_files.push(f);
-    }
-    Ok(split)
+    Ok(out_parts)
 }
 
 /// Adds a generator's (already validated) output to its part, counting it against the size

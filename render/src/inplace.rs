@@ -20,6 +20,9 @@ pub struct PartsRender {
     /// The config's own `files`, `preCommands` and `postCommands` (name empty). They are not a
     /// part, so a change to them always rolls out.
     pub config: PayloadPart,
+    /// A raw `spec.template`'s own output (its parts not merged in): any change to it rolls
+    /// out. `None` for a structured template.
+    pub raw: Option<String>,
 }
 
 impl std::fmt::Debug for PartsRender {
@@ -83,6 +86,9 @@ impl PartsRender {
                 "the output format changed from {} to {}",
                 old.format, self.format
             ));
+        }
+        if self.raw != old.raw {
+            return rollout("the output of the raw spec.template changed");
         }
         if self.config != old.config {
             return rollout("the config's own files or commands changed");
@@ -216,6 +222,7 @@ pub(crate) fn from_split(
         format,
         parts,
         config,
+        raw: None,
     })
 }
 

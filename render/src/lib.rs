@@ -73,7 +73,9 @@ pub struct CompiledTemplate {
 }
 
 enum Body {
-    Raw(Text),
+    /// A raw `spec.template`, and the `update: InPlace` parts whose files, units and commands
+    /// are added to its output (docs/in-place.md).
+    Raw(Text, Vec<CompiledPart>),
     Parts(Vec<CompiledPart>),
 }
 
@@ -140,15 +142,12 @@ impl CompiledTemplate {
             }
         }
         let body = match (&spec.template, spec.parts.is_empty()) {
-            (Some(text), true) => Body::Raw(engine.add("spec.template", text, problems)),
-            (None, false) => Body::Parts(body::compile_parts(&spec.parts, &mut engine, problems)),
-            (Some(_), false) => {
-                problems.push(Problem::template(
-                    "spec.template",
-                    "set either spec.template or spec.parts, not both",
-                ));
-                Body::Parts(Vec::new())
+            (Some(text), _) => {
+                let raw = engine.add("spec.template", text, problems);
+                check_raw_parts(spec, problems);
+                Body::Raw(raw, body::compile_parts(&spec.parts, &mut engine, problems))
             }
+            (None, false) => Body::Parts(body::compile_parts(&spec.parts, &mut engine, problems)),
             (None, true) => {
                 problems.push(Problem::template(
                     "spec",
@@ -278,29 +277,14 @@ impl CompiledTemplate {
         let mut budget = Budget::new(cap);
         let context = self.machine_context(config, ctx, values)?;
         let text = match &self.body {
-            Body::Raw(text) => {
-                if !config.skip_parts.is_empty() {
-                    return Err(RenderError::failed(
-                        &self.object,
-                        Problem::config(
-                            "spec.skipParts[0]",
-                            "the template has no parts to skip (it has a raw spec.template)",
-                        ),
-                    ));
-                }
-                let out = self
-                    .engine
-                    .render(text, &context, &mut budget)
-                    .map_err(|e| self.field_error(e, &budget, limit, compress))?;
-                formats::check_raw(self.format, &out).map_err(|message| {
-                    RenderError::failed(
-                        &self.object,
-                        Problem::template("spec.template", message)
-                            .with_reason(crd_types::conditions::reason::RENDER_FAILED),
-                    )
-                })?;
-                out
-            }
+            Body::Raw(text, parts) => self.render_raw(
+                (text, parts),
+                (config, generated),
+                ctx.machine.role,
+                &context,
+                &mut budget,
+                (limit, compress),
+            )?,
             Body::Parts(parts) => {
                 let body = body::collect(
                     parts,
@@ -348,18 +332,66 @@ impl CompiledTemplate {
         })
     }
 
+    /// A raw `spec.template`'s output with what its parts add merged in (nothing when they
+    /// render nothing), checked against the format.
+    fn render_raw(
+        &self,
+        (text, parts): (&Text, &[CompiledPart]),
+        (config, generated): (&BootplateConfigSpec, &Generated),
+        role: crd_types::Role,
+        context: &Context,
+        budget: &mut Budget,
+        (limit, compress): (Limit, bool),
+    ) -> Result<String, RenderError> {
+        if !config.skip_parts.is_empty() && parts.is_empty() {
+            return Err(RenderError::failed(
+                &self.object,
+                Problem::config(
+                    "spec.skipParts[0]",
+                    "the template has no parts to skip (it has a raw spec.template)",
+                ),
+            ));
+        }
+        let (out, added) = (self.engine.render(text, context, budget))
+            .and_then(|out| {
+                let added = body::collect_parts(
+                    parts,
+                    config,
+                    role,
+                    &self.engine,
+                    context,
+                    budget,
+                    generated,
+                )?;
+                Ok((out, body::parts_body(added)))
+            })
+            .map_err(|e| self.field_error(e, budget, limit, compress))?;
+        formats::merge_raw(self.format, out, &added)
+            .and_then(|out| formats::check_raw(self.format, &out).map(|()| out))
+            .map_err(|message| {
+                RenderError::failed(
+                    &self.object,
+                    Problem::template("spec.template", message)
+                        .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+                )
+            })
+    }
+
     /// The render of the machine described by `ctx`, split by part, for in-place updates:
     /// compare two with [`PartsRender::update_from`]; [`PartsRender::payload`] is what
-    /// bootplate-agent applies. `None` for a raw `spec.template`, which has no parts (every
-    /// change to it rolls out). Parts with a generator carry what `generated` holds for them.
+    /// bootplate-agent applies. `None` for a raw `spec.template` without parts (every change to
+    /// it rolls out); with parts, the raw output is kept whole beside them. Parts with a
+    /// generator carry what `generated` holds for them.
     pub fn render_parts(
         &self,
         config: &BootplateConfigSpec,
         ctx: &RenderContext,
         generated: &Generated,
     ) -> Result<Option<PartsRender>, RenderError> {
-        let Body::Parts(parts) = &self.body else {
-            return Ok(None);
+        let (parts, raw) = match &self.body {
+            Body::Parts(parts) => (parts, None),
+            Body::Raw(text, parts) if !parts.is_empty() => (parts, Some(text)),
+            Body::Raw(..) => return Ok(None),
         };
         let _work = helpers::WorkBudget::start();
         let values = self.declarations.values(&self.object, &config.variables)?;
@@ -367,19 +399,29 @@ impl CompiledTemplate {
         let mut budget = Budget::new(limit.bytes * GZIP_EXPANSION);
         let context = self.machine_context(config, ctx, values)?;
         let role = ctx.machine.role;
-        let split = body::collect_split(
-            parts,
-            config,
-            role,
-            &self.engine,
-            &context,
-            &mut budget,
-            generated,
-        )
-        .map_err(|e| self.field_error(e, &budget, limit, true))?;
-        let commands = (&config.pre_commands, &config.post_commands);
+        let (engine, budget_ref) = (&self.engine, &mut budget);
+        // A raw body renders the config's files and commands itself: its output stands for
+        // them (and for everything else it writes).
+        let raw_out = raw.map(|text| engine.render(text, &context, budget_ref));
+        let split = raw_out.transpose().and_then(|raw| {
+            let parts =
+                body::collect_parts(parts, config, role, engine, &context, budget_ref, generated)?;
+            let split = match raw {
+                Some(_) => body::Split {
+                    parts,
+                    config_files: Vec::new(),
+                },
+                None => body::with_config_files(parts, config, budget_ref)?,
+            };
+            Ok((split, raw))
+        });
+        let (split, raw) = split.map_err(|e| self.field_error(e, &budget, limit, true))?;
+        let commands: (&[String], &[String]) = match raw {
+            Some(_) => (&[], &[]),
+            None => (&config.pre_commands, &config.post_commands),
+        };
         inplace::from_split(self.format, split, commands.0, commands.1, budget.cap())
-            .map(Some)
+            .map(|parts| Some(PartsRender { raw, ..parts }))
             .map_err(|e| {
                 use crd_types::conditions::reason;
                 let reason = match e {
@@ -415,7 +457,8 @@ impl CompiledTemplate {
     /// Whether any part may change on booted machines (`update: InPlace`): only then does a
     /// joined machine's node get a payload.
     pub fn updates_in_place(&self) -> bool {
-        matches!(&self.body, Body::Parts(parts) if parts.iter().any(|p| p.update == UpdateStrategy::InPlace))
+        let (Body::Parts(parts) | Body::Raw(_, parts)) = &self.body;
+        parts.iter().any(|p| p.update == UpdateStrategy::InPlace)
     }
 
     /// Lints the compiled template: the static checks (undeclared or unknown names, unused
@@ -482,7 +525,7 @@ impl CompiledTemplate {
     ) -> Vec<Call> {
         match &self.body {
             Body::Parts(parts) => body::generator_calls(parts, config, role),
-            Body::Raw(_) => Vec::new(),
+            Body::Raw(..) => Vec::new(),
         }
     }
 
@@ -570,8 +613,15 @@ impl CompiledTemplate {
     /// The literal texts (without a mustache) and their sizes, by field.
     pub(crate) fn literal_sizes(&self) -> Vec<(String, u64)> {
         match &self.body {
-            Body::Raw(Text::Literal(s)) => vec![("spec.template".to_owned(), s.len() as u64)],
-            Body::Raw(Text::Template(_)) => Vec::new(),
+            Body::Raw(text, parts) => {
+                let raw = match text {
+                    Text::Literal(s) => Some(("spec.template".to_owned(), s.len() as u64)),
+                    Text::Template(_) => None,
+                };
+                raw.into_iter()
+                    .chain(parts.iter().flat_map(|p| p.literal_sizes()))
+                    .collect()
+            }
             Body::Parts(parts) => parts.iter().flat_map(|p| p.literal_sizes()).collect(),
         }
     }
@@ -737,6 +787,42 @@ impl CompiledTemplate {
                 limit.source.to_owned()
             },
             at_least,
+        }
+    }
+}
+
+/// Parts beside a raw `spec.template` add to its output on boot and are applied by the agent
+/// afterwards: each must be `update: InPlace` (a change to anything else is a change to the raw
+/// body) and take no generator, and the format must be one whose output they can be merged
+/// into (cloud-config, ignition).
+fn check_raw_parts(spec: &TemplateSpec, problems: &mut Vec<Problem>) {
+    if spec.parts.is_empty() {
+        return;
+    }
+    if !matches!(
+        spec.format,
+        OutputFormat::CloudConfig | OutputFormat::Ignition
+    ) {
+        problems.push(Problem::template(
+            "spec.parts",
+            format!(
+                "parts beside a raw spec.template are added to cloud-config or ignition output, not to {}",
+                spec.format
+            ),
+        ));
+    }
+    for (i, part) in spec.parts.iter().enumerate() {
+        if part.update != UpdateStrategy::InPlace {
+            problems.push(Problem::template(
+                format!("spec.parts[{i}].update"),
+                "a part beside a raw spec.template must be `update: InPlace` (set either spec.template or spec.parts to have parts that roll out)",
+            ));
+        }
+        if part.generator.is_some() {
+            problems.push(Problem::template(
+                format!("spec.parts[{i}].generator"),
+                "a part beside a raw spec.template takes no generator",
+            ));
         }
     }
 }

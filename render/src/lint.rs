@@ -294,8 +294,7 @@ fn for_shape(mut p: Problem, shape: &str) -> Problem {
 /// The analysis of every text of `t` (see `analysis.rs`).
 pub(crate) fn analyze(t: &CompiledTemplate) -> analysis::Findings {
     let parts: &[crate::body::CompiledPart] = match &t.body {
-        crate::Body::Parts(parts) => parts,
-        crate::Body::Raw(_) => &[],
+        crate::Body::Parts(parts) | crate::Body::Raw(_, parts) => parts,
     };
     let texts: Vec<(String, String)> = t
         .engine

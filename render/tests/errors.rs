@@ -369,8 +369,9 @@ fn bad_declarations_name_the_field() {
 
 #[test]
 fn body_shape_errors() {
-    let e = compile_err("format: script\ntemplate: x\nparts: [{name: a}]\n");
-    assert_mentions(&e, &["spec.template", "not both"]);
+    // Parts beside a raw template are `update: InPlace` ones, added to its output.
+    let e = compile_err("format: cloud-config\ntemplate: x\nparts: [{name: a}]\n");
+    assert_mentions(&e, &["spec.parts[0].update", "InPlace"]);
     let e = compile_err("format: script\n");
     assert_mentions(&e, &["no body"]);
     let e = compile_err("format: script\ntemplate: x\npartials:\n  a.b: x\n");

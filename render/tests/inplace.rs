@@ -310,3 +310,139 @@ fn a_generated_part_changes_when_the_request_its_generator_would_get_changes() {
         assert_eq!(plan_with_generators(old, new), expected, "{what}");
     }
 }
+
+/// A shipped template (`templates/NAME.yaml`) and its spec.
+fn shipped(name: &str) -> TemplateSpec {
+    let path = format!("{}/../templates/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let object: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    serde_yaml::from_value(object["spec"].clone()).unwrap()
+}
+
+/// A config with the network input: CA bundles by name (each the sample CA), one mirror of
+/// registry.k8s.io at `mirror`, kubeadm's imageRepository and one variable of the template.
+fn network_config(bundles: &[&str], mirror: &str, repository: &str, pull: &str) -> String {
+    let ca = serde_json::to_string(render::network::SAMPLE_CA_PEM).unwrap();
+    let bundles: Vec<String> = (bundles.iter())
+        .map(|name| format!("{{name: {name}, inline: {ca}}}"))
+        .collect();
+    format!(
+        "variables: {{imagePullPolicy: {pull}}}\nnetwork:\n  caBundles: [{}]\n  \
+         registryMirrors: [{{registry: registry.k8s.io, endpoints: [{{url: \"{mirror}\"}}]}}]\n  \
+         imageRepository: {repository}\n",
+        bundles.join(", ")
+    )
+}
+
+/// The kubeadm-compat templates keep the provider's raw body and carry the network input in a
+/// part `network` (`update: InPlace`): a CA rollover or a new mirror endpoint is applied in
+/// place; a kubeadm field (a variable, or imageRepository in init's ClusterConfiguration) is
+/// in the raw body and rolls out.
+#[test]
+fn a_compat_templates_network_changes_in_place_and_its_kubeadm_fields_roll_out() {
+    let base = network_config(
+        &["corp"],
+        "https://m1.example",
+        "m1.example/k8s",
+        "IfNotPresent",
+    );
+    let changes = [
+        (
+            network_config(
+                &["corp", "next"],
+                "https://m1.example",
+                "m1.example/k8s",
+                "IfNotPresent",
+            ),
+            true,
+        ),
+        (
+            network_config(
+                &["corp"],
+                "https://m2.example",
+                "m1.example/k8s",
+                "IfNotPresent",
+            ),
+            true,
+        ),
+        (
+            network_config(&["corp"], "https://m1.example", "m1.example/k8s", "Always"),
+            false,
+        ),
+        (
+            network_config(
+                &["corp"],
+                "https://m1.example",
+                "m2.example/k8s",
+                "IfNotPresent",
+            ),
+            false,
+        ),
+    ];
+    for name in ["kubeadm-compat", "kubeadm-compat-ignition"] {
+        let spec = shipped(name);
+        let compiled = CompiledTemplate::compile(name, &spec).unwrap();
+        let split = |config: &str| {
+            (compiled.render_parts(
+                &self::config(config),
+                &sample_context(Role::Init),
+                &Generated::new(),
+            ))
+            .unwrap()
+            .expect("a raw body with parts")
+        };
+        let before = split(&base);
+        for (i, (config, in_place)) in changes.iter().enumerate() {
+            let plan = split(config).update_from(&before);
+            if *in_place {
+                let expected = UpdatePlan::InPlace {
+                    parts: vec!["network".into()],
+                };
+                assert_eq!(plan, expected, "{name}: change {i}");
+            } else {
+                let UpdatePlan::Rollout { reason } = &plan else {
+                    panic!("{name}: change {i}: {plan:?}");
+                };
+                assert!(
+                    reason.contains("raw spec.template"),
+                    "{name}: change {i}: {reason}"
+                );
+            }
+        }
+        // Without the input the part renders nothing: the output is the raw body's alone.
+        let bare = split("{}");
+        assert!(
+            bare.payload()
+                .parts
+                .iter()
+                .all(|p| p.files.is_empty() && p.commands.is_empty())
+        );
+    }
+}
+
+/// Parts beside a raw body must be `update: InPlace` (they add to the raw output, which rolls
+/// out as a whole) and only cloud-config and ignition output can take them.
+#[test]
+fn parts_beside_a_raw_template_must_be_in_place() {
+    let rollout = template(
+        "os: { name: linux }\nformat: cloud-config\ntemplate: \"#cloud-config\\n{}\\n\"\n\
+         parts: [{ name: extra, commands: [\"true\"] }]\n",
+    );
+    let e = CompiledTemplate::compile("t", &rollout)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("spec.parts[0].update") && e.contains("InPlace"),
+        "{e}"
+    );
+    let script = template(
+        "os: { name: linux }\nformat: script\ntemplate: \"#!/bin/sh\\ntrue\\n\"\n\
+         parts: [{ name: extra, update: InPlace, commands: [\"true\"] }]\n",
+    );
+    let e = CompiledTemplate::compile("t", &script)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("not to script"), "{e}");
+}

@@ -68,7 +68,7 @@ fn runcmd(out: &mut String, commands: &[String]) {
 
 /// Writes `s` as a YAML scalar value followed by a newline: a literal block (indented by
 /// `indent` spaces) for readable multi-line text, a double-quoted string otherwise.
-fn scalar(out: &mut String, s: &str, indent: usize) {
+pub(super) fn scalar(out: &mut String, s: &str, indent: usize) {
     let Some(chomp) = literal_chomping(s) else {
         push_yaml_double_quoted(out, s);
         out.push('\n');

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{Meta, report, script};
 use crate::body::Body;
-use crate::files::File;
+use crate::files::{File, Unit};
 
 /// Where the commands script is written, and the marker it leaves so it runs only once.
 const SCRIPT_PATH: &str = "/etc/bootplate/bootstrap.sh";
@@ -96,19 +96,7 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
         .units
         .iter()
         .filter(|u| u.name != SCRIPT_UNIT)
-        .map(|u| IgnUnit {
-            name: u.name.clone(),
-            enabled: u.enable,
-            contents: u.content.clone(),
-            dropins: u
-                .drop_ins
-                .iter()
-                .map(|(name, contents)| DropIn {
-                    name: name.clone(),
-                    contents: contents.clone(),
-                })
-                .collect(),
-        })
+        .map(unit)
         .collect();
     units.push(IgnUnit {
         name: SCRIPT_UNIT.to_owned(),
@@ -155,6 +143,30 @@ fn script_unit() -> String {
          [Install]\n\
          WantedBy=multi-user.target\n"
     )
+}
+
+fn unit(u: &Unit) -> IgnUnit {
+    IgnUnit {
+        name: u.name.clone(),
+        enabled: u.enable,
+        contents: u.content.clone(),
+        dropins: (u.drop_ins.iter())
+            .map(|(name, contents)| DropIn {
+                name: name.clone(),
+                contents: contents.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A `storage.files` entry of `f`, as JSON (for a raw body's output).
+pub(super) fn file_json(f: &File) -> serde_json::Value {
+    serde_json::to_value(file(f)).expect("an Ignition file serializes")
+}
+
+/// A `systemd.units` entry of `u`, as JSON (for a raw body's output).
+pub(super) fn unit_json(u: &Unit) -> serde_json::Value {
+    serde_json::to_value(unit(u)).expect("an Ignition unit serializes")
 }
 
 fn file(f: &File) -> IgnFile {

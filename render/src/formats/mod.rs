@@ -10,6 +10,7 @@
 
 mod cloud_config;
 mod ignition;
+mod merge;
 mod mime;
 mod report;
 mod script;
@@ -21,6 +22,7 @@ use crate::body::Body;
 use crate::context::BootReport;
 use crate::files::File;
 
+pub(crate) use merge::merge_raw;
 pub(crate) use report::{FILES_PART, UNITS_PART};
 
 /// Who rendered what, for the comment at the top of the output, and where the machine reports

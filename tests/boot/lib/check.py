@@ -424,11 +424,15 @@ def is_enabled(name):
 
 def run_units():
     """Starts, as systemd would at first boot, the oneshot units the Ignition config enabled, in
-    their After= order."""
+    their After= and Before= order."""
     d = declared()
     units = [u["name"] for u in d.units if unit_path(u["name"]) and is_enabled(u["name"]) == "enabled"]
     oneshot = [u for u in units if ("Service", "Type", "oneshot") in unit_settings(u)]
     after = {u: {v for s, k, val in unit_settings(u) if k == "After" for v in val.split()} for u in oneshot}
+    for u in oneshot:
+        for v in {v for s, k, val in unit_settings(u) if k == "Before" for v in val.split()}:
+            if v in after:
+                after[v].add(u)
     ordered = []
     while len(ordered) < len(oneshot):
         ready = [u for u in oneshot if u not in ordered and not (after[u] & (set(oneshot) - set(ordered)))]
