@@ -120,11 +120,6 @@ impl Shared {
             node.kubeadm_log()
         );
     }
-
-    /// The cluster CA's certificate.
-    fn ca(&self) -> String {
-        std::fs::read_to_string(self.dir.join("pki/ca.crt")).unwrap()
-    }
 }
 
 /// The Cluster's certificates as bootplate generates them for a Cluster without them (cluster,
@@ -268,7 +263,8 @@ async fn three_control_plane_machines_and_two_workers_from_bootplates_renders() 
     let (archives, pause) = control_plane_images();
     let dir = tempfile::tempdir().unwrap();
     cluster_pki(&dir.path().join("pki"));
-    let endpoint = Endpoint::start(PORT).expect("the control-plane endpoint");
+    let ca = std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap();
+    let endpoint = Endpoint::start(PORT, &ca).expect("the control-plane endpoint");
     let mut nodes: Vec<Node> = MACHINES
         .iter()
         .map(|(machine, _)| Node::new().unwrap_or_else(|e| panic!("{machine}'s node: {e:#}")))
@@ -284,7 +280,6 @@ async fn three_control_plane_machines_and_two_workers_from_bootplates_renders() 
         pause,
         token: bootplate::core::token::Token::generate().expose(),
     };
-    let ca = shared.ca();
     let (control_plane, workers) = nodes.split_at_mut(3);
     for (i, node) in control_plane.iter_mut().enumerate() {
         let (machine, role) = MACHINES[i];
