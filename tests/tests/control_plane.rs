@@ -138,11 +138,11 @@ const TOKENS_WAIT: Duration = Duration::from_secs(180);
 /// endpoint), three control-plane Machines and a MachineDeployment of two workers, each
 /// rendered by the running controller from the shipped kubeadm-debian-12 template. The test
 /// cloud boots every Machine on a real host once its bootstrap data is there
-/// (`testenv::capi::hosts`) and gives each Node its provider ID as a cloud controller manager
+/// (`testenv::capi::hosts`, a bridge pod network on each) and gives each Node its provider ID as a cloud controller manager
 /// does; Cluster API writes the `<cluster>-kubeconfig` Secret from the CA the user brought, and
-/// the cloud reaches the new cluster with it. Cluster API sets every Machine's nodeRef; bootplate deletes every join
-/// token; etcd lists three members; every apiserver serves a certificate of the cluster CA;
-/// `kubectl get nodes` lists five Nodes.
+/// the cloud reaches the new cluster with it. Cluster API sets every Machine's nodeRef; every
+/// Node is Ready; bootplate deletes every join token; etcd lists three members; every apiserver
+/// serves a certificate of the cluster CA; `kubectl get nodes` lists five Nodes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_whole_control_plane_under_cluster_api() {
     use testenv::capi::{CapiEnv, Options, objects};
@@ -182,6 +182,7 @@ async fn a_whole_control_plane_under_cluster_api() {
     let kubeconfig = capi_kubeconfig(&env).await;
     hosts.set_workload(client_of(&kubeconfig).await);
     let machines = wait_every_node_ref(&env).await;
+    wait_every_node_ready(&hosts.workload().unwrap()).await;
     assert_whole_cluster(&env, &hosts, &machines, &init, &endpoint).await;
 }
 
@@ -290,6 +291,23 @@ async fn wait_every_node_ref(env: &testenv::capi::CapiEnv) -> Vec<kube::api::Dyn
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// Waits until the new cluster's five Nodes are Ready (each kubelet found its pod network).
+async fn wait_every_node_ready(workload: &kube::Client) {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
+    testenv::eventually("five Nodes Ready", TOKENS_WAIT, || async {
+        let list = nodes.list(&Default::default()).await.ok()?.items;
+        let ready = list.iter().filter(|node| {
+            let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        (list.len() == 5 && ready.count() == 5).then_some(())
+    })
+    .await;
 }
 
 /// What the whole cluster must be: each Machine's nodeRef names its Node, every join token is

@@ -191,6 +191,17 @@ if [[ -n $real ]]; then
     touch "$root$program"
     mount --bind -o ro "$program" "$root$program"
   done
+  if [[ -n ${BOOT_CNI_SUBNET-} ]]; then
+    # The pod network a CNI add-on would give (run.sh --cni-subnet): the host's plugins and a
+    # bridge whose pods take addresses from this node's subnet.
+    mkdir -p "$root/opt/cni/bin" "$root/etc/cni/net.d"
+    mount --bind -o ro /usr/lib/cni "$root/opt/cni/bin"
+    cat >"$root/etc/cni/net.d/10-bootplate-bridge.conflist" <<CNI
+{"cniVersion": "1.0.0", "name": "bootplate-bridge", "plugins": [{"type": "bridge",
+  "bridge": "cni0", "isGateway": true, "ipam": {"type": "host-local",
+  "ranges": [[{"subnet": "$BOOT_CNI_SUBNET"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+CNI
+  fi
   # containerd, through a wrapper: the test machine is itself a container without
   # CAP_SYS_RESOURCE, so runc cannot lower a Pod's OOM score as containerd's CRI asks unless
   # restrict_oom_score_adj is set; the wrapper adds it to the configuration the user-data wrote.

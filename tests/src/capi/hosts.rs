@@ -7,7 +7,8 @@
 //! its own and later asks see it booting, booted (its address) or failed. Control-plane
 //! machines boot one at a time (etcd adds one learner at a time; `kubeadm join` of a second
 //! control-plane machine while the first still joins fails), workers at once. Every
-//! control-plane node's apiserver is put behind the control-plane endpoint as it boots.
+//! control-plane node's apiserver is put behind the control-plane endpoint as it boots. Each
+//! node has a pod network of its own (a bridge, run.sh `--cni-subnet`), so its Node is Ready.
 //!
 //! The workload cluster exists only once the `init` machine booted: the scenario gives
 //! [`Hosts::set_workload`] a client for it (through the `<cluster>-kubeconfig` Secret Cluster
@@ -17,6 +18,7 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kube::Client;
@@ -60,6 +62,8 @@ pub struct Hosts {
     state: Mutex<State>,
     /// Held while a control-plane machine boots.
     control_plane: Mutex<()>,
+    /// The third octet of the next node's pod subnet.
+    next_subnet: AtomicU8,
 }
 
 impl Hosts {
@@ -68,6 +72,7 @@ impl Hosts {
             spec,
             state: Mutex::default(),
             control_plane: Mutex::new(()),
+            next_subnet: AtomicU8::new(1),
         })
     }
 
@@ -109,6 +114,11 @@ impl Hosts {
         let _one_at_a_time = (role != BootRole::Worker)
             .then(|| self.control_plane.lock().unwrap_or_else(|e| e.into_inner()));
         let mut node = Node::new()?;
+        // Each node's pods get a /24 of their own in 192.168.0.0/16 (the scenarios' pod CIDR).
+        let subnet = format!(
+            "192.168.{}.0/24",
+            self.next_subnet.fetch_add(1, Ordering::SeqCst)
+        );
         if role != BootRole::Worker {
             let apiserver = SocketAddr::from((node.address(), APISERVER_PORT));
             self.spec.endpoint.add_backend(apiserver);
@@ -121,6 +131,7 @@ impl Hosts {
             // The boot proof's root is Debian: Debian-family templates run on it.
             os: "debian",
             images: &self.spec.images,
+            cni_subnet: Some(&subnet),
         })?;
         let report = node.report()?;
         anyhow::ensure!(
