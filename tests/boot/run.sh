@@ -7,6 +7,7 @@
 #   tests/boot/run.sh --user-data FILE --out DIR [--label TEXT] [--role ROLE]
 #                     [--kubernetes-version VERSION] [--os NAME] [--real-kube DIR]
 #                     [--netns NAME] [--cgroup NAME] [--image ARCHIVE]... [--hold]
+#                     [--cni-subnet CIDR]
 #
 # DIR is emptied; DIR/report.json is the report (files, units, steps, stub calls, kubeadm
 # configurations, users, hostname, sentinel, failures), DIR/stages.log and DIR/cloud-init*.log
@@ -35,14 +36,16 @@
 # run side by side. --cgroup NAME gives the machine a cgroup tree of its own, as a VM or a
 # container node has: the run joins cgroup NAME in every hierarchy (made by the caller, who
 # removes it afterwards) and gets a cgroup namespace rooted there, so its kubelet's kubepods is
-# NAME/kubepods on the host and two nodes never share one.
+# NAME/kubepods on the host and two nodes never share one. --cni-subnet CIDR gives it a pod
+# network as a CNI add-on would: the host's bridge and host-local plugins in /opt/cni/bin and a
+# conflist for a bridge with pod addresses from CIDR (its own per node), so its kubelet is Ready.
 #
 # Exit status: 0 proven; 1 the boot proof failed (each failure on stderr, prefixed with LABEL);
 # 2 the run could not be made (not root, the root cannot be built, a tool is missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME] [--real-kube DIR [--netns NAME] [--image ARCHIVE]... [--hold]]" >&2; exit 2; }
-user_data="" out="" label="" role="" version="" os="" real="" netns="" cgroup="" hold="" images=()
+usage() { echo "usage: $0 --user-data FILE --out DIR [--label TEXT] [--role ROLE] [--kubernetes-version V] [--os NAME] [--real-kube DIR [--netns NAME] [--image ARCHIVE]... [--hold] [--cni-subnet CIDR]]" >&2; exit 2; }
+user_data="" out="" label="" role="" version="" os="" real="" netns="" cgroup="" hold="" cni="" images=()
 while (($#)); do
   case "$1" in
     --user-data) user_data=${2-}; shift 2 ;;
@@ -56,6 +59,7 @@ while (($#)); do
     --image) images+=("${2-}"); shift 2 ;;
     --cgroup) cgroup=${2-}; shift 2 ;;
     --hold) hold=1; shift ;;
+    --cni-subnet) cni=${2-}; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -63,7 +67,7 @@ done
 label=${label:-$user_data}
 die() { echo "boot-proof: $label: ERROR: $*" >&2; exit 2; }
 [[ -f $user_data ]] || die "no user-data file $user_data"
-[[ -n $real || -z $netns$cgroup$hold${images[*]} ]] || die "--netns, --cgroup, --image and --hold need --real-kube"
+[[ -n $real || -z $netns$cgroup$hold$cni${images[*]} ]] || die "--netns, --cgroup, --image, --hold and --cni-subnet need --real-kube"
 [[ -z $netns || -e /run/netns/$netns ]] || die "--netns $netns: no /run/netns/$netns"
 for archive in "${images[@]}"; do [[ -f $archive ]] || die "--image $archive: no such file"; done
 [[ $(id -u) -eq 0 ]] || die "the boot proof must run as root (chroot, mounts and namespaces need it)"
@@ -144,7 +148,7 @@ fi
 enter=()
 [[ -z $netns ]] || enter=(nsenter "--net=/run/netns/$netns" --)
 timeout --kill-after=10 "$timeout" "${enter[@]}" unshare "${namespaces[@]}" --fork --kill-child \
-  --propagation private env BOOT_HOLD="$hold" BOOT_CGROUPNS="${cgroup:+1}" "$here/lib/inside.sh" "$lower" "$out" "$os" "$real" \
+  --propagation private env BOOT_HOLD="$hold" BOOT_CNI_SUBNET="$cni" BOOT_CGROUPNS="${cgroup:+1}" "$here/lib/inside.sh" "$lower" "$out" "$os" "$real" \
   2>"$out/inside.log" || status=$?
 if ((status == 124 || status == 137)); then
   last=$(grep '^== ' "$out/stages.log" 2>/dev/null | grep -v ': exit [0-9]*$' | tail -n 1 || true)

@@ -94,6 +94,15 @@ impl GeneratorServer {
         }
     }
 
+    /// Its loopback address.
+    pub fn address(&self) -> std::net::SocketAddr {
+        let authority = self
+            .url
+            .trim_start_matches("https://")
+            .trim_end_matches('/');
+        authority.parse().expect("a socket address")
+    }
+
     /// How many requests it received.
     pub fn count(&self) -> usize {
         self.received.lock().expect("lock").len()

@@ -41,6 +41,8 @@ pub struct NodeSpec<'a> {
     pub os: &'a str,
     /// OCI archives in the node's containerd before the user-data runs.
     pub images: &'a [PathBuf],
+    /// The node's pod network (run.sh `--cni-subnet`), when it has one.
+    pub cni_subnet: Option<&'a str>,
 }
 
 /// A running node; released, its processes ended and its namespace removed, on drop.
@@ -105,6 +107,9 @@ impl Node {
             .stderr(Stdio::piped())
             // Its own process group: dropping the node ends run.sh and what it started.
             .process_group(0);
+        if let Some(subnet) = spec.cni_subnet {
+            command.args(["--cni-subnet", subnet]);
+        }
         for image in spec.images {
             command.arg("--image").arg(image);
         }

@@ -24,17 +24,7 @@ pub async fn handshake(port: u16, ca_pem: &str) -> anyhow::Result<()> {
 
 /// As [`handshake`], at `ip:port`, expecting a certificate for `ip`.
 pub async fn handshake_at(ip: Ipv4Addr, port: u16, ca_pem: &str) -> anyhow::Result<()> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.context("the expected CA is not PEM")?)?;
-    }
-    anyhow::ensure!(!roots.is_empty(), "the expected CA holds no certificate");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem)?);
     let stream = tokio::time::timeout(STEP, tokio::net::TcpStream::connect((ip, port)))
         .await
         .with_context(|| format!("connecting to {ip}:{port} timed out"))?
@@ -47,25 +37,33 @@ pub async fn handshake_at(ip: Ipv4Addr, port: u16, ca_pem: &str) -> anyhow::Resu
     Ok(())
 }
 
+/// A TLS client configuration that trusts only the CA certificates in `ca_pem` and presents no
+/// client certificate.
+pub fn client_config(ca_pem: &str) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.context("the expected CA is not PEM")?)?;
+    }
+    anyhow::ensure!(!roots.is_empty(), "the expected CA holds no certificate");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::generator::{GeneratorServer, Reply};
     use crate::pki::TestCa;
 
-    fn port_of(server: &GeneratorServer) -> u16 {
-        let authority = server
-            .url
-            .trim_start_matches("https://")
-            .trim_end_matches('/');
-        authority.rsplit(':').next().unwrap().parse().unwrap()
-    }
-
     #[tokio::test]
     async fn only_a_server_with_a_certificate_of_the_expected_ca_passes() {
         let (ours, theirs) = (TestCa::new("ours"), TestCa::new("theirs"));
         let server = GeneratorServer::start(&ours, |_| Reply::success(serde_json::json!({}))).await;
-        let port = port_of(&server);
+        let port = server.address().port();
         handshake(port, &ours.cert_pem).await.unwrap();
         let error = handshake(port, &theirs.cert_pem).await.unwrap_err();
         assert!(

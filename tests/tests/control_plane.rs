@@ -1,34 +1,33 @@
-//! A whole control plane from bootplate's renders (issue 31): the real `kubeadm init` of a
-//! shipped Debian-family template's `init` render, on a node of its own (testenv::node: its own
-//! network namespace and address, real cloud-init, containerd with the control-plane images
-//! tests/scripts/build-images.sh built, the real kubelet), brings etcd, the apiserver, the
-//! controller-manager and the scheduler up as static Pods from those local images; the real
-//! `kubeadm join` of two `control-plane-join` renders, each on a node beside it, adds an etcd
-//! member and an apiserver each, and two `worker` renders join as workers. Every node reaches
-//! the cluster through the control-plane endpoint (testenv::endpoint, in front of the
-//! apiservers as a load balancer would be).
-//!
-//! Renders use `bootplate render --pki-dir` with the Cluster's certificates made by bootplate's
-//! own code (`bootplate::pki`, what the controller stores in the Cluster's Secrets), so both
-//! renders share them as the controller's do; the token is one the test issues, as the
-//! controller does, in the new cluster. etcd's members are what the real `etcdctl member list`
-//! says. Needs root, the boot proof's Debian root
-//! (tests/boot/build-root.sh) and tests/scripts/install-tools.sh's tools.
+//! A whole control plane from bootplate's renders under the real Cluster API manager (issue
+//! 31): a Cluster with no control-plane provider, three control-plane Machines and a
+//! MachineDeployment of two workers, each rendered by the running controller from a shipped
+//! Debian-family template. The test cloud (testenv::capi::cloud with testenv::capi::hosts)
+//! boots each Machine on a node of its own (testenv::node: its own network namespace and
+//! address, real cloud-init running the Machine's user-data, containerd with the control-plane
+//! images tests/scripts/build-images.sh built, the real kubeadm and kubelet): the `init`
+//! Machine's real `kubeadm init` brings etcd, the apiserver, the controller-manager and the
+//! scheduler up as static Pods from those local images; each `control-plane-join` Machine's
+//! real `kubeadm join` adds an etcd member and an apiserver; the workers join. Every node
+//! reaches the cluster through the control-plane endpoint (testenv::endpoint, in front of the
+//! apiservers as a load balancer would be). etcd's members are what the real `etcdctl member
+//! list` says. Needs root, the boot proof's Debian root (tests/boot/build-root.sh) and
+//! tests/scripts/install-tools.sh's tools.
 
-use std::ffi::OsStr;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use testenv::controller::RenderObjects;
+use testenv::capi::hosts::{Hosts, HostsSpec};
 use testenv::endpoint::Endpoint;
-use testenv::node::{Node, NodeSpec};
+use testenv::node::Node;
 use testenv::{images, joins, tls_probe, tools};
 
-/// The shipped template the control plane is rendered from.
+/// The shipped template the control plane is rendered from, and the ClusterBootstrapTemplate
+/// it holds.
 const TEMPLATE: &str = "templates/kubeadm-debian-12.yaml";
+const TEMPLATE_NAME: &str = "kubeadm-debian-12";
 
 /// The repository the images are named in (the template's `imageRepository` variable): one
 /// nothing can be pulled from, so every image must come from the node's containerd.
@@ -36,10 +35,6 @@ const REPOSITORY: &str = "bootplate.invalid/k8s";
 
 /// The apiserver's port on the control-plane endpoint.
 const PORT: u16 = 6443;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// The template's variables on these nodes: the sandbox's (joins::sandbox_variables), the
 /// local images' repository and sandbox image, and the preflight checks a chroot without
@@ -55,131 +50,12 @@ fn variables(pause: &str) -> Value {
     variables
 }
 
-/// What every render and boot of the test shares: the Cluster's certificates, the endpoint,
-/// the Kubernetes version, the images (and the sandbox image among them) and the join token.
-struct Shared {
-    dir: PathBuf,
-    endpoint: Ipv4Addr,
-    version: String,
-    archives: Vec<PathBuf>,
-    pause: String,
-    token: String,
-}
-
-impl Shared {
-    /// `bootplate render` of [`TEMPLATE`] for Machine `machine` (role `role`), the Cluster's
-    /// certificates from `pki/` in [`Shared::dir`].
-    fn render(&self, machine: &str, role: &str) -> Vec<u8> {
-        let endpoint = self.endpoint.to_string();
-        let dir = self.dir.join(machine);
-        std::fs::create_dir_all(&dir).unwrap();
-        let files = RenderObjects {
-            namespace: "control-plane",
-            endpoint: (&endpoint, PORT),
-            service_cidr: "10.96.0.0/16",
-            machine,
-            version: &self.version,
-            control_plane: role != "worker",
-            config_spec: json!({
-                "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
-                "variables": variables(&self.pause),
-            }),
-        }
-        .write(&dir);
-        let pki = self.dir.join("pki");
-        let args: [&OsStr; 6] = [
-            "--role".as_ref(),
-            role.as_ref(),
-            "--pki-dir".as_ref(),
-            pki.as_os_str(),
-            "--token".as_ref(),
-            self.token.as_ref(),
-        ];
-        files.render(&repo().join(TEMPLATE), &args)
-    }
-
-    /// Renders Machine `machine` (role `role`), boots `node` with it (the run is named after
-    /// the Machine) and asserts the boot proof.
-    fn boot(&self, node: &mut Node, machine: &str, role: &str) {
-        let user_data = self.render(machine, role);
-        node.boot(&NodeSpec {
-            name: machine,
-            user_data: &user_data,
-            role,
-            version: &self.version,
-            os: "debian",
-            images: &self.archives,
-        })
-        .unwrap_or_else(|e| panic!("{machine}'s node boots: {e:#}"));
-        let report = node.report().unwrap();
-        assert_eq!(
-            report["ok"],
-            true,
-            "the boot proof of {machine}'s {role} render: {}\n{}",
-            report["failures"],
-            node.kubeadm_log()
-        );
-    }
-
-    /// The cluster CA's certificate.
-    fn ca(&self) -> String {
-        std::fs::read_to_string(self.dir.join("pki/ca.crt")).unwrap()
-    }
-}
-
-/// The Cluster's certificates as bootplate generates them for a Cluster without them (cluster,
-/// etcd and front-proxy CAs, the service-account key pair), in `dir` laid out as kubeadm's
-/// /etc/kubernetes/pki (what `bootplate render --pki-dir` reads).
-fn cluster_pki(dir: &Path) {
-    use bootplate::pki;
-    std::fs::create_dir_all(dir.join("etcd")).unwrap();
-    let pairs = [
-        (pki::generate_ca("kubernetes").unwrap(), "ca.crt", "ca.key"),
-        (
-            pki::generate_ca("etcd-ca").unwrap(),
-            "etcd/ca.crt",
-            "etcd/ca.key",
-        ),
-        (
-            pki::generate_ca("front-proxy-ca").unwrap(),
-            "front-proxy-ca.crt",
-            "front-proxy-ca.key",
-        ),
-        (
-            pki::generate_service_account_key().unwrap(),
-            "sa.pub",
-            "sa.key",
-        ),
-    ];
-    for (pair, cert, key) in pairs {
-        std::fs::write(dir.join(cert), pair.cert).unwrap();
-        std::fs::write(dir.join(key), pair.key).unwrap();
-    }
-}
-
 /// The control-plane images in [`REPOSITORY`], and the sandbox image's reference.
 fn control_plane_images() -> (Vec<PathBuf>, String) {
     let archives = images::archives_in(Some(REPOSITORY), &images::KUBEADM_IMAGES)
         .expect("the control-plane images");
     let pause = testenv::pod_cluster::images::reference_of(&archives["pause"]).unwrap();
     (archives.into_values().collect(), pause)
-}
-
-/// Issues the join token in the new cluster (kube-system/bootstrap-token-ID, in kubeadm's node
-/// group), as the controller does through the `<cluster>-kubeconfig` Secret.
-fn issue_token(node: &Node, token: &str) {
-    let (id, secret) = token.split_once('.').unwrap();
-    let object = joins::token_secret(id, secret, Duration::from_secs(900), false);
-    let file = node.dir().join("bootstrap-token.yaml");
-    std::fs::write(&file, serde_yaml::to_string(&object).unwrap()).unwrap();
-    let out = node
-        .kubectl(&["apply", "-f", file.to_str().unwrap()])
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "creating the bootstrap token: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The names of etcd's members: `etcdctl member list` against the etcd at `node`, with the
@@ -239,16 +115,6 @@ fn listed_nodes(node: &Node) -> Vec<String> {
     names
 }
 
-/// The Machines of the cluster, in the order they boot: the init Machine, the control-plane
-/// joins, then the workers.
-const MACHINES: [(&str, &str); 5] = [
-    ("cp-0", "init"),
-    ("cp-1", "control-plane-join"),
-    ("cp-2", "control-plane-join"),
-    ("worker-0", "worker"),
-    ("worker-1", "worker"),
-];
-
 /// Asserts that the apiserver at `ip` (or the endpoint in front of them) serves a certificate
 /// for `ip` of the cluster CA `ca`.
 async fn serves_cluster_certificate(ip: Ipv4Addr, ca: &str, what: &str) {
@@ -257,64 +123,262 @@ async fn serves_cluster_certificate(ip: Ipv4Addr, ca: &str, what: &str) {
         .unwrap_or_else(|e| panic!("{what} at {ip}: the serving certificate: {e:#}"));
 }
 
-/// A whole control plane and its workers from bootplate's renders, each on a node of its own:
-/// the real `kubeadm init` of the `init` render brings the control plane up from the local
-/// images; the real `kubeadm join` of two `control-plane-join` renders (one after the other, as
-/// etcd adds one learner at a time) adds an etcd member and an apiserver each; the two workers
-/// join at once. Every apiserver, and the endpoint in front of them, serves a certificate of the
-/// cluster CA bootplate holds; etcd lists three members; `kubectl get nodes` lists five Nodes.
+/// The Cluster of the scenario under Cluster API, and its Machines: three control-plane ones
+/// and a MachineDeployment of two workers.
+const CLUSTER: &str = "whole";
+const CONTROL_PLANE: [&str; 3] = ["whole-cp-0", "whole-cp-1", "whole-cp-2"];
+const WORKERS: &str = "whole-md";
+/// How long the scenario waits for a step (a whole control plane boots one machine at a time).
+const SCENARIO_WAIT: Duration = Duration::from_secs(600);
+/// How long bootplate may take to delete the join tokens of Machines that joined.
+const TOKENS_WAIT: Duration = Duration::from_secs(180);
+
+/// (A) A whole control plane under the real Cluster API manager: a Cluster with no
+/// control-plane provider (the user brings the cluster CA and names the control-plane
+/// endpoint), three control-plane Machines and a MachineDeployment of two workers, each
+/// rendered by the running controller from the shipped kubeadm-debian-12 template. The test
+/// cloud boots every Machine on a real host once its bootstrap data is there
+/// (`testenv::capi::hosts`, a bridge pod network on each) and gives each Node its provider ID as a cloud controller manager
+/// does; Cluster API writes the `<cluster>-kubeconfig` Secret from the CA the user brought, and
+/// the cloud reaches the new cluster with it. Cluster API sets every Machine's nodeRef; every
+/// Node is Ready; bootplate deletes every join token; etcd lists three members; every apiserver
+/// serves a certificate of the cluster CA; `kubectl get nodes` lists five Nodes.
 #[tokio::test(flavor = "multi_thread")]
-async fn three_control_plane_machines_and_two_workers_from_bootplates_renders() {
-    let (archives, pause) = control_plane_images();
-    let dir = tempfile::tempdir().unwrap();
-    cluster_pki(&dir.path().join("pki"));
-    let endpoint = Endpoint::start(PORT).expect("the control-plane endpoint");
-    let mut nodes: Vec<Node> = MACHINES
-        .iter()
-        .map(|(machine, _)| Node::new().unwrap_or_else(|e| panic!("{machine}'s node: {e:#}")))
-        .collect();
-    for node in &nodes[..3] {
-        endpoint.add_backend(SocketAddr::from((node.address(), PORT)));
-    }
-    let shared = Shared {
-        dir: dir.path().to_owned(),
-        endpoint: endpoint.address(),
-        version: joins::kube_version().unwrap(),
-        archives,
-        pause,
-        token: bootplate::core::token::Token::generate().expose(),
-    };
-    let ca = shared.ca();
-    let (control_plane, workers) = nodes.split_at_mut(3);
-    for (i, node) in control_plane.iter_mut().enumerate() {
-        let (machine, role) = MACHINES[i];
-        shared.boot(node, machine, role);
-        serves_cluster_certificate(node.address(), &ca, machine).await;
-        if role == "init" {
-            serves_cluster_certificate(endpoint.address(), &ca, "the endpoint").await;
-            issue_token(node, &shared.token);
-        }
-    }
-    std::thread::scope(|scope| {
-        for (node, (machine, role)) in workers.iter_mut().zip(&MACHINES[3..]) {
-            let shared = &shared;
-            scope.spawn(move || shared.boot(node, machine, role));
-        }
+async fn a_whole_control_plane_under_cluster_api() {
+    use testenv::capi::{CapiEnv, Options, objects};
+    let (images, pause) = control_plane_images();
+    let ca = testenv::pki::TestCa::new("kubernetes");
+    let endpoint = std::sync::Arc::new(Endpoint::start(PORT, &ca.cert_pem).expect("endpoint"));
+    let version = joins::kube_version().unwrap();
+    let hosts = Hosts::new(HostsSpec {
+        version: version.clone(),
+        images,
+        endpoint: endpoint.clone(),
     });
-    for node in &nodes {
+    let env = CapiEnv::start(Options {
+        hosts: Some(hosts.clone()),
+        cluster_ca: Some(ca.clone()),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    env.publish_shipped_template(TEMPLATE).await.unwrap();
+    env.bring_cluster_ca(CLUSTER).await.unwrap();
+    env.apply(
+        &objects::dev_cluster_resource(),
+        objects::dev_cluster(CLUSTER),
+    )
+    .await
+    .unwrap();
+    let mut cluster = objects::cluster(CLUSTER, None, false);
+    cluster["spec"]["controlPlaneEndpoint"] =
+        json!({"host": endpoint.address().to_string(), "port": PORT});
+    env.apply(&objects::cluster_resource(), cluster)
+        .await
+        .unwrap();
+    create_machines(&env, &version, &pause).await;
+
+    let init = wait_init_host(&env, &hosts).await;
+    let kubeconfig = capi_kubeconfig(&env).await;
+    hosts.set_workload(client_of(&kubeconfig).await);
+    let machines = wait_every_node_ref(&env).await;
+    wait_every_node_ready(&hosts.workload().unwrap()).await;
+    assert_whole_cluster(&env, &hosts, &machines, &init, &endpoint).await;
+}
+
+/// The three control-plane Machines (BootplateConfigs with the scenario's variables) and the
+/// MachineDeployment of two workers (a BootplateConfigTemplate with them), at `version`.
+async fn create_machines(env: &testenv::capi::CapiEnv, version: &str, pause: &str) {
+    use testenv::capi::objects;
+    for name in CONTROL_PLANE {
+        let mut config = objects::bootplate_config(name, TEMPLATE_NAME);
+        config["spec"]["variables"] = variables(pause);
+        let resource = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
+        env.apply(&resource, config).await.unwrap();
+        env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+            .await
+            .unwrap();
+        let mut machine = objects::control_plane_machine(name, CLUSTER);
+        machine["spec"]["version"] = json!(version);
+        env.apply(&objects::machine_resource(), machine)
+            .await
+            .unwrap();
+    }
+    let mut template = objects::bootplate_config_template(WORKERS, TEMPLATE_NAME);
+    template["spec"]["template"]["spec"]["variables"] = variables(pause);
+    let resource =
+        objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates");
+    env.apply(&resource, template).await.unwrap();
+    env.apply(
+        &objects::dev_machine_template_resource(),
+        objects::dev_machine_template(WORKERS, "small"),
+    )
+    .await
+    .unwrap();
+    let deployment = objects::machine_deployment(WORKERS, CLUSTER, 2, WORKERS, WORKERS, version);
+    env.apply(&objects::machine_deployment_resource(), deployment)
+        .await
+        .unwrap();
+}
+
+/// Waits until a control-plane Machine's host booted (the first one is the `init` one: the
+/// others join only once the Cluster reports its control plane initialized); its name.
+async fn wait_init_host(env: &testenv::capi::CapiEnv, hosts: &Hosts) -> String {
+    let deadline = std::time::Instant::now() + SCENARIO_WAIT;
+    loop {
+        if let Some(name) = CONTROL_PLANE
+            .iter()
+            .find(|name| hosts.with_node(name, |_| ()).is_some())
+        {
+            return (*name).to_owned();
+        }
         assert!(
-            node.pods_in_own_cgroup(),
-            "the kubelet at {} keeps its pods under {}",
-            node.address(),
-            node.cgroup_root()
+            std::time::Instant::now() < deadline,
+            "no control-plane host booted:\n{}",
+            env.describe().await
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The `<cluster>-kubeconfig` Secret's kubeconfig: Cluster API's Cluster controller writes it
+/// (owned by the Cluster) from the `<cluster>-ca` the user brought and the control-plane
+/// endpoint, as it does for every Cluster without a control-plane provider.
+async fn capi_kubeconfig(env: &testenv::capi::CapiEnv) -> String {
+    use k8s_openapi::api::core::v1::Secret;
+    let secrets = kube::Api::<Secret>::namespaced(env.client.clone(), testenv::capi::NS);
+    let name = format!("{CLUSTER}-kubeconfig");
+    let secret = testenv::eventually("Cluster API's kubeconfig Secret", SCENARIO_WAIT, || async {
+        secrets.get_opt(&name).await.unwrap()
+    })
+    .await;
+    let owners = secret.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o.kind == "Cluster" && o.name == CLUSTER),
+        "{name} is Cluster API's (owned by the Cluster): {owners:?}"
+    );
+    let value = &secret.data.as_ref().expect("data")["value"].0;
+    String::from_utf8(value.clone()).unwrap()
+}
+
+async fn client_of(kubeconfig: &str) -> kube::Client {
+    let config = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Waits until Cluster API set the nodeRef of all five Machines; returns them.
+async fn wait_every_node_ref(env: &testenv::capi::CapiEnv) -> Vec<kube::api::DynamicObject> {
+    let deadline = std::time::Instant::now() + SCENARIO_WAIT;
+    loop {
+        let machines = env.capi_list("Machine", "machines", CLUSTER).await;
+        let with_node = machines
+            .iter()
+            .filter(|m| m.data["status"]["nodeRef"]["name"].is_string())
+            .count();
+        if machines.len() == 5 && with_node == 5 {
+            return machines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{with_node} of {} Machines have a nodeRef:\n{}",
+            machines.len(),
+            env.describe().await
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Waits until the new cluster's five Nodes are Ready (each kubelet found its pod network).
+async fn wait_every_node_ready(workload: &kube::Client) {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
+    testenv::eventually("five Nodes Ready", TOKENS_WAIT, || async {
+        let list = nodes.list(&Default::default()).await.ok()?.items;
+        let ready = list.iter().filter(|node| {
+            let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        (list.len() == 5 && ready.count() == 5).then_some(())
+    })
+    .await;
+}
+
+/// What the whole cluster must be: each Machine's nodeRef names its Node, every join token is
+/// gone and bootplate counted each deletion, etcd has the three control-plane members, each
+/// apiserver and the endpoint serve a certificate of the cluster CA, five Nodes.
+async fn assert_whole_cluster(
+    env: &testenv::capi::CapiEnv,
+    hosts: &Hosts,
+    machines: &[kube::api::DynamicObject],
+    init: &str,
+    endpoint: &Endpoint,
+) {
+    use kube::ResourceExt;
+    use testenv::capi::boot::BootRecord;
+    let ca = env.cluster_ca.cert_pem.clone();
+    let mut names: Vec<String> = machines.iter().map(|m| m.name_any()).collect();
+    names.sort();
+    for machine in machines {
+        assert_eq!(
+            machine.data["status"]["nodeRef"]["name"],
+            json!(machine.name_any()),
+            "the Node the real kubelet registered"
         );
     }
+    let dev_machines = env.dynamic(&testenv::capi::objects::dev_machine_resource());
+    let mut token_ids = Vec::new();
+    for machine in machines {
+        let infra = machine.data["spec"]["infrastructureRef"]["name"]
+            .as_str()
+            .unwrap();
+        let record = BootRecord::of(&dev_machines.get(infra).await.unwrap())
+            .unwrap_or_else(|| panic!("{}: no boot record", machine.name_any()));
+        token_ids.extend(record.token_id);
+    }
+    token_ids.sort();
+    token_ids.dedup();
     assert_eq!(
-        etcd_members(&nodes[0]),
-        ["cp-0", "cp-1", "cp-2"],
-        "etcd's members"
+        token_ids.len(),
+        4,
+        "four Machines joined, each with a token of its own"
     );
-    let mut all: Vec<&str> = MACHINES.iter().map(|(machine, _)| *machine).collect();
-    all.sort();
-    assert_eq!(listed_nodes(&nodes[0]), all, "kubectl get nodes");
+    let workload = hosts.workload().unwrap();
+    let tokens: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(workload, "kube-system");
+    testenv::eventually("every join token deleted", TOKENS_WAIT, || async {
+        for id in &token_ids {
+            let name = format!("bootstrap-token-{id}");
+            if tokens.get_opt(&name).await.unwrap().is_some() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    let deleted = env
+        .bootplate
+        .metric("bootplate_bootstrap_tokens_total{action=\"deleted\"}")
+        .expect("bootplate's metrics hold the deleted tokens");
+    assert_eq!(deleted, 4.0, "tokens bootplate deleted");
+    let members = hosts.with_node(init, etcd_members).unwrap();
+    assert_eq!(members, CONTROL_PLANE, "etcd's members");
+    for name in CONTROL_PLANE {
+        let address = hosts.with_node(name, Node::address).unwrap();
+        serves_cluster_certificate(address, &ca, name).await;
+    }
+    serves_cluster_certificate(endpoint.address(), &ca, "the endpoint").await;
+    let listed = hosts.with_node(init, listed_nodes).unwrap();
+    assert_eq!(listed, names, "kubectl get nodes");
+    for name in &names {
+        let own = hosts.with_node(name, |node| (node.pods_in_own_cgroup(), node.cgroup_root()));
+        let (own, root) = own.unwrap_or_else(|| panic!("{name} has no host"));
+        assert!(own, "{name}'s kubelet keeps its pods under {root}");
+    }
 }

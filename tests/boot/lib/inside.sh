@@ -191,6 +191,17 @@ if [[ -n $real ]]; then
     touch "$root$program"
     mount --bind -o ro "$program" "$root$program"
   done
+  if [[ -n ${BOOT_CNI_SUBNET-} ]]; then
+    # The pod network a CNI add-on would give (run.sh --cni-subnet): the host's plugins and a
+    # bridge whose pods take addresses from this node's subnet.
+    mkdir -p "$root/opt/cni/bin" "$root/etc/cni/net.d"
+    mount --bind -o ro /usr/lib/cni "$root/opt/cni/bin"
+    cat >"$root/etc/cni/net.d/10-bootplate-bridge.conflist" <<CNI
+{"cniVersion": "1.0.0", "name": "bootplate-bridge", "plugins": [{"type": "bridge",
+  "bridge": "cni0", "isGateway": true, "ipam": {"type": "host-local",
+  "ranges": [[{"subnet": "$BOOT_CNI_SUBNET"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+CNI
+  fi
   # containerd, through a wrapper: the test machine is itself a container without
   # CAP_SYS_RESOURCE, so runc cannot lower a Pod's OOM score as containerd's CRI asks unless
   # restrict_oom_score_adj is set; the wrapper adds it to the configuration the user-data wrote.
@@ -331,7 +342,13 @@ fi
 cp "$stages_log" "$root/run/bootplate/stages.log"
 in_root python3 /usr/local/bootplate/check.py check >"$out/report.json"
 mkdir -p "$out/run"
-cp -a "$root/run/." "$out/run/"
+if [[ -n ${BOOT_HOLD-} ]]; then
+  # A held machine's containerd keeps running Pods, whose task directories under /run come and
+  # go (a copy raced one once, and the run ended before its hold): everything but its state.
+  find "$root/run" -mindepth 1 -maxdepth 1 ! -name containerd -exec cp -a {} "$out/run/" \;
+else
+  cp -a "$root/run/." "$out/run/"
+fi
 if [[ -n ${BOOT_HOLD-} ]]; then
   # What kubeadm wrote (admin.conf, the certificates), for the test that holds the machine.
   [[ ! -d $root/etc/kubernetes ]] || cp -a "$root/etc/kubernetes" "$out/etc-kubernetes"

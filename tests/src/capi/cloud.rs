@@ -168,6 +168,10 @@ pub struct CloudConfig {
     /// cluster is a management cluster that runs Pods, its scheduler must never place a Pod on
     /// a Node that is only a record.
     pub cordon_nodes: bool,
+    /// Machines boot on real hosts ([`super::hosts`]) that run their user-data, in the workload
+    /// cluster those hosts make (the cloud then plays a cloud controller manager only: it
+    /// gives each Node its provider ID).
+    pub hosts: Option<std::sync::Arc<super::hosts::Hosts>>,
 }
 
 /// The running cloud, kubelets and control-plane stand-in; stopped on drop.
@@ -435,7 +439,11 @@ async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyh
     if machine.data["spec"]["providerID"].is_string() {
         // It booted before (its record came along with a `clusterctl move`, its status did not):
         // the instance runs, there is nothing to boot again.
-        return report_provisioned(&api, &machine, None).await;
+        return report_provisioned(&api, &machine, None, LOOPBACK).await;
+    }
+    if let Some(hosts) = &config.hosts {
+        let host = hosts.boot(&capi_machine.name_any(), &user_data.0);
+        return report_host(&api, (&machine, &capi_machine), &user_data.0, host).await;
     }
     let record = if capi_machine.labels().contains_key(PLAIN_MACHINE_LABEL) {
         BootRecord::default()
@@ -454,18 +462,65 @@ async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyh
         &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
     )
     .await?;
-    report_provisioned(&api, &machine, Some(&record)).await
+    report_provisioned(&api, &machine, Some(&record), LOOPBACK).await
 }
 
-/// Reports `machine` provisioned (with what it booted with, when it booted just now).
+/// The address of a machine with no host of its own.
+const LOOPBACK: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
+
+/// What `host` (the real host of `machine`, booted with `user_data`) is doing, reported as an
+/// infrastructure provider reports its instance: nothing while it boots, `Ready=False` when its
+/// boot failed, provisioned with its address and provider ID once it booted. Its boot record
+/// is what the user-data joined with: a join token the real cluster took, as the join passed.
+async fn report_host(
+    api: &Api<DynamicObject>,
+    (machine, capi_machine): (&DynamicObject, &DynamicObject),
+    user_data: &[u8],
+    host: super::hosts::HostState,
+) -> anyhow::Result<()> {
+    use super::hosts::HostState;
+    let address = match host {
+        HostState::Booting => return Ok(()),
+        HostState::Failed(why) => return refuse(api, machine, &why).await,
+        HostState::Booted(address) => address,
+    };
+    let boot = boot::KubeadmBoot::read(&String::from_utf8_lossy(user_data))
+        .map_err(|e| anyhow::anyhow!("reading the user-data: {e}"))?;
+    let token_id = boot
+        .token
+        .as_deref()
+        .and_then(|t| t.split_once('.'))
+        .map(|(id, _)| id.to_owned());
+    let record = BootRecord {
+        role: boot.role,
+        authenticated_as: token_id.as_ref().map(|id| format!("system:bootstrap:{id}")),
+        token_id,
+    };
+    let provider_id = format!(
+        "dev:///{}/{}",
+        capi_machine.namespace().unwrap_or_default(),
+        capi_machine.name_any()
+    );
+    api.patch(
+        &machine.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+    )
+    .await?;
+    report_provisioned(api, machine, Some(&record), address).await
+}
+
+/// Reports `machine` provisioned at `address` (with what it booted with, when it booted just
+/// now).
 async fn report_provisioned(
     api: &Api<DynamicObject>,
     machine: &DynamicObject,
     record: Option<&BootRecord>,
+    address: std::net::Ipv4Addr,
 ) -> anyhow::Result<()> {
     let mut status = json!({
         "initialization": {"provisioned": true},
-        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "addresses": [{"type": "InternalIP", "address": address.to_string()}],
         "conditions": [ready_condition("True", "Booted", "the machine booted")],
     });
     if let Some(record) = record {
@@ -533,7 +588,15 @@ async fn expected_role(config: &CloudConfig, machine: &DynamicObject) -> anyhow:
 /// the machine's provider ID) and reports it Ready, unless the Machine says it never will.
 async fn register_nodes(config: &CloudConfig) -> anyhow::Result<()> {
     let all = api_all(&config.management, INFRA_GROUP, "DevMachine");
-    let nodes: Api<Node> = Api::all(config.workload.clone());
+    let workload = match &config.hosts {
+        // No workload cluster before the `init` host made it.
+        Some(hosts) => match hosts.workload() {
+            Some(client) => client,
+            None => return Ok(()),
+        },
+        None => config.workload.clone(),
+    };
+    let nodes: Api<Node> = Api::all(workload);
     // One listing of the Nodes instead of a read per machine: a machine whose Node exists is
     // done, and needs no read of its Machine either (a Node is named after its Machine).
     let registered: std::collections::HashSet<String> = nodes
@@ -548,6 +611,7 @@ async fn register_nodes(config: &CloudConfig) -> anyhow::Result<()> {
         machine.data["spec"]["providerID"].is_string()
             && machine.metadata.deletion_timestamp.is_none()
             && (config.real_kubelets
+                || config.hosts.is_some()
                 || owner(machine, "Machine").is_none_or(|o| !registered.contains(&o.name)))
     });
     futures::stream::iter(unregistered.map(Ok))
@@ -567,7 +631,7 @@ async fn register_machine(
         return Ok(());
     };
     let node_name = capi_machine.name_any();
-    if config.real_kubelets {
+    if config.real_kubelets || config.hosts.is_some() {
         return set_provider_id(nodes, &node_name, provider_id).await;
     }
     if capi_machine.labels().contains_key(NO_NODE_LABEL)

@@ -12,6 +12,7 @@ pub mod bootplate;
 pub mod cloud;
 pub mod clusterctl;
 pub mod garbage_collector;
+pub mod hosts;
 pub mod install;
 pub mod kubeadm_bootstrap;
 pub mod objects;
@@ -171,12 +172,18 @@ pub struct Options {
     /// The Cluster API release whose manager, CRDs and manifests run (the current one unless
     /// a scenario runs against the oldest supported release too).
     pub release: crate::tools::CapiRelease,
+    /// Machines boot on real hosts that run their user-data ([`hosts`]), which make the
+    /// workload cluster (the scenario points its Cluster at their endpoint).
+    pub hosts: Option<Arc<hosts::Hosts>>,
+    /// The workload cluster's CA, when the scenario made it first (for the health check of the
+    /// endpoint its hosts' apiservers go behind); a new one otherwise.
+    pub cluster_ca: Option<TestCa>,
 }
 
 impl CapiEnv {
     /// Starts both apiservers, the garbage collector, Cluster API, bootplate and the cloud.
     pub async fn start(options: Options) -> anyhow::Result<CapiEnv> {
-        let cluster_ca = TestCa::new("kubernetes");
+        let cluster_ca = (options.cluster_ca.clone()).unwrap_or_else(|| TestCa::new("kubernetes"));
         if options.in_place_updates {
             let workload = Arc::new(ApiServer::start_for_joins(&cluster_ca).await?);
             return Self::start_managing(options, workload, cluster_ca).await;
@@ -257,6 +264,7 @@ impl CapiEnv {
             cluster_ca: cluster_ca.clone(),
             real_kubelets: options.real_joins,
             cordon_nodes: false,
+            hosts: options.hosts.clone(),
         });
         Ok(CapiEnv {
             _cloud: cloud,

@@ -75,6 +75,7 @@ impl Fleet {
             cluster_ca: workload.cluster_ca().clone(),
             real_kubelets: false,
             cordon_nodes: true,
+            hosts: None,
         });
         Ok(Fleet {
             _cloud: cloud,
