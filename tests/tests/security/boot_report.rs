@@ -19,7 +19,8 @@
 //!   none of the report, the status and the Events;
 //! - a provisioned machine that never reported shows `BootNotStarted`; one that wrote garbage
 //!   shows the phase `Unreadable`, and the others are still served;
-//! - once the machine joined, its report objects go with its token.
+//! - once the machine joined, its report objects go with its token;
+//! - a machine whose config sets `delivery: Fetch`: see `fetch_delivery.rs`.
 
 use std::path::Path;
 use std::process::Command;
@@ -151,6 +152,7 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
         env.machine("c1", name, false, cluster_template("boot"))
             .await;
     }
+    super::fetch_delivery::create_machine(&env, "w-2").await;
     let (w0, w1) = (env.wait_ready("w-0").await, env.wait_ready("w-1").await);
     let report_of =
         |config: &crd_types::BootplateConfig| format!("bootplate-boot-{}", config.uid().unwrap());
@@ -274,4 +276,6 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
         },
     )
     .await;
+
+    super::fetch_delivery::check(&env, &ca, &ca_file, &token1, "w-2").await;
 }
