@@ -12,7 +12,9 @@
 //!   the payload; the payload run (paths moved, as the boot report tests run user-data) reports
 //!   its failed `join` part: `BootFailed` on the config;
 //! - a refused token (401 from the apiserver) stops the stub with a clear message;
-//! - once the Machine joined, the payload's Secret, Role and RoleBinding are gone.
+//! - once the Machine joined, the payload's Secret, Role and RoleBinding are gone;
+//! - another machine whose token expired: its stub stops with the 401 message, it never
+//!   reports, and once provisioned long enough its config shows `BootNotStarted`.
 
 use std::path::Path;
 use std::process::Command;
@@ -22,7 +24,7 @@ use crd_types::capi::Machine;
 use crd_types::{BootplateConfig, Delivery};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use testenv::capi_env::{Env, NS, WAIT, cluster_template};
@@ -107,6 +109,14 @@ fn get_as(env: &Env, ca: &Path, token: &str, path: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `stub` with the line that runs the decrypted render replaced by one that keeps it as
+/// `run/payload.sh` (the test runs it with its paths moved).
+fn keeping_the_payload(stub: &str) -> String {
+    let run = r#"(cd / && bash "$D/x.sh")"#;
+    assert!(stub.contains(run), "{stub}");
+    stub.replace(run, r#"cp "$D/x.sh" "$D/../payload.sh""#)
+}
+
 /// Runs `stub` (its `/run/` under `root`) with bash: success, and standard error.
 fn run_stub(stub: &str, root: &Path) -> (bool, String) {
     let path = root.join("stub.sh");
@@ -154,10 +164,7 @@ pub(super) async fn check(env: &Env, ca: &TestCa, ca_file: &Path, other_token: &
     publish_cluster_info(env, ca).await;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let run = r#"(cd / && bash "$D/x.sh")"#;
-    assert!(stub.contains(run), "{stub}");
-    let keep = r#"cp "$D/x.sh" "$D/../payload.sh""#;
-    let (ok, err) = run_stub(&stub.replace(run, keep), root);
+    let (ok, err) = run_stub(&keeping_the_payload(&stub), root);
     assert!(ok, "the stub failed: {err}");
     let payload = std::fs::read_to_string(root.join("run/payload.sh")).unwrap();
     assert!(payload.contains(&token) && payload.starts_with("#!/bin/bash\n"));
@@ -170,7 +177,7 @@ pub(super) async fn check(env: &Env, ca: &TestCa, ca_file: &Path, other_token: &
 
     // A token the apiserver refuses: the stub stops and says why.
     let refused = stub.replace(&token, &format!("{}.0000000000000000", &token[..6]));
-    let (ok, err) = run_stub(&refused, root);
+    let (ok, err) = run_stub(&keeping_the_payload(&refused), root);
     assert!(!ok);
     assert!(
         err.contains("refused the bootstrap token (401): it expired or was deleted"),
@@ -190,4 +197,37 @@ pub(super) async fn check(env: &Env, ca: &TestCa, ca_file: &Path, other_token: &
         matches!(left, (None, None, None)).then_some(())
     })
     .await;
+}
+
+/// Machine `name` (made by [`create_machine`], after [`check`] published `cluster-info`) whose
+/// token expired before it booted: the stub stops with the 401 message and the config shows
+/// `BootNotStarted` (the stub never got to the render and its reporter).
+pub(super) async fn check_expired(env: &Env, name: &str) {
+    env.wait_ready(name).await;
+    let stub = env.user_data(name).await;
+    let token = stub_value(&stub, "T");
+    let id = token.split_once('.').unwrap().0;
+    let expired = json!({"stringData": {"expiration": "2001-01-01T00:00:00Z"}});
+    Api::<Secret>::namespaced(env.workload_client.clone(), "kube-system")
+        .patch(
+            &format!("bootstrap-token-{id}"),
+            &PatchParams::default(),
+            &Patch::Merge(&expired),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Were the token accepted, the render is kept, not run on this machine.
+    let (ok, err) = run_stub(&keeping_the_payload(&stub), dir.path());
+    assert!(!ok);
+    assert!(
+        err.contains("refused the bootstrap token (401): it expired or was deleted"),
+        "{err}"
+    );
+    super::boot_report::provisioned_long_ago(env, name).await;
+    let message = env.wait_reason(name, "BootNotStarted").await;
+    assert!(
+        message.contains(&format!("Machine {name} has not reported its boot")),
+        "{message}"
+    );
 }
