@@ -36,5 +36,8 @@ pub const PAYLOAD_CONFIG_UID: &str = "bootstrap.bootplate.dev/payload-config-uid
 /// of its config (docs/boot-channel.md). The reports of a cluster are listed by it; whose
 /// report it is comes from the name, which the machine cannot change.
 pub const BOOT_REPORT_CONFIG_UID: &str = "bootstrap.bootplate.dev/boot-report-config-uid";
+/// On a machine's fetch payload Secret, Role and RoleBinding in the workload cluster (fetch
+/// delivery, docs/boot-channel.md): the UID of its config.
+pub const FETCH_CONFIG_UID: &str = "bootstrap.bootplate.dev/fetch-config-uid";
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "bootplate";

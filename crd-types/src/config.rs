@@ -60,6 +60,10 @@ pub struct BootplateConfigSpec {
     /// replaces the template's default for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::network::NetworkConfig>,
+    /// Overrides the template's `delivery`: `Inline` or `Fetch` (docs/boot-channel.md, "Fetch
+    /// delivery").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<crate::template::Delivery>,
 }
 
 /// Which template to render.

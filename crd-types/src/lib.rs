@@ -28,7 +28,7 @@ pub use generator::{
 pub use network::NetworkConfig;
 pub use template::{
     BootReports, BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
-    ClusterBootstrapTemplateSpec, Compression, DropIn, FileEncoding, ItemSchema, OsInfo,
+    ClusterBootstrapTemplateSpec, Compression, Delivery, DropIn, FileEncoding, ItemSchema, OsInfo,
     OutputFormat, Part, PartGenerator, Role, TemplateFile, TemplateSpec, Unit, UpdateStrategy,
     ValueType, VariableDecl, VariableSchema,
 };

@@ -69,6 +69,14 @@ pub struct TemplateSpec {
     /// steps and never reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_reports: Option<BootReports>,
+    /// How machines get the render (docs/boot-channel.md, "Fetch delivery"). `Inline` (the
+    /// default) puts the whole render in the data Secret. `Fetch` puts there a stub of at most
+    /// 2 KiB in `format` that fetches the render (in the `script` format, encrypted with a key
+    /// only the stub holds) from the workload cluster with the machine's bootstrap token; for
+    /// Machines of role `worker` and `control-plane-join` of a structured template. `init`
+    /// machines and MachinePools still get the whole render. A config may override it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
     /// Defaults of the network input (registry mirrors, proxy, extra CAs, NTP servers,
     /// kubeadm's image repository, artifact sources; docs/air-gapped.md) for configs that do
     /// not set them. CAs are inline here: a template names no Secret.
@@ -400,6 +408,17 @@ pub enum BootReports {
     Enabled,
     /// No reporter: the config shows no `Booting` phase and no `BootFailed`.
     Disabled,
+}
+
+/// How a machine gets its render.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Delivery {
+    /// The whole render is the user-data.
+    #[default]
+    Inline,
+    /// The user-data is a small stub that fetches the encrypted render from the workload
+    /// cluster with the machine's bootstrap token.
+    Fetch,
 }
 
 /// How a change to a part reaches machines that already booted.

@@ -29,6 +29,10 @@ pub struct RenderContext {
     /// templates (the reporter is the format writers' business).
     #[serde(skip)]
     pub boot_report: Option<BootReport>,
+    /// With fetch delivery, where the machine fetches its render and the keys it is sealed
+    /// with; `None`: the whole render is the user-data. Not seen by templates.
+    #[serde(skip)]
+    pub fetch: Option<crate::fetch::Fetch>,
 }
 
 /// Where and how a machine reports its boot (docs/boot-channel.md): the workload apiserver,
@@ -257,6 +261,7 @@ impl RenderContext {
             join: if role == Role::Init { None } else { join },
             certs: if role.is_control_plane() { certs } else { None },
             boot_report: None,
+            fetch: None,
         }
     }
 }

@@ -14,6 +14,7 @@ mod body;
 pub mod context;
 mod engine;
 mod error;
+pub mod fetch;
 mod files;
 mod formats;
 pub mod generator;
@@ -28,7 +29,8 @@ pub mod user_data;
 mod values;
 
 use crd_types::{
-    BootplateConfigSpec, Compression, GeneratorSecrets, OutputFormat, TemplateSpec, UpdateStrategy,
+    BootplateConfigSpec, Compression, Delivery, GeneratorSecrets, OutputFormat, Role, TemplateSpec,
+    UpdateStrategy,
 };
 use handlebars::Context;
 use serde_json::{Map, Value};
@@ -62,6 +64,8 @@ pub struct CompiledTemplate {
     max_output_bytes: Option<u64>,
     /// The template does not turn boot reports off.
     boot_reports: bool,
+    /// The template's `delivery` (a config may override it).
+    delivery: Delivery,
     engine: Engine,
     declarations: Declarations,
     body: Body,
@@ -86,6 +90,8 @@ pub struct Rendered {
     pub data: Vec<u8>,
     /// The precise format (for the Secret's annotation).
     pub format: OutputFormat,
+    /// With fetch delivery, the sealed render that `data`, a stub, fetches (see [`fetch`]).
+    pub payload: Option<fetch::Sealed>,
 }
 
 impl std::fmt::Debug for Rendered {
@@ -94,6 +100,7 @@ impl std::fmt::Debug for Rendered {
         f.debug_struct("Rendered")
             .field("data", &format_args!("<{} bytes>", self.data.len()))
             .field("format", &self.format)
+            .field("payload", &self.payload)
             .finish()
     }
 }
@@ -156,6 +163,12 @@ impl CompiledTemplate {
                 Body::Parts(Vec::new())
             }
         };
+        if spec.delivery == Some(Delivery::Fetch) && spec.template.is_some() {
+            problems.push(Problem::template(
+                "spec.delivery",
+                "delivery: Fetch needs a structured body (spec.parts): the fetched render is laid out in the script format",
+            ));
+        }
         if let Some(network) = &spec.network {
             problems.extend(
                 network::check(network, network::Source::Template)
@@ -176,6 +189,7 @@ impl CompiledTemplate {
             compression: spec.compression.unwrap_or_default(),
             max_output_bytes: spec.max_output_bytes,
             boot_reports: spec.boot_reports.unwrap_or_default() == crd_types::BootReports::Enabled,
+            delivery: spec.delivery.unwrap_or_default(),
             engine,
             declarations,
             body,
@@ -276,15 +290,19 @@ impl CompiledTemplate {
         };
         let mut budget = Budget::new(cap);
         let context = self.machine_context(config, ctx, values)?;
+        let mut payload = None;
         let text = match &self.body {
-            Body::Raw(text, parts) => self.render_raw(
-                (text, parts),
-                (config, generated),
-                ctx.machine.role,
-                &context,
-                &mut budget,
-                (limit, compress),
-            )?,
+            Body::Raw(text, parts) => {
+                self.check_raw_inline(config, ctx)?;
+                self.render_raw(
+                    (text, parts),
+                    (config, generated),
+                    ctx.machine.role,
+                    &context,
+                    &mut budget,
+                    (limit, compress),
+                )?
+            }
             Body::Parts(parts) => {
                 let body = body::collect(
                     parts,
@@ -306,13 +324,9 @@ impl CompiledTemplate {
                         .with_reason(crd_types::conditions::reason::RENDER_FAILED),
                     )
                 })?;
-                let meta = formats::Meta {
-                    object: &self.object,
-                    revision: &self.revision,
-                    role: ctx.machine.role,
-                    report: ctx.boot_report.as_ref().filter(|_| self.boot_reports),
-                };
-                formats::write(self.format, &meta, &body)
+                let (text, sealed) = self.lay_out(&body, ctx, limit)?;
+                payload = sealed;
+                text
             }
         };
         if compress && text.len() as u64 > cap {
@@ -329,6 +343,7 @@ impl CompiledTemplate {
         Ok(Rendered {
             data,
             format: self.format,
+            payload,
         })
     }
 
@@ -375,6 +390,85 @@ impl CompiledTemplate {
                         .with_reason(crd_types::conditions::reason::RENDER_FAILED),
                 )
             })
+    }
+
+    /// A raw body cannot be fetched.
+    fn check_raw_inline(
+        &self,
+        config: &BootplateConfigSpec,
+        ctx: &RenderContext,
+    ) -> Result<(), RenderError> {
+        if ctx.fetch.is_some() && self.fetches(config, ctx.machine.role) {
+            let problem = Problem::config(
+                "spec.delivery",
+                "delivery: Fetch needs a structured template (spec.parts); this one has a raw spec.template",
+            );
+            return Err(RenderError::failed(&self.object, problem));
+        }
+        Ok(())
+    }
+
+    /// The text of a structured body: in the template's format; with fetch delivery (a
+    /// [`RenderContext::fetch`] and a role that fetches), the stub in that format and the
+    /// render in the script format, sealed.
+    fn lay_out(
+        &self,
+        body: &body::Body,
+        ctx: &RenderContext,
+        limit: Limit,
+    ) -> Result<(String, Option<fetch::Sealed>), RenderError> {
+        let meta = formats::Meta {
+            object: &self.object,
+            revision: &self.revision,
+            role: ctx.machine.role,
+            report: ctx.boot_report.as_ref().filter(|_| self.boot_reports),
+            stub: false,
+        };
+        let Some(target) = ctx
+            .fetch
+            .as_ref()
+            .filter(|_| ctx.machine.role != Role::Init)
+        else {
+            return Ok((formats::write(self.format, &meta, body), None));
+        };
+        let payload = formats::write(OutputFormat::Script, &meta, body);
+        if payload.len() as u64 > limit.bytes {
+            return Err(self.too_large(payload.len() as u64, limit.bytes, limit, false, false));
+        }
+        let stub_meta = formats::Meta {
+            report: None,
+            stub: true,
+            ..meta
+        };
+        let stub_body = body::Body {
+            files: Vec::new(),
+            units: Vec::new(),
+            commands: vec![fetch::stub_script(target)],
+            command_parts: Vec::new(),
+        };
+        let stub = formats::write(self.format, &stub_meta, &stub_body);
+        if stub.len() > fetch::STUB_LIMIT {
+            let problem = Problem::template(
+                "spec.delivery",
+                format!(
+                    "the fetch stub is {} bytes, over its limit of {} (the workload API endpoint `{}` takes {} of them)",
+                    stub.len(),
+                    fetch::STUB_LIMIT,
+                    target.server,
+                    target.server.len()
+                ),
+            );
+            let problem = problem.with_reason(crd_types::conditions::reason::RENDER_FAILED);
+            return Err(RenderError::failed(&self.object, problem));
+        }
+        Ok((stub, Some(fetch::seal(payload.as_bytes(), &target.keys))))
+    }
+
+    /// Whether a machine of `role` rendered with `config` fetches its render: the config's
+    /// `delivery`, else the template's, is `Fetch`, and the role is not `init` (an `init`
+    /// machine has no workload apiserver to fetch from: it always gets the whole render).
+    pub fn fetches(&self, config: &BootplateConfigSpec, role: Role) -> bool {
+        role != Role::Init && config.delivery.unwrap_or(self.delivery) == Delivery::Fetch
     }
 
     /// The render of the machine described by `ctx`, split by part, for in-place updates:

@@ -352,6 +352,16 @@ fn static_checks(t: &CompiledTemplate) -> Vec<Problem> {
         }
     }
     problems.extend(network_ignored(t.network.is_some(), &findings.network_read));
+    if t.delivery == crd_types::Delivery::Fetch {
+        problems.push(
+            Problem::template(
+                "spec.delivery",
+                "delivery: Fetch: machines of role `init` (and MachinePools) still get the whole render as user-data; an `init` machine has no workload apiserver to fetch from before it starts one",
+            )
+            .warning()
+            .with_code("fetch-init-inline"),
+        );
+    }
     let included: BTreeSet<String> = t.engine.uses_of_partials().into_iter().collect();
     for name in t.engine.partial_names() {
         if !included.contains(name) {

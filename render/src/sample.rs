@@ -66,6 +66,7 @@ pub fn sample_context(role: Role) -> RenderContext {
         }),
         certs: role.is_control_plane().then(sample_certificates),
         boot_report: None,
+        fetch: None,
         cluster: ClusterInfo {
             name: SAMPLE_CLUSTER.to_owned(),
             namespace: "default".to_owned(),

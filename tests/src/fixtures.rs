@@ -147,6 +147,7 @@ pub fn full_template_spec() -> TemplateSpec {
         compression: Some(Compression::Gzip),
         max_output_bytes: Some(65536),
         boot_reports: Some(crd_types::BootReports::Enabled),
+        delivery: Some(crd_types::Delivery::Inline),
         network: Some(full_network(false)),
     }
 }
@@ -268,6 +269,7 @@ pub fn full_config_spec() -> BootplateConfigSpec {
         post_commands: vec!["echo post".into()],
         max_output_bytes: Some(524288),
         network: Some(full_network(true)),
+        delivery: Some(crd_types::Delivery::Inline),
     }
 }
 

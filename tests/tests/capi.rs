@@ -1711,7 +1711,89 @@ async fn i_every_kubeadm_template_joins_a_real_control_plane() {
     // The workload cluster runs no token cleaner (`joins::JoinServices`): a deleted token is one
     // bootplate deleted.
     assert_every_join_token_deleted(&env, &machines, cases.len()).await;
+    a_worker_joins_from_a_fetch_stub(&env, &version).await;
     a_wrong_ca_hash_is_reported_with_kubeadms_message(&env, &version).await;
+}
+
+/// Worker Machine `name` of cluster `iota` at `version` with BootplateConfig `config` (given
+/// the boot proof's sandbox variables) and its DevMachine; its data Secret, once written.
+async fn sandbox_worker(env: &CapiEnv, name: &str, mut config: Value, version: &str) -> Secret {
+    config["spec"]["variables"] = joins::sandbox_variables();
+    let configs = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
+    env.apply(&configs, config).await.unwrap();
+    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+        .await
+        .unwrap();
+    env.apply(
+        &objects::machine_resource(),
+        objects::worker_machine(name, "iota", version),
+    )
+    .await
+    .unwrap();
+    eventually(&format!("{name}'s data Secret"), WAIT, || async {
+        data_secret(env, name).await
+    })
+    .await
+}
+
+/// (i, continued) Fetch delivery (docs/boot-channel.md): a worker of `kubeadm-ubuntu-2404` whose
+/// config sets `delivery: Fetch` gets a cloud-config stub of at most 2048 bytes; booted by the
+/// boot proof, the stub checks the CA of the real `cluster-info` against its hash, fetches its
+/// sealed render from the real workload apiserver with its token, decrypts it with the image's
+/// openssl and runs it: the real kubeadm joins, the kubelet registers the Node, Cluster API
+/// sets the nodeRef, and bootplate deletes the token and the payload with it.
+async fn a_worker_joins_from_a_fetch_stub(env: &CapiEnv, version: &str) {
+    let name = "iota-fetch";
+    let mut config = objects::bootplate_config(name, "kubeadm-ubuntu-2404");
+    config["spec"]["delivery"] = json!("Fetch");
+    let secret = sandbox_worker(env, name, config, version).await;
+    let stub = user_data(&secret);
+    assert!(
+        stub.len() <= 2048 && stub.contains("bootplate fetch stub"),
+        "a stub of {} bytes:\n{stub}",
+        stub.len()
+    );
+    let uid = env.configs().get(name).await.unwrap().uid().unwrap();
+    let payload = format!("bootplate-fetch-{uid}");
+    let secrets: Api<Secret> = Api::namespaced(env.workload_client.clone(), "kube-system");
+    assert!(secrets.get_opt(&payload).await.unwrap().is_some());
+    let version = version.to_owned();
+    let boot = tokio::task::spawn_blocking(move || {
+        joins::boot(stub.as_bytes(), "capi-fetch", "worker", &version, "ubuntu")
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(boot.status, Some(0), "{}", boot.explain());
+    assert_eq!(boot.kubeadm_status("join"), Some(0), "{}", boot.explain());
+    // The boot proof looks for the kubelet's registration only in user-data that names
+    // kubeadm, which a stub does not: the Node itself is the proof.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
+    assert!(
+        nodes.get_opt(name).await.unwrap().is_some(),
+        "the kubelet registered its Node: {}",
+        boot.explain()
+    );
+    wait_machines(
+        env,
+        "iota",
+        &format!("{name} Running with a nodeRef"),
+        |machines| {
+            machines
+                .iter()
+                .any(|m| m.name_any() == name && phase(m) == "Running" && has_node_ref(m))
+        },
+    )
+    .await;
+    eventually("the payload deleted after the join", WAIT, || async {
+        secrets
+            .get_opt(&payload)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 /// kubeadm's message when the CA it discovers is not the one the join pins.
@@ -1735,23 +1817,8 @@ async fn a_wrong_ca_hash_is_reported_with_kubeadms_message(env: &CapiEnv, versio
         .await
         .unwrap();
     let name = "iota-wrong-hash";
-    let mut config = objects::bootplate_config(name, "kubeadm-wrong-hash");
-    config["spec"]["variables"] = joins::sandbox_variables();
-    let configs = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
-    env.apply(&configs, config).await.unwrap();
-    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
-        .await
-        .unwrap();
-    env.apply(
-        &objects::machine_resource(),
-        objects::worker_machine(name, "iota", version),
-    )
-    .await
-    .unwrap();
-    let secret = eventually(&format!("{name}'s data Secret"), WAIT, || async {
-        data_secret(env, name).await
-    })
-    .await;
+    let config = objects::bootplate_config(name, "kubeadm-wrong-hash");
+    let secret = sandbox_worker(env, name, config, version).await;
     let user_data = secret.data.as_ref().unwrap()["value"].0.clone();
     let version = version.to_owned();
     let boot = tokio::task::spawn_blocking(move || {

@@ -323,6 +323,7 @@ fn template_spec() -> impl Strategy<Value = TemplateSpec> {
                     compression,
                     max_output_bytes: max,
                     boot_reports: None,
+                    delivery: None,
                     network: None,
                 }
             },
@@ -394,6 +395,7 @@ fn config_spec() -> impl Strategy<Value = BootplateConfigSpec> {
                 post_commands: post,
                 max_output_bytes: max,
                 network: None,
+                delivery: None,
             },
         )
 }

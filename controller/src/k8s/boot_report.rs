@@ -43,11 +43,20 @@ pub(crate) struct Target<'a> {
 }
 
 fn meta(target: &Target<'_>) -> ObjectMeta {
+    meta_named(
+        target,
+        &name(target.config_uid),
+        labels::BOOT_REPORT_CONFIG_UID,
+    )
+}
+
+/// The metadata of object `name` of the config (label `label`: its UID), owned by its token.
+pub(crate) fn meta_named(target: &Target<'_>, name: &str, label: &str) -> ObjectMeta {
     ObjectMeta {
-        name: Some(name(target.config_uid)),
+        name: Some(name.to_owned()),
         namespace: Some(NAMESPACE.to_owned()),
         labels: Some(BTreeMap::from([(
-            labels::BOOT_REPORT_CONFIG_UID.to_owned(),
+            label.to_owned(),
             target.config_uid.to_owned(),
         )])),
         owner_references: Some(vec![OwnerReference {
@@ -69,28 +78,38 @@ pub(crate) fn config_map(target: &Target<'_>) -> ConfigMap {
     }
 }
 
-/// `get` and `patch` of that one ConfigMap.
-pub(crate) fn role(target: &Target<'_>) -> Role {
+/// The report's grant: `get` and `patch` of its one ConfigMap, `object`.
+fn report_grant(object: &str) -> Grant<'_> {
+    Grant {
+        object,
+        label: labels::BOOT_REPORT_CONFIG_UID,
+        resource: "configmaps",
+        verbs: &["get", "patch"],
+    }
+}
+
+/// The Role of `grant`: its verbs on its one object (core group).
+pub(crate) fn role(target: &Target<'_>, grant: &Grant<'_>) -> Role {
     Role {
-        metadata: meta(target),
+        metadata: meta_named(target, grant.object, grant.label),
         rules: Some(vec![PolicyRule {
             api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["configmaps".to_owned()]),
-            resource_names: Some(vec![name(target.config_uid)]),
-            verbs: vec!["get".to_owned(), "patch".to_owned()],
+            resources: Some(vec![grant.resource.to_owned()]),
+            resource_names: Some(vec![grant.object.to_owned()]),
+            verbs: grant.verbs.iter().map(|v| (*v).to_owned()).collect(),
             ..PolicyRule::default()
         }]),
     }
 }
 
-/// [`role`] for the token's user.
-pub(crate) fn role_binding(target: &Target<'_>) -> RoleBinding {
+/// [`role`] bound to the token's user (and no one else).
+pub(crate) fn role_binding(target: &Target<'_>, grant: &Grant<'_>) -> RoleBinding {
     RoleBinding {
-        metadata: meta(target),
+        metadata: meta_named(target, grant.object, grant.label),
         role_ref: RoleRef {
             api_group: Some("rbac.authorization.k8s.io".to_owned()),
             kind: "Role".to_owned(),
-            name: name(target.config_uid),
+            name: grant.object.to_owned(),
         },
         subjects: Some(vec![Subject {
             api_group: Some("rbac.authorization.k8s.io".to_owned()),
@@ -108,63 +127,104 @@ fn workload_error(e: kube::Error) -> Error {
     )
 }
 
-/// Sets up the report objects of config `config_uid` for token `token_id` (just created):
-/// server-side applied, so a config's later token takes them over.
-pub(crate) async fn set_up(workload: &Client, config_uid: &str, token_id: &str) -> Result<()> {
+/// The UID of token `token_id`'s Secret (the owner of the objects made for it).
+pub(crate) async fn token_uid(workload: &Client, token_id: &str) -> kube::Result<String> {
     let secrets: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
-    let token = (secrets
-        .get_metadata(&format!("bootstrap-token-{token_id}"))
-        .await)
-        .map_err(workload_error)?;
-    let token_uid = token.uid().unwrap_or_default();
+    let name = format!("bootstrap-token-{token_id}");
+    Ok(secrets.get_metadata(&name).await?.uid().unwrap_or_default())
+}
+
+/// What a [`grant`] lets a token do: `verbs` on the one `resource` named `object` (the Role
+/// and RoleBinding have that name too), labelled `label` with the config's UID.
+pub(crate) struct Grant<'a> {
+    pub object: &'a str,
+    pub label: &'a str,
+    pub resource: &'a str,
+    pub verbs: &'a [&'a str],
+}
+
+/// Server-side applies, for config `config_uid`'s token `token_id`, the Role and RoleBinding
+/// of `grant` and then the granted object (`object` makes it), all owned by the token's
+/// Secret: four requests (the token's UID, three applies).
+pub(crate) async fn grant<K>(
+    workload: &Client,
+    (config_uid, token_id): (&str, &str),
+    grant: &Grant<'_>,
+    object: impl FnOnce(&Target<'_>) -> K,
+) -> kube::Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let token_uid = token_uid(workload, token_id).await?;
     let target = Target {
         config_uid,
         token_id,
         token_uid: &token_uid,
     };
+    let name = grant.object;
     let params = PatchParams::apply(labels::FIELD_MANAGER).force();
-    let object = name(config_uid);
-    let config_maps: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
     let roles: Api<Role> = Api::namespaced(workload.clone(), NAMESPACE);
     let bindings: Api<RoleBinding> = Api::namespaced(workload.clone(), NAMESPACE);
-    (roles
-        .patch(&object, &params, &Patch::Apply(role(&target)))
-        .await)
-        .map_err(workload_error)?;
-    let binding = Patch::Apply(role_binding(&target));
-    (bindings.patch(&object, &params, &binding).await).map_err(workload_error)?;
-    let config_map = Patch::Apply(config_map(&target));
-    (config_maps.patch(&object, &params, &config_map).await).map_err(workload_error)?;
+    let objects: Api<K> = Api::namespaced(workload.clone(), NAMESPACE);
+    let role = role(&target, grant);
+    roles.patch(name, &params, &Patch::Apply(role)).await?;
+    let binding = role_binding(&target, grant);
+    bindings
+        .patch(name, &params, &Patch::Apply(binding))
+        .await?;
+    let object = object(&target);
+    objects.patch(name, &params, &Patch::Apply(object)).await?;
     Ok(())
+}
+
+/// Sets up the report objects of config `config_uid` for token `token_id` (just created):
+/// server-side applied, so a config's later token takes them over.
+pub(crate) async fn set_up(workload: &Client, config_uid: &str, token_id: &str) -> Result<()> {
+    let object = name(config_uid);
+    let ids = (config_uid, token_id);
+    grant(workload, ids, &report_grant(&object), config_map)
+        .await
+        .map_err(workload_error)
 }
 
 /// Deletes the report objects of config `config_uid` (with its tokens). Returns how many were
 /// there.
 pub(crate) async fn delete(workload: &Client, config_uid: &str) -> Result<usize> {
-    let object = name(config_uid);
-    let mut deleted = 0;
-    let config_maps: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
+    delete_granted::<ConfigMap>(workload, &name(config_uid))
+        .await
+        .map_err(workload_error)
+}
+
+/// Deletes the RoleBinding, the Role and the `K` named `object` in [`NAMESPACE`]. Returns how
+/// many were there.
+pub(crate) async fn delete_granted<K>(workload: &Client, object: &str) -> kube::Result<usize>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let objects: Api<K> = Api::namespaced(workload.clone(), NAMESPACE);
     let roles: Api<Role> = Api::namespaced(workload.clone(), NAMESPACE);
     let bindings: Api<RoleBinding> = Api::namespaced(workload.clone(), NAMESPACE);
+    let params = DeleteParams::default();
     let results = [
-        bindings
-            .delete(&object, &DeleteParams::default())
-            .await
-            .map(drop),
-        roles
-            .delete(&object, &DeleteParams::default())
-            .await
-            .map(drop),
-        config_maps
-            .delete(&object, &DeleteParams::default())
-            .await
-            .map(drop),
+        bindings.delete(object, &params).await.map(drop),
+        roles.delete(object, &params).await.map(drop),
+        objects.delete(object, &params).await.map(drop),
     ];
+    let mut deleted = 0;
     for result in results {
         match result {
             Ok(()) => deleted += 1,
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(workload_error(e)),
+            Err(e) => return Err(e),
         }
     }
     Ok(deleted)
@@ -262,10 +322,12 @@ mod tests {
             token_id: "abcdef",
             token_uid: "t-uid",
         };
-        let rule = &role(&target).rules.unwrap()[0];
+        let object = name("u-1");
+        let grant = report_grant(&object);
+        let rule = &role(&target, &grant).rules.unwrap()[0];
         assert_eq!(rule.resource_names.as_deref(), Some(&[name("u-1")][..]));
         assert_eq!(rule.verbs, ["get", "patch"]);
-        let subject = &role_binding(&target).subjects.unwrap()[0];
+        let subject = &role_binding(&target, &grant).subjects.unwrap()[0];
         assert_eq!(subject.name, "system:bootstrap:abcdef");
         let owner = &config_map(&target).metadata.owner_references.unwrap()[0];
         assert_eq!(

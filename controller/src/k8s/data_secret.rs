@@ -168,6 +168,7 @@ mod tests {
         let rendered = Rendered {
             data: data.as_bytes().to_vec(),
             format: OutputFormat::CloudConfig,
+            payload: None,
         };
         let provenance = Provenance {
             cluster: "c1",

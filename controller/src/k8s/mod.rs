@@ -5,6 +5,7 @@ pub(crate) mod boot_report;
 pub(crate) mod certs;
 pub(crate) mod data_secret;
 pub mod events;
+pub(crate) mod fetch_payload;
 pub(crate) mod files;
 pub(crate) mod init_lock;
 pub mod node_payload;

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::k8s::certs::CaCert;
 use crate::k8s::data_secret::{self, Provenance};
 use crate::k8s::templates::{self, ResolvedTemplate};
-use crate::k8s::{boot_report, certs, files, init_lock, tokens};
+use crate::k8s::{boot_report, certs, fetch_payload, files, init_lock, tokens};
 
 /// What a render did.
 pub(crate) struct Rendered {
@@ -387,10 +387,13 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
         ca_cert_hashes: vec![ca.hash.clone()],
     };
     let reports = reports_boot(scene);
+    let fetches = matches!(scene.subject, Subject::Machine(_))
+        && (scene.template.compiled).fetches(&spec, scene.role);
     let with_report = |mut context: RenderContext, token: &Token| {
         if reports {
             context.boot_report = Some(report_target(ctx, scene, &spec, &ca.pem, token));
         }
+        context.fetch = fetches.then(|| fetch_target(scene, &ca, token));
         context
     };
     // A trial render with a stand-in token of the same length first, with the parts of the
@@ -404,13 +407,12 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let ((token, action, expires), replaced) =
         bootstrap_token(ctx, scene.config, scene.cluster, pool).await?;
     let created = matches!(action, TokenAction::Created | TokenAction::Rotated);
-    if reports && created {
-        set_up_boot_report(ctx, scene, &token).await?;
-    }
     let context = with_report(context(Some(join(&token))), &token);
     generated.extend(generators.run(&context, Phase::AfterToken).await?);
+    let user_data = render(&context, &generated, false)?;
+    set_up_channels(ctx, scene, &token, reports && created, &user_data).await?;
     Ok(Made {
-        user_data: render(&context, &generated, false)?,
+        user_data,
         token_expires: Some(expires),
         created_token: created.then(|| token.id.clone()),
         replaced,
@@ -472,15 +474,49 @@ fn network_secret_values(
         .collect()
 }
 
-/// Sets up the report objects for the config's new token.
-async fn set_up_boot_report(ctx: &Context, scene: &Scene<'_>, token: &Token) -> Result<()> {
+/// Where the machine fetches its render with token `token`, and fresh keys to seal it with.
+fn fetch_target(scene: &Scene<'_>, ca: &certs::CaCert, token: &Token) -> render::fetch::Fetch {
+    render::fetch::Fetch {
+        server: format!("https://{}", scene.endpoint.address()),
+        ca_hash: ca.hash.clone(),
+        token: token.expose(),
+        name: fetch_payload::name(&scene.config.uid().unwrap_or_default()),
+        keys: render::fetch::PayloadKeys {
+            cipher: rand::random(),
+            mac: rand::random(),
+            iv: rand::random(),
+        },
+    }
+}
+
+/// Before the data Secret holds `user_data`: sets up the report objects for the config's new
+/// token (`new_report`), and stores the sealed render a fetch stub reads (every render: its
+/// keys are new each time).
+async fn set_up_channels(
+    ctx: &Context,
+    scene: &Scene<'_>,
+    token: &Token,
+    new_report: bool,
+    user_data: &render::Rendered,
+) -> Result<()> {
+    if !new_report && user_data.payload.is_none() {
+        return Ok(());
+    }
     let namespace = scene.config.namespace().unwrap_or_default();
     let cluster = scene.cluster.name_any();
     let workload = ctx.workload_client(&namespace, &cluster).await?;
     let uid = scene.config.uid().unwrap_or_default();
-    boot_report::set_up(&workload, &uid, &token.id)
-        .await
-        .map_err(|e| naming_workload(e, &namespace, &cluster))
+    if new_report {
+        boot_report::set_up(&workload, &uid, &token.id)
+            .await
+            .map_err(|e| naming_workload(e, &namespace, &cluster))?;
+    }
+    if let Some(sealed) = &user_data.payload {
+        fetch_payload::store(&workload, &uid, &token.id, sealed)
+            .await
+            .map_err(|e| naming_workload(e, &namespace, &cluster))?;
+    }
+    Ok(())
 }
 
 /// Writes the data Secret as needed and publishes the render's Event.

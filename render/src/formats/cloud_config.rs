@@ -18,7 +18,7 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
     let mut out = String::with_capacity(super::size_estimate(body));
     out.push_str(&header(meta));
     write_files(&mut out, &files_to_write(body, meta.report));
-    runcmd(&mut out, &all_commands(body, meta.report));
+    runcmd(&mut out, &all_commands(body, meta.report, !meta.stub));
     out
 }
 
@@ -216,6 +216,7 @@ mod tests {
             revision: "abc",
             role: crd_types::Role::Worker,
             report: None,
+            stub: false,
         };
         let out = write(&meta, &body);
         assert!(

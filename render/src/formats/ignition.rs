@@ -85,12 +85,20 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
         .filter(|f| f.path != SCRIPT_PATH)
         .map(|f| file(&f))
         .collect();
+    let script = commands_script(meta, body);
+    // A fetch stub's script goes gzipped: it must fit in 2 KiB.
+    let (content, encoding) = if meta.stub {
+        let gzipped = crate::helpers::gzip(script.as_bytes());
+        (BASE64.encode(gzipped), FileEncoding::GzipBase64)
+    } else {
+        (script, FileEncoding::Plain)
+    };
     files.push(file(&File {
         path: SCRIPT_PATH.to_owned(),
         permissions: "0700".to_owned(),
         owner: "root:root".to_owned(),
-        content: commands_script(meta, body),
-        encoding: FileEncoding::Plain,
+        content,
+        encoding,
     }));
     let mut units: Vec<IgnUnit> = body
         .units
@@ -109,8 +117,13 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
         storage: Storage { files },
         systemd: Systemd { units },
     };
-    // Plain structs of strings, numbers and booleans always serialize.
-    let mut json = serde_json::to_string_pretty(&config).expect("an Ignition config serializes");
+    // Plain structs of strings, numbers and booleans always serialize. A stub is compact.
+    let mut json = if meta.stub {
+        serde_json::to_string(&config)
+    } else {
+        serde_json::to_string_pretty(&config)
+    }
+    .expect("an Ignition config serializes");
     json.push('\n');
     json
 }
@@ -121,7 +134,7 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
 /// unit may come from a package the commands install.
 fn commands_script(meta: &Meta<'_>, body: &Body) -> String {
     let mut out = script::header(meta);
-    let mut commands = report::lay_out(report::steps(body, true), meta.report, false);
+    let mut commands = report::lay_out(report::steps(body, true), meta.report, false, !meta.stub);
     commands.push(format!("touch {DONE_MARKER}"));
     script::commands(&mut out, &commands);
     out

@@ -11,10 +11,16 @@ use crate::body::Body;
 
 /// The MIME archive of `body`.
 pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
+    if meta.stub {
+        // A fetch stub has no files: its shell part alone.
+        let mut shell = script::header(meta);
+        script::commands(&mut shell, &all_commands(body, None, false));
+        return archive(&[("text/x-shellscript", "bootstrap.sh", &shell)]);
+    }
     let mut config = cloud_config::header(meta);
     cloud_config::write_files(&mut config, &files_to_write(body, meta.report));
     let mut shell = script::header(meta);
-    script::commands(&mut shell, &all_commands(body, meta.report));
+    script::commands(&mut shell, &all_commands(body, meta.report, true));
     archive(&[
         ("text/cloud-config", "cloud-config.yaml", &config),
         ("text/x-shellscript", "bootstrap.sh", &shell),

@@ -32,10 +32,18 @@ pub(crate) struct Meta<'a> {
     pub(crate) revision: &'a str,
     pub(crate) role: Role,
     pub(crate) report: Option<&'a BootReport>,
+    /// A fetch stub (see [`crate::fetch`]): a short comment, and as small as the format allows.
+    pub(crate) stub: bool,
 }
 
 impl Meta<'_> {
     fn comment(&self) -> String {
+        if self.stub {
+            return format!(
+                "# bootplate fetch stub ({}), docs/boot-channel.md\n",
+                self.role
+            );
+        }
         format!(
             "# Rendered by bootplate from {} (revision {}) for role {}.\n",
             self.object.replace(['\n', '\r'], " "),
@@ -129,9 +137,10 @@ fn enable_commands(body: &Body, written: bool) -> impl Iterator<Item = String> +
 }
 
 /// Everything run after the files are in place: units, commands, the units the commands
-/// install, the sentinel; with a reporter, each step announced to it.
-fn all_commands(body: &Body, report: Option<&BootReport>) -> Vec<String> {
-    report::lay_out(report::steps(body, false), report, false)
+/// install, the sentinel (not in a fetch stub: the render it runs writes it); with a reporter,
+/// each step announced to it.
+fn all_commands(body: &Body, report: Option<&BootReport>, sentinel: bool) -> Vec<String> {
+    report::lay_out(report::steps(body, false), report, false, sentinel)
 }
 
 /// The body's files, unit files and, with a reporter, the reporter's files (first: the
@@ -326,7 +335,7 @@ mod tests {
             command_parts: vec![("p".to_owned(), 1)],
         };
         assert_eq!(
-            all_commands(&body, None),
+            all_commands(&body, None, true),
             [
                 "systemctl daemon-reload",
                 "systemctl enable 'written.service'",
@@ -344,6 +353,7 @@ mod tests {
                 revision: "r",
                 role: Role::Worker,
                 report: None,
+                stub: false,
             },
             &body,
         );

@@ -69,10 +69,15 @@ pub(super) fn steps(body: &Body, native_units: bool) -> Vec<Step> {
     steps
 }
 
-/// The shell lines of `steps` and the sentinel: with a reporter, each step is announced first,
+/// The shell lines of `steps` and (with `sentinel`) the sentinel: with a reporter, each step is announced first,
 /// the reporter starts before them (unless `started`: the script format starts it before
 /// writing the files) and is told at the end that everything succeeded.
-pub(super) fn lay_out(steps: Vec<Step>, report: Option<&BootReport>, started: bool) -> Vec<String> {
+pub(super) fn lay_out(
+    steps: Vec<Step>,
+    report: Option<&BootReport>,
+    started: bool,
+    sentinel: bool,
+) -> Vec<String> {
     let mut out = Vec::with_capacity(steps.len() * 2 + 4);
     if report.is_some() && !started {
         out.extend(start());
@@ -83,7 +88,9 @@ pub(super) fn lay_out(steps: Vec<Step>, report: Option<&BootReport>, started: bo
         }
         out.push(step.command);
     }
-    out.extend(SENTINEL.iter().map(|s| (*s).to_owned()));
+    if sentinel {
+        out.extend(SENTINEL.iter().map(|s| (*s).to_owned()));
+    }
     if report.is_some() {
         out.push("bootplate_report_done".to_owned());
     }

@@ -50,7 +50,10 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
         write_file(&mut out, f);
     }
     let steps = report::steps(body, false);
-    commands(&mut out, &report::lay_out(steps, meta.report, true));
+    commands(
+        &mut out,
+        &report::lay_out(steps, meta.report, true, !meta.stub),
+    );
     out
 }
 

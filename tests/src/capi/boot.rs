@@ -74,6 +74,9 @@ impl KubeadmBoot {
         if user_data.len() > MAX_USER_DATA {
             return Err(format!("the user-data is {} bytes", user_data.len()));
         }
+        if let Some(boot) = Self::read_fetch_stub(user_data) {
+            return Ok(boot);
+        }
         let files = WrittenFiles::read(user_data)?;
         let mut boot = KubeadmBoot {
             ca_cert: files.content(CA_CERT)?,
@@ -116,6 +119,30 @@ impl KubeadmBoot {
             }
         }
         Ok(())
+    }
+
+    /// A fetch stub (docs/boot-channel.md, "Fetch delivery") names its role in its first
+    /// comment and holds the token and the CA hash the render it fetches joins with.
+    fn read_fetch_stub(user_data: &str) -> Option<KubeadmBoot> {
+        let role = user_data
+            .split("# bootplate fetch stub (")
+            .nth(1)?
+            .split(')')
+            .next()?;
+        let value = |name: &str| -> Option<String> {
+            let after = user_data.split(&format!(" {name}='")).nth(1)?;
+            Some(after.split('\'').next()?.to_owned())
+        };
+        Some(KubeadmBoot {
+            role: Some(match role {
+                "worker" => BootRole::Worker,
+                "control-plane-join" => BootRole::ControlPlaneJoin,
+                _ => return None,
+            }),
+            token: value("T"),
+            ca_cert_hashes: value("H").into_iter().collect(),
+            ca_cert: None,
+        })
     }
 
     /// The ID of the join token (the part before the dot).

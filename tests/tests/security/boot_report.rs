@@ -19,7 +19,8 @@
 //!   none of the report, the status and the Events;
 //! - a provisioned machine that never reported shows `BootNotStarted`; one that wrote garbage
 //!   shows the phase `Unreadable`, and the others are still served;
-//! - once the machine joined, its report objects go with its token.
+//! - once the machine joined, its report objects go with its token;
+//! - machines whose config sets `delivery: Fetch`: see `fetch_delivery.rs`.
 
 use std::path::Path;
 use std::process::Command;
@@ -67,7 +68,7 @@ async fn cluster(env: &Env, ca: &TestCa) {
 }
 
 /// Plays Cluster API: Machine `name`'s infrastructure provisioned since long ago.
-async fn provisioned_long_ago(env: &Env, name: &str) {
+pub(super) async fn provisioned_long_ago(env: &Env, name: &str) {
     let patch = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "status": {
         "initialization": {"infrastructureProvisioned": true},
         "conditions": [{"type": "InfrastructureReady", "status": "True", "reason": "Ready",
@@ -150,6 +151,9 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
     for name in ["w-0", "w-1"] {
         env.machine("c1", name, false, cluster_template("boot"))
             .await;
+    }
+    for name in ["w-2", "w-3"] {
+        super::fetch_delivery::create_machine(&env, name).await;
     }
     let (w0, w1) = (env.wait_ready("w-0").await, env.wait_ready("w-1").await);
     let report_of =
@@ -274,4 +278,7 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
         },
     )
     .await;
+
+    super::fetch_delivery::check(&env, &ca, &ca_file, &token1, "w-2").await;
+    super::fetch_delivery::check_expired(&env, "w-3").await;
 }

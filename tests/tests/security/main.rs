@@ -17,5 +17,6 @@ mod node_agent;
 mod render_budget;
 
 mod boot_report;
+mod fetch_delivery;
 mod lint_cluster;
 mod lint_decoding;
