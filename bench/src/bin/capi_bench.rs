@@ -53,6 +53,8 @@ use testenv::controller::ControllerProcess;
 /// The shipped template bootplate's machines use.
 const TEMPLATE_FILE: &str = "templates/kubeadm-ubuntu-2404.yaml";
 const TEMPLATE_NAME: &str = "kubeadm-ubuntu-2404";
+/// The same template with its boot reports turned off, for `--providers bootplate-noreports`.
+const NO_REPORTS_TEMPLATE: &str = "kubeadm-ubuntu-2404-no-reports";
 /// How long a provider settles after the last Machine got its data, before its requests are
 /// counted (the reconciles its own writes trigger count too).
 const SETTLE: Duration = Duration::from_secs(10);
@@ -93,10 +95,11 @@ fn args() -> anyhow::Result<Args> {
         token_ttl_seconds: None,
     };
     let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] [--first-round N] \
-                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate] \
+                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate,bootplate-noreports] \
                  [--token-ttl-seconds N]\n\
-                 --providers: which to run (default all three): cabpk is CABPK with its defaults, \
-                 cabpkc CABPK with bootplate's --concurrency\n\
+                 --providers: which to run (default cabpk,cabpkc,bootplate): cabpk is CABPK with its \
+                 defaults, cabpkc CABPK with bootplate's --concurrency, bootplate-noreports bootplate \
+                 with the template's boot reports turned off\n\
                  --token-ttl-seconds: bootplate's --bootstrap-token-ttl (default 900; CABPK keeps 15m)";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -113,7 +116,7 @@ fn args() -> anyhow::Result<Args> {
                 parsed.variants = value()?
                     .split(',')
                     .map(|name| {
-                        Variant::ALL
+                        Variant::KNOWN
                             .into_iter()
                             .find(|v| v.short() == name)
                             .with_context(|| format!("unknown provider {name:?}: {usage}"))
@@ -148,6 +151,9 @@ enum Variant {
     /// CABPK with `--kubeadmconfig-concurrency` set to bootplate's concurrency.
     CabpkConcurrency,
     Bootplate,
+    /// bootplate with the template's boot reports turned off (`bootReports: Disabled`): what
+    /// the reports cost is the difference to `Bootplate`.
+    BootplateNoReports,
 }
 
 impl Variant {
@@ -156,12 +162,34 @@ impl Variant {
         Variant::CabpkConcurrency,
         Variant::Bootplate,
     ];
+    /// Every variant `--providers` knows (the default is `ALL`).
+    const KNOWN: [Variant; 4] = [
+        Variant::CabpkDefaults,
+        Variant::CabpkConcurrency,
+        Variant::Bootplate,
+        Variant::BootplateNoReports,
+    ];
+
+    fn is_bootplate(self) -> bool {
+        matches!(self, Variant::Bootplate | Variant::BootplateNoReports)
+    }
+
+    /// The ClusterBootstrapTemplate a bootplate variant's machines use.
+    fn template(self) -> &'static str {
+        match self {
+            Variant::BootplateNoReports => NO_REPORTS_TEMPLATE,
+            _ => TEMPLATE_NAME,
+        }
+    }
 
     fn label(self, concurrency: usize) -> String {
         match self {
             Variant::CabpkDefaults => "CABPK (defaults)".into(),
             Variant::CabpkConcurrency => format!("CABPK (concurrency {concurrency})"),
             Variant::Bootplate => format!("bootplate (concurrency {concurrency})"),
+            Variant::BootplateNoReports => {
+                format!("bootplate (concurrency {concurrency}, boot reports off)")
+            }
         }
     }
 
@@ -170,6 +198,7 @@ impl Variant {
             Variant::CabpkDefaults => "cabpk",
             Variant::CabpkConcurrency => "cabpkc",
             Variant::Bootplate => "bootplate",
+            Variant::BootplateNoReports => "bootplate-noreports",
         }
     }
 }
@@ -284,13 +313,18 @@ async fn main() -> anyhow::Result<()> {
             .join("..")
             .join(TEMPLATE_FILE),
     )?)?;
-    cloud::apply(
-        &env.client,
-        &objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates"),
-        None,
-        &template,
-    )
-    .await?;
+    let mut no_reports = template.clone();
+    no_reports["metadata"]["name"] = NO_REPORTS_TEMPLATE.into();
+    no_reports["spec"]["bootReports"] = "Disabled".into();
+    for template in [&template, &no_reports] {
+        cloud::apply(
+            &env.client,
+            &objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates"),
+            None,
+            template,
+        )
+        .await?;
+    }
     // Each provider runs alone: bootplate only for its runs (its webhook has just checked the
     // template).
     env.bootplate.kill();
@@ -473,7 +507,7 @@ impl Bench {
         log: &str,
     ) -> anyhow::Result<Provider> {
         Ok(match variant {
-            Variant::Bootplate => {
+            Variant::Bootplate | Variant::BootplateNoReports => {
                 let mut args = ["--concurrency", concurrency, "--log-level", "info"]
                     .map(String::from)
                     .to_vec();
@@ -566,10 +600,10 @@ impl Bench {
             objects::dev_machine_template("workers", "small"),
         )
         .await?;
-        let (resource, object) = if variant == Variant::Bootplate {
+        let (resource, object) = if variant.is_bootplate() {
             (
                 objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates"),
-                objects::bootplate_config_template("workers", TEMPLATE_NAME),
+                objects::bootplate_config_template("workers", variant.template()),
             )
         } else {
             (
@@ -604,7 +638,7 @@ impl Bench {
                     "workers",
                     KUBERNETES_VERSION,
                 );
-                if variant != Variant::Bootplate {
+                if !variant.is_bootplate() {
                     deployment["spec"]["template"]["spec"]["bootstrap"]["configRef"] = json!({
                         "apiGroup": "bootstrap.cluster.x-k8s.io",
                         "kind": "KubeadmConfigTemplate",
@@ -688,7 +722,7 @@ impl Bench {
     /// The lifetime of the tokens `variant` makes.
     fn token_ttl(&self, variant: Variant) -> SignedDuration {
         match (variant, self.args.token_ttl_seconds) {
-            (Variant::Bootplate, Some(seconds)) => {
+            (Variant::Bootplate | Variant::BootplateNoReports, Some(seconds)) => {
                 SignedDuration::from_secs(i64::try_from(seconds).unwrap_or(i64::MAX))
             }
             _ => TOKEN_TTL,
@@ -699,15 +733,17 @@ impl Bench {
     /// (an audit event) is the provider's: Cluster API's manager uses the same kubeconfig there,
     /// and its user agents (and CABPK's) name "cluster-api", bootplate's client sends none.
     fn provider_filter(&self, variant: Variant) -> (String, impl Fn(&Value) -> bool + use<>) {
-        let user = match variant {
-            Variant::Bootplate => self.bootplate_user.clone(),
-            _ => kubeadm_bootstrap::user(),
+        let user = if variant.is_bootplate() {
+            self.bootplate_user.clone()
+        } else {
+            kubeadm_bootstrap::user()
         };
         let ours = move |e: &Value| {
             let agent = e["userAgent"].as_str().unwrap_or("");
-            match variant {
-                Variant::Bootplate => !agent.contains("cluster-api"),
-                _ => agent.contains("kubeadm-bootstrap"),
+            if variant.is_bootplate() {
+                !agent.contains("cluster-api")
+            } else {
+                agent.contains("kubeadm-bootstrap")
             }
         };
         (user, ours)
@@ -819,6 +855,22 @@ impl Bench {
                 ratio(&|r| r.cpu_settled),
                 ratio(&|r| r.peak_rss_mib),
                 ratio(&|r| r.requests.total() as f64),
+            );
+        }
+        if ran(Variant::Bootplate) && ran(Variant::BootplateNoReports) {
+            let per_machine = |variant: Variant, f: &dyn Fn(&Requests) -> u64| {
+                median(variant, &|r| f(&r.requests) as f64) / self.args.machines as f64
+            };
+            let extra = |f: &dyn Fn(&Requests) -> u64| {
+                per_machine(Variant::Bootplate, f) - per_machine(Variant::BootplateNoReports, f)
+            };
+            println!(
+                "\nboot reports: {:.2} more requests per machine with them on ({:.2} writes), \
+                 {:.2} against {:.2} (medians over the rounds)",
+                extra(&|r| r.total()),
+                extra(&|r| r.writes()),
+                per_machine(Variant::Bootplate, &|r| r.total()),
+                per_machine(Variant::BootplateNoReports, &|r| r.total()),
             );
         }
     }

@@ -29,8 +29,8 @@ use anyhow::{Context, bail};
 use bootplate_bench::measure::{Requests, cpu_seconds, file_len, per, rss_kib};
 use crd_types::capi::{CLUSTER_NAME_LABEL, Cluster};
 use crd_types::{
-    BootplateConfig, BootplateConfigSpec, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec,
-    TemplateKind, TemplateRef, TemplateSpec,
+    BootReports, BootplateConfig, BootplateConfigSpec, ClusterBootstrapTemplate,
+    ClusterBootstrapTemplateSpec, TemplateKind, TemplateRef, TemplateSpec,
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::ByteString;
@@ -59,6 +59,8 @@ struct Args {
     skip_floor: bool,
     skip_restart: bool,
     controller_args: Vec<String>,
+    /// Whether the template's machines report their boot (`--boot-reports off` turns it off).
+    boot_reports: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -69,14 +71,17 @@ fn args() -> anyhow::Result<Args> {
         skip_floor: false,
         skip_restart: false,
         controller_args: Vec::new(),
+        boot_reports: true,
     };
     let usage = "usage: scale-bench [--machines N] [--per-cluster N] [--concurrency N] \
-                 [--controller-arg ARG]... [--skip-floor] [--skip-restart]\n\n\
+                 [--controller-arg ARG]... [--skip-floor] [--skip-restart] [--boot-reports on|off]\n\n\
                  Times `bootplate run` (the binary built beside this one) making N worker configs ready \
                  (default 1000, clusters of --per-cluster, default 50) against real apiservers, \
                  beside a floor client doing only the unavoidable writes (--skip-floor leaves it \
                  out), then restarts it over the ready configs (--skip-restart leaves that out). \
-                 --controller-arg passes one argument to `bootplate run`. See docs/benchmarks.md.";
+                 --controller-arg passes one argument to `bootplate run`. --boot-reports off publishes \
+                 the template with `bootReports: Disabled` (default on, as the template ships). \
+                 See docs/benchmarks.md.";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -87,6 +92,13 @@ fn args() -> anyhow::Result<Args> {
             "--controller-arg" => parsed.controller_args.push(value()?),
             "--skip-floor" => parsed.skip_floor = true,
             "--skip-restart" => parsed.skip_restart = true,
+            "--boot-reports" => {
+                parsed.boot_reports = match value()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => bail!("--boot-reports takes on or off, not {other:?}\n{usage}"),
+                }
+            }
             "-h" | "--help" => {
                 println!("{usage}");
                 std::process::exit(0);
@@ -154,7 +166,10 @@ impl Bench {
             "scale: {n} worker machines and configs, {clusters} clusters ({} machines each), concurrency {}",
             self.args.per_cluster, self.args.concurrency
         );
-        let template: TemplateSpec = serde_yaml::from_str(TEMPLATE)?;
+        let mut template: TemplateSpec = serde_yaml::from_str(TEMPLATE)?;
+        if !self.args.boot_reports {
+            template.boot_reports = Some(BootReports::Disabled);
+        }
         let revision = template.revision();
         Api::<ClusterBootstrapTemplate>::all(self.admin.clone())
             .create(
