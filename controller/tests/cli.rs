@@ -1199,8 +1199,30 @@ fn max_user_data_refuses_renders_a_cloud_would_refuse() {
     assert!(
         worker.contains("aws's user-data limit of 16384 bytes (--max-user-data aws)")
             && worker.contains("spec.parts[0].files[")
-            && worker.contains("`compression: gzip`"),
+            && worker.contains("`compression: gzip`")
+            && worker.contains("`delivery: Fetch` leaves only a stub"),
         "{worker}"
+    );
+    let init = lines
+        .iter()
+        .find(|l| l.contains("the init render"))
+        .unwrap();
+    assert!(init.contains("always travels whole"), "{init}");
+    // Fetch delivery: worker and control-plane-join carry a stub, only init is over.
+    let fetched = body.replace(
+        "  compression: none\n",
+        "  compression: none\n  delivery: Fetch\n",
+    );
+    assert_ne!(fetched, body);
+    let (_, out) = lint_body(dir.path(), &fetched, &["--max-user-data", "aws"]);
+    assert_exit(&out, 1);
+    let over: Vec<String> = (text(&out.stdout).lines())
+        .filter(|l| l.contains("user-data limit"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        over.len() == 1 && over[0].contains("the init render"),
+        "{over:?}"
     );
     // Hetzner's 32 KiB: only the worker is over. Azure's 65,535 raw bytes: none; OpenStack's
     // 65,535 of base64 at 40 KB raw (about 53 KB of base64): none; with 50 KB raw, the

@@ -527,6 +527,11 @@ impl CompiledTemplate {
             })
     }
 
+    /// Whether the body is structured (`spec.parts`): only such a template can be fetched.
+    pub fn is_structured(&self) -> bool {
+        matches!(self.body, Body::Parts(_))
+    }
+
     /// Whether the machines of this template report their boot when the render context has a
     /// [`BootReport`]: a structured body whose template does not turn reports off.
     pub fn reports_boot(&self) -> bool {

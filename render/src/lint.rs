@@ -190,6 +190,10 @@ pub fn user_data_problems(
     };
     let mut problems = Vec::new();
     for role in Role::ALL {
+        if t.fetches(&config, role) {
+            // The data Secret holds only the stub, which the render keeps under its own limit.
+            continue;
+        }
         let Ok(rendered) = t.render(&config, &sample_context(role)) else {
             continue;
         };
@@ -213,9 +217,25 @@ pub fn user_data_problems(
             p.field = field;
             p.position = None;
         }
+        p.message.push_str(&fetch_way_out(t, role));
         problems.push(p);
     }
     problems
+}
+
+/// The way out of a user-data cap that fetch delivery gives, for the roles it applies to.
+fn fetch_way_out(t: &CompiledTemplate, role: Role) -> String {
+    match role {
+        Role::Init => {
+            "; an `init` render always travels whole (it has no workload apiserver to fetch from)"
+                .into()
+        }
+        _ if t.is_structured() => format!(
+            "; `delivery: Fetch` leaves only a stub of at most {} bytes in the user-data (docs/boot-channel.md)",
+            crate::fetch::STUB_LIMIT
+        ),
+        _ => "; `delivery: Fetch` needs a structured template (spec.parts)".into(),
+    }
 }
 
 /// An output too large for its limit, said at `spec` (the template's first line) with no way
