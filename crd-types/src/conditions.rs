@@ -32,6 +32,9 @@ pub mod reason {
     pub const WAITING_FOR_INFRASTRUCTURE: &str = "WaitingForInfrastructure";
     /// Another control-plane machine holds the init lock.
     pub const WAITING_FOR_INIT_LOCK: &str = "WaitingForInitLock";
+    /// The Machine holding the init lock was handed its `init` data and is gone before the
+    /// Cluster reported its control plane initialized: the lock is not handed over by itself.
+    pub const INIT_HOLDER_GONE: &str = "InitHolderGone";
     /// The control plane is not initialized yet.
     pub const WAITING_FOR_CONTROL_PLANE: &str = "WaitingForControlPlane";
     /// The config's owner asks for a role it cannot have: a MachinePool whose template carries

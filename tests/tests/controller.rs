@@ -15,6 +15,8 @@
 //!   cluster made unreachable or an apiserver killed while configs are in a known state.
 //! - init lock from the init Machine's join: the nodeRef set before ControlPlaneInitialized,
 //!   an ordering real Cluster API shows only under load.
+//! - init lock of a deleted holder: the Cluster held at "not initialized" after its init Machine
+//!   is gone (with Cluster API, whether it gets there first depends on that machine's boot).
 //! - edited data Secret restored after a restart: the user-data tampered while no controller
 //!   runs.
 //!
@@ -426,22 +428,8 @@ async fn pause_missing_and_broken_templates() {
         )
         .await
         .unwrap();
-    let mut config = fixtures::owned_config(&machine, cluster_template("later"));
-    config.spec.files = vec![ConfigFile {
-        path: "/etc/late.conf".into(),
-        content_from: Some(FileSource {
-            secret: SecretKeyRef {
-                name: "late-file".into(),
-                key: "content".into(),
-                namespace: None,
-            },
-        }),
-        ..Default::default()
-    }];
-    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
-        .create(&PostParams::default(), &config)
-        .await
-        .unwrap();
+    let config = fixtures::owned_config(&machine, cluster_template("later"));
+    create_with_secret_file(&env, config, "/etc/late.conf", "late-file").await;
     let message = env.wait_reason("f-0", "FileSourceError").await;
     assert!(
         message.contains("spec.files[0].contentFrom.secret")
@@ -1023,6 +1011,171 @@ async fn init_lock_holds_from_the_init_machines_join_until_the_control_plane_is_
         Some("control-plane-join"),
         "one init only"
     );
+}
+
+/// Creates `config` with one file at `path` whose content comes from key `content` of Secret
+/// `secret` in the config's namespace.
+async fn create_with_secret_file(
+    env: &testenv::capi_env::Env,
+    mut config: BootplateConfig,
+    path: &str,
+    secret: &str,
+) {
+    config.spec.files = vec![ConfigFile {
+        path: path.into(),
+        content_from: Some(FileSource {
+            secret: SecretKeyRef {
+                name: secret.into(),
+                key: "content".into(),
+                namespace: None,
+            },
+        }),
+        ..Default::default()
+    }];
+    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+}
+
+/// The lock as it is now, by key.
+async fn lock_data(env: &testenv::capi_env::Env, name: &str) -> BTreeMap<String, String> {
+    Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("the lock {name}: {e}"))
+        .data
+        .unwrap_or_default()
+}
+
+/// The init Machine deleted after it was handed its `init` data, before the Cluster reports its
+/// control plane initialized (the test holds the Cluster there, as Cluster API would while that
+/// machine's `kubeadm init` runs): its instance may have initialized a control plane, so the lock
+/// is never handed over by itself, not to another control-plane Machine, not to a Machine
+/// created again under the holder's name. Both show `InitHolderGone` naming the holder and the
+/// lock, with a Warning Event and the `failed` count; no second `init` data is written. Deleting
+/// the lock (what the message asks, once the instance is known gone) lets exactly one initialize.
+#[tokio::test]
+async fn init_lock_is_never_handed_over_once_its_holder_got_its_data() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("h1", false).await;
+    env.set_cluster_status("h1", true, false).await;
+    let controller = env.controller(&[]).await;
+    env.machine("h1", "h-cp", true, cluster_template("probe"))
+        .await;
+    env.wait_ready("h-cp").await;
+    let machines = Api::<Machine>::namespaced(env.client.clone(), NS);
+    let holder_uid = machines.get("h-cp").await.unwrap().uid().unwrap();
+    let lock = lock_data(&env, "h1-lock").await;
+    assert_eq!(lock["machine"], "h-cp");
+    assert_eq!(lock["machineUID"], holder_uid);
+    assert_eq!(
+        lock["initDataHandedOut"], "true",
+        "recorded before the data"
+    );
+    env.machine("h1", "h-cp-2", true, cluster_template("probe"))
+        .await;
+    env.wait_reason("h-cp-2", "WaitingForInitLock").await;
+
+    machines.delete("h-cp", &Default::default()).await.unwrap();
+    let message = env.wait_reason("h-cp-2", "InitHolderGone").await;
+    for needle in [
+        "Machine h-cp,",
+        "Cluster h1",
+        "delete ConfigMap team-a/h1-lock",
+    ] {
+        assert!(message.contains(needle), "{needle:?} in {message}");
+    }
+    let event = testenv::events::wait_reason(&env.client, NS, "h-cp-2", "InitHolderGone").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    // A Machine created again under the holder's name is another machine.
+    let configs = Api::<BootplateConfig>::namespaced(env.client.clone(), NS);
+    configs.delete("h-cp", &Default::default()).await.unwrap();
+    eventually("the old config gone", WAIT, || async {
+        configs
+            .get_opt("h-cp")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    env.machine("h1", "h-cp", true, cluster_template("probe"))
+        .await;
+    env.wait_reason("h-cp", "InitHolderGone").await;
+    eventually("both counted failed", WAIT, || async {
+        (controller.metric("bootplate_configs{state=\"failed\"}") == Some(2.0)).then_some(())
+    })
+    .await;
+    assert!(env.secret("h-cp-2").await.is_none(), "no data for h-cp-2");
+    // (The old h-cp's data Secret stays: nothing here collects what its config owned.)
+    let status = env.config("h-cp").await.status.unwrap_or_default();
+    assert!(
+        !status.ready && status.data_secret_name.is_none(),
+        "no data for the new h-cp: {status:?}"
+    );
+    assert_eq!(lock_data(&env, "h1-lock").await["machineUID"], holder_uid);
+
+    // The way out: the lock deleted, one of them initializes, the other waits for it.
+    Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+        .delete("h1-lock", &Default::default())
+        .await
+        .unwrap();
+    let init = eventually("one new init", WAIT, || async {
+        for name in ["h-cp", "h-cp-2"] {
+            if env.config(name).await.status.is_some_and(|s| s.ready) {
+                return Some(name);
+            }
+        }
+        None
+    })
+    .await;
+    assert_eq!(
+        field(&env.user_data(init).await, "role").as_deref(),
+        Some("init")
+    );
+    let other = if init == "h-cp" { "h-cp-2" } else { "h-cp" };
+    env.wait_reason(other, "WaitingForInitLock").await;
+    assert_eq!(lock_data(&env, "h1-lock").await["machine"], init);
+}
+
+/// The init Machine deleted before it was handed any data (here its config waits for a
+/// `contentFrom` Secret, after taking the lock): no instance can have run `kubeadm init`, so the
+/// next control-plane Machine takes the lock over and initializes.
+#[tokio::test]
+async fn init_lock_is_taken_over_from_a_holder_gone_before_its_data() {
+    let env = env().await;
+    publish_cluster_template(&env.client, "probe", "v1").await;
+    env.cluster("t1", false).await;
+    env.set_cluster_status("t1", true, false).await;
+    let _controller = env.controller(&[]).await;
+    let machines = Api::<Machine>::namespaced(env.client.clone(), NS);
+    let machine = machines
+        .create(
+            &PostParams::default(),
+            &fixtures::machine(NS, "t-cp", "t1", true, "t-cp"),
+        )
+        .await
+        .unwrap();
+    let config = fixtures::owned_config(&machine, cluster_template("probe"));
+    create_with_secret_file(&env, config, "/etc/missing.conf", "missing").await;
+    env.wait_reason("t-cp", "FileSourceError").await;
+    let lock = lock_data(&env, "t1-lock").await;
+    assert_eq!(
+        (lock["machine"].as_str(), lock["initDataHandedOut"].as_str()),
+        ("t-cp", "false")
+    );
+    env.machine("t1", "t-cp-2", true, cluster_template("probe"))
+        .await;
+    env.wait_reason("t-cp-2", "WaitingForInitLock").await;
+    machines.delete("t-cp", &Default::default()).await.unwrap();
+    env.wait_ready("t-cp-2").await;
+    assert_eq!(
+        field(&env.user_data("t-cp-2").await, "role").as_deref(),
+        Some("init")
+    );
+    assert_eq!(lock_data(&env, "t1-lock").await["machine"], "t-cp-2");
 }
 
 #[tokio::test]

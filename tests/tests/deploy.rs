@@ -71,7 +71,7 @@ const MANAGER_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[
         &["secrets"],
         &["get", "list", "watch", "create", "patch"],
     ),
-    ("", &["configmaps"], &["get", "create", "delete"]),
+    ("", &["configmaps"], &["get", "create", "update", "delete"]),
     ("events.k8s.io", &["events"], &["create"]),
 ];
 const LEADER_ELECTION_PERMISSIONS: &[(&str, &[&str], &[&str])] = &[(

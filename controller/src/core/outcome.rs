@@ -88,8 +88,10 @@ pub(crate) fn blocked(why: &Blocked, generator_retry: Duration) -> (ConfigState,
         return (ConfigState::Failed, generator_retry);
     }
     // contentFrom Secrets are not watched (they carry no label to select them by), and the
-    // usual fix, creating the Secret, is often just late: look again soon.
-    let retry = if why.reason == reason::FILE_SOURCE_ERROR {
+    // usual fix, creating the Secret, is often just late: look again soon. Nor is the init
+    // lock, whose deletion is the fix for a holder that is gone.
+    let retry = if why.reason == reason::FILE_SOURCE_ERROR || why.reason == reason::INIT_HOLDER_GONE
+    {
         WAIT_REQUEUE
     } else {
         FAILED_REQUEUE
@@ -196,6 +198,11 @@ mod tests {
             ),
             (
                 Blocked::failed(reason::FILE_SOURCE_ERROR, "m"),
+                ConfigState::Failed,
+                WAIT_REQUEUE,
+            ),
+            (
+                Blocked::failed(reason::INIT_HOLDER_GONE, "m"),
                 ConfigState::Failed,
                 WAIT_REQUEUE,
             ),

@@ -5,7 +5,10 @@
 //! released as soon as it has served: when the Cluster reports its control plane initialized,
 //! or when the init Machine's Node joined, whichever Cluster API shows first (its Machine
 //! controller can set `nodeRef` before the Cluster's `ControlPlaneInitialized` condition). A
-//! lock whose holder Machine is gone is taken over.
+//! lock whose holder Machine is gone is taken over only if that holder was never handed its
+//! `init` data: once it was, its instance may have run `kubeadm init`, and a second `init` would
+//! make a second control plane behind the same endpoint, so the lock stays until someone who
+//! can see the instance deletes it.
 
 use crd_types::Role;
 use crd_types::capi::CONTROL_PLANE_LABEL;
@@ -85,29 +88,68 @@ pub(crate) fn decide_pool(
 pub(crate) enum LockVerdict {
     /// It names this machine: the lock is ours.
     Ours,
-    /// Its holder is gone: remove that exact lock and try again.
+    /// Its holder is gone and never got `init` data: remove that exact lock and try again.
     TakeOver,
-    /// Another machine initializes the control plane: wait.
+    /// Another machine initializes the control plane, or may have: wait.
     Wait(Blocked),
 }
 
-/// The verdict on an existing lock held by `holder`, for machine `me`; `holder_exists` says
-/// whether the cache holds the holder Machine.
+/// An init lock as stored.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LockHolder<'a> {
+    /// The holder Machine's name.
+    pub name: &'a str,
+    /// Its UID; `None` in a lock written before UIDs were recorded (then the name decides).
+    pub uid: Option<&'a str>,
+    /// Whether the holder was handed its `init` data; `None` when the lock does not say (a lock
+    /// written before this was recorded: it may have been).
+    pub handed_out: Option<bool>,
+}
+
+/// The machine asking for the lock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Claimant<'a> {
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+impl LockHolder<'_> {
+    /// Whether the lock names this very Machine: the same UID, not only the same name (a Machine
+    /// deleted and created again under its name is another machine).
+    pub(crate) fn is(&self, machine: Claimant<'_>) -> bool {
+        match self.uid {
+            Some(uid) => uid == machine.uid,
+            None => self.name == machine.name,
+        }
+    }
+}
+
+/// The verdict on an existing lock for machine `me`; `holder_present` says whether the cache
+/// holds the holder Machine (its name and, when recorded, its UID).
 pub(crate) fn judge_lock(
-    holder: &str,
-    me: &str,
-    holder_exists: bool,
+    holder: LockHolder<'_>,
+    me: Claimant<'_>,
+    holder_present: bool,
+    lock: &str,
     cluster: &str,
 ) -> LockVerdict {
-    if holder == me {
+    let name = holder.name;
+    if holder.is(me) {
         LockVerdict::Ours
-    } else if holder_exists {
+    } else if holder_present {
         LockVerdict::Wait(Blocked::waiting(
             reason::WAITING_FOR_INIT_LOCK,
-            format!("Machine {holder} is initializing the control plane of Cluster {cluster}"),
+            format!("Machine {name} is initializing the control plane of Cluster {cluster}"),
         ))
-    } else {
+    } else if holder.handed_out == Some(false) {
         LockVerdict::TakeOver
+    } else {
+        LockVerdict::Wait(Blocked::failed(
+            reason::INIT_HOLDER_GONE,
+            format!(
+                "Machine {name}, which was handed the `init` bootstrap data of Cluster {cluster}, is gone and the Cluster does not report its control plane initialized; if its instance ran `kubeadm init`, a second `init` would make a second control plane behind the same endpoint, so bootplate does not hand the init lock over by itself. Make sure that instance is gone, then delete ConfigMap {lock}: the next control-plane Machine initializes the cluster"
+            ),
+        ))
     }
 }
 
@@ -205,17 +247,69 @@ mod tests {
 
     #[test]
     fn an_existing_lock_is_ours_taken_over_or_waited_for() {
-        assert_eq!(judge_lock("m-0", "m-0", true, "c1"), LockVerdict::Ours);
-        assert_eq!(judge_lock("m-1", "m-0", false, "c1"), LockVerdict::TakeOver);
-        assert_eq!(judge_lock("", "m-0", false, "c1"), LockVerdict::TakeOver);
-        let LockVerdict::Wait(blocked) = judge_lock("m-1", "m-0", true, "c1") else {
+        const ME: Claimant<'static> = Claimant {
+            name: "m-0",
+            uid: "u-0",
+        };
+        let holder = |name, uid, handed_out| LockHolder {
+            name,
+            uid,
+            handed_out,
+        };
+        use LockVerdict::{Ours, TakeOver};
+        let ours = Ok(Ours);
+        let take = Ok(TakeOver);
+        let waits = Err(reason::WAITING_FOR_INIT_LOCK);
+        let gone = Err(reason::INIT_HOLDER_GONE);
+        // (holder, holder present in the cache, verdict)
+        let cases = [
+            (holder("m-0", Some("u-0"), Some(true)), true, ours.clone()),
+            // A lock written before UIDs were recorded: the name decides.
+            (holder("m-0", None, None), true, ours.clone()),
+            // The same name, another Machine: the holder is gone and was handed its data.
+            (
+                holder("m-0", Some("u-old"), Some(true)),
+                false,
+                gone.clone(),
+            ),
+            (
+                holder("m-0", Some("u-old"), Some(false)),
+                false,
+                take.clone(),
+            ),
+            (holder("m-1", Some("u-1"), Some(false)), true, waits.clone()),
+            (holder("m-1", Some("u-1"), Some(true)), true, waits),
+            (holder("m-1", Some("u-1"), Some(false)), false, take.clone()),
+            (holder("", None, Some(false)), false, take),
+            // Gone after its `init` data was written, or a lock that does not say: never
+            // handed over by bootplate.
+            (holder("m-1", Some("u-1"), Some(true)), false, gone.clone()),
+            (holder("m-1", None, None), false, gone),
+        ];
+        for (holder, present, expected) in cases {
+            let verdict = match judge_lock(holder, ME, present, "ns/c1-lock", "c1") {
+                LockVerdict::Wait(blocked) => Err(blocked.reason),
+                other => Ok(other),
+            };
+            assert_eq!(verdict, expected, "{holder:?} present={present}");
+        }
+        let present = holder("m-1", Some("u-1"), Some(false));
+        let LockVerdict::Wait(blocked) = judge_lock(present, ME, true, "ns/c1-lock", "c1") else {
             panic!("waits for m-1");
         };
-        assert_eq!(blocked.reason, reason::WAITING_FOR_INIT_LOCK);
+        assert!(blocked.waiting, "clears by itself");
         assert_eq!(
             blocked.message,
             "Machine m-1 is initializing the control plane of Cluster c1"
         );
+        let handed = holder("m-1", Some("u-1"), Some(true));
+        let LockVerdict::Wait(blocked) = judge_lock(handed, ME, false, "ns/c1-lock", "c1") else {
+            panic!("never taken over");
+        };
+        assert!(!blocked.waiting, "someone has to look at the instance");
+        for needle in ["Machine m-1", "Cluster c1", "delete ConfigMap ns/c1-lock"] {
+            assert!(blocked.message.contains(needle), "{}", blocked.message);
+        }
         assert_eq!(lock_contended("c1").reason, reason::WAITING_FOR_INIT_LOCK);
     }
 

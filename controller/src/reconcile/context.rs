@@ -134,6 +134,8 @@ pub struct Context {
     tokens_deleted: Mutex<ByConfig<()>>,
     /// Configs (by UID) that released their Cluster's init lock, so they do not again.
     locks_released: Mutex<ByConfig<()>>,
+    /// Configs (by UID) whose `init` data the init lock records as handed out.
+    init_handed_out: Mutex<ByConfig<()>>,
     /// What each config (by UID) was last told, by topic: a digest of the Event's text. A
     /// reconcile can read a status older than the previous reconcile's write (the cache lags
     /// the apiserver), and must not tell the same again.
@@ -183,6 +185,7 @@ impl Context {
             rendered: Default::default(),
             tokens_deleted: Default::default(),
             locks_released: Default::default(),
+            init_handed_out: Default::default(),
             told: Default::default(),
             joined_seen: Default::default(),
             failures: Default::default(),
@@ -251,6 +254,19 @@ impl Context {
             .insert(uid, (), || self.live_configs());
     }
 
+    /// Whether the init lock already records that config `uid` was handed its `init` data.
+    pub fn init_handed_out(&self, uid: &str) -> bool {
+        self.init_handed_out.lock().expect("lock").contains(uid)
+    }
+
+    /// Notes that the init lock records config `uid`'s `init` data as handed out.
+    pub fn mark_init_handed_out(&self, uid: String) {
+        self.init_handed_out
+            .lock()
+            .expect("lock")
+            .insert(uid, (), || self.live_configs());
+    }
+
     /// Whether config `uid` was not yet told `text` about `topic` (and notes that it now is):
     /// the Events and counts that go once per change ask this after their status check.
     pub fn first_telling(&self, uid: &str, topic: Topic, text: &str) -> bool {
@@ -290,6 +306,7 @@ impl Context {
         self.joined_seen.lock().expect("lock").remove(uid);
         self.tokens_deleted.lock().expect("lock").remove(uid);
         self.locks_released.lock().expect("lock").remove(uid);
+        self.init_handed_out.lock().expect("lock").remove(uid);
         self.failures.succeeded(uid);
         self.generator_failures.succeeded(uid);
         self.generators.forget_config(uid);

@@ -538,6 +538,7 @@ async fn write_and_tell(
     };
     let desired = data_secret::build(config, &made.user_data, &provenance);
     let digest = data_secret::digest(&desired);
+    record_init_handed_out(ctx, scene).await?;
     let (written, secret_version) = write_data_secret(ctx, config, &desired, &digest).await?;
     if written {
         ctx.metrics.secret_written();
@@ -575,6 +576,21 @@ async fn write_and_tell(
         boot: None,
         network: NetworkView::Unset,
     })
+}
+
+/// Before an `init` Machine's data is written, has its init lock say so (once per config):
+/// the lock of a holder that got its data is never taken over by itself (`core::role`).
+async fn record_init_handed_out(ctx: &Context, scene: &Scene<'_>) -> Result<()> {
+    let (Role::Init, Subject::Machine(machine)) = (scene.role, scene.subject) else {
+        return Ok(());
+    };
+    let uid = scene.config.uid().unwrap_or_default();
+    if ctx.init_handed_out(&uid) {
+        return Ok(());
+    }
+    init_lock::record_handed_out(&ctx.client, scene.cluster, machine).await?;
+    ctx.mark_init_handed_out(uid);
+    Ok(())
 }
 
 /// Deletes the tokens a MachinePool's render replaced, now that its data Secret holds the new

@@ -76,15 +76,18 @@ pub(crate) fn map_event<A, B>(event: Event<A>, convert: impl FnOnce(A) -> B) -> 
     }
 }
 
-/// Keeps of a Machine what reconciles read: its name and namespace, its labels (templates see
-/// them; the control-plane label sets the role), its resourceVersion, spec and status. Its
-/// annotations, ownerReferences, finalizers, UID and timestamps are read by nobody (a Machine
-/// is found by name, from its config's ownerReference or the init lock's holder).
+/// Keeps of a Machine what reconciles read: its name and namespace, its UID (the init lock
+/// names its holder by it: a Machine created again under a deleted holder's name is another
+/// machine), its labels (templates see them; the control-plane label sets the role), its
+/// resourceVersion, spec and status. Its annotations, ownerReferences, finalizers and
+/// timestamps are read by nobody (a Machine is found by name, from its config's ownerReference
+/// or the init lock's holder).
 pub(crate) fn machine(machine: &mut Machine) {
     let meta = &mut machine.metadata;
     let old = std::mem::take(meta);
     meta.name = old.name;
     meta.namespace = old.namespace;
+    meta.uid = old.uid;
     meta.resource_version = old.resource_version;
     meta.labels = old.labels.filter(|l| !l.is_empty());
     // Of the conditions, only the one the boot report's `BootNotStarted` reads.
@@ -238,7 +241,14 @@ mod tests {
         let (spec, status) = (machine.spec.clone(), machine.status.clone());
         super::machine(&mut machine);
         let labels = map(&[("cluster.x-k8s.io/control-plane", ""), ("team", "a")]);
-        assert_eq!(machine.metadata, kept("w-0", labels));
+        let uid = Some("7c9e6679".to_owned());
+        assert_eq!(
+            machine.metadata,
+            ObjectMeta {
+                uid,
+                ..kept("w-0", labels)
+            }
+        );
         assert!(machine.is_control_plane());
         assert_eq!((machine.spec, machine.status), (spec, status));
     }
