@@ -72,6 +72,14 @@ impl Endpoint {
             .unwrap_or_else(|e| e.into_inner())
             .push(backend);
     }
+
+    /// Takes an apiserver from behind the endpoint (its instance is gone).
+    pub fn remove_backend(&self, backend: SocketAddr) {
+        self.backends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|b| *b != backend);
+    }
 }
 
 impl Drop for Endpoint {

@@ -10,8 +10,11 @@
 //! real `kubeadm join` adds an etcd member and an apiserver; the workers join. Every node
 //! reaches the cluster through the control-plane endpoint (testenv::endpoint, in front of the
 //! apiservers as a load balancer would be). etcd's members are what the real `etcdctl member
-//! list` says. Needs root, the boot proof's Debian root (tests/boot/build-root.sh) and
-//! tests/scripts/install-tools.sh's tools.
+//! list` says. On the same cluster, two drills: the `init` Machine deleted while its instance
+//! still runs `kubeadm init` (no second `init` until the lock is deleted by hand), and a
+//! control-plane join that pins another CA (kubeadm's refusal, no etcd member added). Needs root,
+//! the boot proof's Debian root (tests/boot/build-root.sh) and tests/scripts/install-tools.sh's
+//! tools.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -127,6 +130,8 @@ async fn serves_cluster_certificate(ip: Ipv4Addr, ca: &str, what: &str) {
 /// and a MachineDeployment of two workers.
 const CLUSTER: &str = "whole";
 const CONTROL_PLANE: [&str; 3] = ["whole-cp-0", "whole-cp-1", "whole-cp-2"];
+/// The control-plane Machine that replaces the `init` one the first drill deletes.
+const REPLACEMENT: &str = "whole-cp-3";
 const WORKERS: &str = "whole-md";
 /// How long the scenario waits for a step (a whole control plane boots one machine at a time).
 const SCENARIO_WAIT: Duration = Duration::from_secs(600);
@@ -142,7 +147,9 @@ const TOKENS_WAIT: Duration = Duration::from_secs(180);
 /// does; Cluster API writes the `<cluster>-kubeconfig` Secret from the CA the user brought, and
 /// the cloud reaches the new cluster with it. Cluster API sets every Machine's nodeRef; every
 /// Node is Ready; bootplate deletes every join token; etcd lists three members; every apiserver
-/// serves a certificate of the cluster CA; `kubectl get nodes` lists five Nodes.
+/// serves a certificate of the cluster CA; `kubectl get nodes` lists five Nodes. Before that,
+/// the first drill ([`init_machine_deleted_before_it_finishes`]); after it, the second
+/// ([`a_control_plane_join_with_a_wrong_ca_adds_no_member`]).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_whole_control_plane_under_cluster_api() {
     use testenv::capi::{CapiEnv, Options, objects};
@@ -176,36 +183,264 @@ async fn a_whole_control_plane_under_cluster_api() {
     env.apply(&objects::cluster_resource(), cluster)
         .await
         .unwrap();
-    create_machines(&env, &version, &pause).await;
+    let spec = MachineSpec {
+        version: &version,
+        pause: &pause,
+    };
+    for name in CONTROL_PLANE {
+        create_control_plane_machine(&env, name, TEMPLATE_NAME, spec).await;
+    }
+    create_workers(&env, spec).await;
 
-    let init = wait_init_host(&env, &hosts).await;
+    let control_plane = init_machine_deleted_before_it_finishes(&env, &hosts, spec).await;
+    let init = wait_init_host(&env, &hosts, &control_plane).await;
     let kubeconfig = capi_kubeconfig(&env).await;
     hosts.set_workload(client_of(&kubeconfig).await);
     let machines = wait_every_node_ref(&env).await;
     wait_every_node_ready(&hosts.workload().unwrap()).await;
-    assert_whole_cluster(&env, &hosts, &machines, &init, &endpoint).await;
+    let whole = WholeCluster {
+        machines: &machines,
+        init: &init,
+        control_plane: &control_plane,
+    };
+    assert_whole_cluster(&env, &hosts, whole, &endpoint).await;
+    a_control_plane_join_with_a_wrong_ca_adds_no_member(&env, &hosts, whole, spec).await;
 }
 
-/// The three control-plane Machines (BootplateConfigs with the scenario's variables) and the
-/// MachineDeployment of two workers (a BootplateConfigTemplate with them), at `version`.
-async fn create_machines(env: &testenv::capi::CapiEnv, version: &str, pause: &str) {
-    use testenv::capi::objects;
-    for name in CONTROL_PLANE {
-        let mut config = objects::bootplate_config(name, TEMPLATE_NAME);
-        config["spec"]["variables"] = variables(pause);
-        let resource = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
-        env.apply(&resource, config).await.unwrap();
-        env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
-            .await
-            .unwrap();
-        let mut machine = objects::control_plane_machine(name, CLUSTER);
-        machine["spec"]["version"] = json!(version);
-        env.apply(&objects::machine_resource(), machine)
-            .await
-            .unwrap();
+/// What every Machine of the scenario is made with: its Kubernetes version and the sandbox
+/// image its template gets.
+#[derive(Clone, Copy)]
+struct MachineSpec<'a> {
+    version: &'a str,
+    pause: &'a str,
+}
+
+/// The control-plane Machines' names once the first drill replaced the deleted one.
+fn live_control_plane(deleted: &str) -> Vec<String> {
+    let mut names: Vec<String> = CONTROL_PLANE
+        .iter()
+        .filter(|name| **name != deleted)
+        .map(|name| (*name).to_owned())
+        .chain([REPLACEMENT.to_owned()])
+        .collect();
+    names.sort();
+    names
+}
+
+/// (B) The `init` Machine deleted before it finishes: its instance was handed the `init` data
+/// and runs `kubeadm init` on, as one would whose termination failed; Cluster API removes the
+/// Machine, and the Cluster never reports initialized from it. bootplate must not let a second
+/// machine initialize behind the same endpoint: the other control-plane configs show
+/// `InitHolderGone` naming the deleted Machine and the lock, get no data, and the lock still
+/// names the deleted Machine's UID, also once that instance's `kubeadm init` ended. Then what
+/// the message asks: the instance terminated (the cloud removes the host), the lock deleted; one
+/// of the others initializes, and a replacement Machine makes three again. Returns the
+/// control-plane Machines the cluster is then made of.
+async fn init_machine_deleted_before_it_finishes(
+    env: &testenv::capi::CapiEnv,
+    hosts: &Hosts,
+    spec: MachineSpec<'_>,
+) -> Vec<String> {
+    use kube::ResourceExt;
+    let first = wait_host_started(env, hosts).await;
+    let machines = env.dynamic(&testenv::capi::objects::machine_resource());
+    let uid = machines.get(&first).await.unwrap().uid().unwrap();
+    machines.delete(&first, &Default::default()).await.unwrap();
+    assert_eq!(
+        hosts.state_of(&first),
+        Some(testenv::capi::hosts::HostState::Booting),
+        "{first} was deleted while its instance still ran `kubeadm init`"
+    );
+    let others: Vec<&str> = CONTROL_PLANE.into_iter().filter(|n| *n != first).collect();
+    for name in &others {
+        let message = wait_config_reason(env, name, "InitHolderGone").await;
+        let lock = format!("ConfigMap {}/{CLUSTER}-lock", testenv::capi::NS);
+        assert!(
+            message.contains(&format!("Machine {first},")) && message.contains(&lock),
+            "{name}: {message}"
+        );
     }
+    let ended = testenv::eventually(
+        "the deleted Machine's boot ended",
+        SCENARIO_WAIT,
+        || async {
+            hosts
+                .state_of(&first)
+                .filter(|s| *s != testenv::capi::hosts::HostState::Booting)
+        },
+    )
+    .await;
+    eprintln!("{first}'s instance after its Machine was deleted: {ended:?}");
+    assert_no_second_init(env, &others, &uid).await;
+
+    // The way out the message names: the instance gone, the lock deleted by hand.
+    hosts.remove(&first);
+    let locks = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        env.client.clone(),
+        testenv::capi::NS,
+    );
+    locks
+        .delete(&format!("{CLUSTER}-lock"), &Default::default())
+        .await
+        .unwrap();
+    create_control_plane_machine(env, REPLACEMENT, TEMPLATE_NAME, spec).await;
+    live_control_plane(&first)
+}
+
+/// Waits until a control-plane Machine's host started booting (the `init` one: the others
+/// render only once the Cluster reports initialized); its name.
+async fn wait_host_started(env: &testenv::capi::CapiEnv, hosts: &Hosts) -> String {
+    let deadline = std::time::Instant::now() + SCENARIO_WAIT;
+    loop {
+        if let Some(name) = CONTROL_PLANE
+            .iter()
+            .find(|name| hosts.state_of(name).is_some())
+        {
+            return (*name).to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no control-plane host started:\n{}",
+            env.describe().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The message of config `name`'s `Ready` condition once its reason is `reason`.
+async fn wait_config_reason(env: &testenv::capi::CapiEnv, name: &str, reason: &str) -> String {
+    testenv::configs::wait_reason(
+        &env.client,
+        testenv::capi::NS,
+        (name, reason),
+        SCENARIO_WAIT,
+    )
+    .await
+}
+
+/// No config of `others` rendered: each still shows `InitHolderGone` with no data Secret, and
+/// the lock still names the deleted Machine `uid`.
+async fn assert_no_second_init(env: &testenv::capi::CapiEnv, others: &[&str], uid: &str) {
+    for name in others {
+        let config = testenv::configs::config(&env.client, testenv::capi::NS, name).await;
+        let status = config.status.unwrap_or_default();
+        let reason = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.reason.clone());
+        assert!(
+            status.data_secret_name.is_none() && reason.as_deref() == Some("InitHolderGone"),
+            "{name} got no data: {reason:?} {:?}",
+            status.data_secret_name
+        );
+    }
+    let locks = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        env.client.clone(),
+        testenv::capi::NS,
+    );
+    let lock = locks.get(&format!("{CLUSTER}-lock")).await.unwrap();
+    assert_eq!(
+        lock.data
+            .unwrap_or_default()
+            .get("machineUID")
+            .map(String::as_str),
+        Some(uid),
+        "the lock still names the deleted Machine"
+    );
+}
+
+/// kubeadm's message when the CA it discovers is not the one the join pins.
+const WRONG_CA_MESSAGE: &str = "cluster CA found in cluster-info ConfigMap is invalid";
+
+/// (C) A control-plane join with a wrong CA, on the whole cluster: a Machine whose template
+/// pins another cluster's CA hash renders `control-plane-join`; on its host the real `kubeadm
+/// join` refuses the CA it discovers, with its own message, and etcd lists the same three
+/// members. The machine's boot report makes its config `BootFailed`, kubeadm's message in the
+/// Warning Event's tail.
+async fn a_control_plane_join_with_a_wrong_ca_adds_no_member(
+    env: &testenv::capi::CapiEnv,
+    hosts: &Hosts,
+    whole: WholeCluster<'_>,
+    spec: MachineSpec<'_>,
+) {
+    use testenv::capi::hosts::HostState;
+    let other_ca = testenv::pki::TestCa::new("kubernetes");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(TEMPLATE);
+    let text = std::fs::read_to_string(path).unwrap();
+    let pinned = "caCertHashes: {{json join.caCertHashes}}";
+    assert!(text.contains(pinned), "the shipped template pins the hash");
+    let doctored = text.replace(
+        pinned,
+        &format!("caCertHashes: [\"{}\"]", other_ca.ca_hash()),
+    );
+    let mut template: Value = serde_yaml::from_str(&doctored).unwrap();
+    let name = format!("{TEMPLATE_NAME}-wrong-ca");
+    template["metadata"]["name"] = json!(name);
+    let resource = testenv::capi::objects::bootplate_resource(
+        "ClusterBootstrapTemplate",
+        "clusterbootstraptemplates",
+    );
+    testenv::capi::cloud::apply(&env.client, &resource, None, &template)
+        .await
+        .unwrap();
+    let machine = "whole-cp-wrong-ca";
+    create_control_plane_machine(env, machine, &name, spec).await;
+    let failed = testenv::eventually("the wrong-CA join's boot", SCENARIO_WAIT, || async {
+        match hosts.state_of(machine)? {
+            HostState::Failed(why) => Some(why),
+            HostState::Booted(_) => panic!("{machine} joined with another cluster's CA"),
+            HostState::Booting => None,
+        }
+    })
+    .await;
+    assert!(
+        failed.contains("(control-plane-join)") && failed.contains(WRONG_CA_MESSAGE),
+        "kubeadm refuses the CA: {failed}"
+    );
+    let members = hosts.with_node(whole.init, etcd_members).unwrap();
+    assert_eq!(members, whole.control_plane, "no etcd member added");
+    wait_config_reason(env, machine, "BootFailed").await;
+    let event =
+        testenv::events::wait_reason(&env.client, testenv::capi::NS, machine, "BootFailed").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(WRONG_CA_MESSAGE),
+        "kubeadm's own message in the Event's tail: {note}"
+    );
+}
+
+/// Control-plane Machine `name` with its BootplateConfig (the scenario's variables) rendered
+/// from ClusterBootstrapTemplate `template`.
+async fn create_control_plane_machine(
+    env: &testenv::capi::CapiEnv,
+    name: &str,
+    template: &str,
+    spec: MachineSpec<'_>,
+) {
+    use testenv::capi::objects;
+    let mut config = objects::bootplate_config(name, template);
+    config["spec"]["variables"] = variables(spec.pause);
+    let resource = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
+    env.apply(&resource, config).await.unwrap();
+    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+        .await
+        .unwrap();
+    let mut machine = objects::control_plane_machine(name, CLUSTER);
+    machine["spec"]["version"] = json!(spec.version);
+    env.apply(&objects::machine_resource(), machine)
+        .await
+        .unwrap();
+}
+
+/// The MachineDeployment of two workers (a BootplateConfigTemplate with the scenario's
+/// variables).
+async fn create_workers(env: &testenv::capi::CapiEnv, spec: MachineSpec<'_>) {
+    use testenv::capi::objects;
     let mut template = objects::bootplate_config_template(WORKERS, TEMPLATE_NAME);
-    template["spec"]["template"]["spec"]["variables"] = variables(pause);
+    template["spec"]["template"]["spec"]["variables"] = variables(spec.pause);
     let resource =
         objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates");
     env.apply(&resource, template).await.unwrap();
@@ -215,22 +450,27 @@ async fn create_machines(env: &testenv::capi::CapiEnv, version: &str, pause: &st
     )
     .await
     .unwrap();
-    let deployment = objects::machine_deployment(WORKERS, CLUSTER, 2, WORKERS, WORKERS, version);
+    let deployment =
+        objects::machine_deployment(WORKERS, CLUSTER, 2, WORKERS, WORKERS, spec.version);
     env.apply(&objects::machine_deployment_resource(), deployment)
         .await
         .unwrap();
 }
 
-/// Waits until a control-plane Machine's host booted (the first one is the `init` one: the
-/// others join only once the Cluster reports its control plane initialized); its name.
-async fn wait_init_host(env: &testenv::capi::CapiEnv, hosts: &Hosts) -> String {
+/// Waits until one of the `control_plane` Machines' host booted (the first one is the `init`
+/// one: the others join only once the Cluster reports its control plane initialized); its name.
+async fn wait_init_host(
+    env: &testenv::capi::CapiEnv,
+    hosts: &Hosts,
+    control_plane: &[String],
+) -> String {
     let deadline = std::time::Instant::now() + SCENARIO_WAIT;
     loop {
-        if let Some(name) = CONTROL_PLANE
+        if let Some(name) = control_plane
             .iter()
             .find(|name| hosts.with_node(name, |_| ()).is_some())
         {
-            return (*name).to_owned();
+            return name.clone();
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -310,18 +550,26 @@ async fn wait_every_node_ready(workload: &kube::Client) {
     .await;
 }
 
+/// The whole cluster: its five Machines, the `init` one's name and the control-plane ones'.
+#[derive(Clone, Copy)]
+struct WholeCluster<'a> {
+    machines: &'a [kube::api::DynamicObject],
+    init: &'a str,
+    control_plane: &'a [String],
+}
+
 /// What the whole cluster must be: each Machine's nodeRef names its Node, every join token is
 /// gone and bootplate counted each deletion, etcd has the three control-plane members, each
 /// apiserver and the endpoint serve a certificate of the cluster CA, five Nodes.
 async fn assert_whole_cluster(
     env: &testenv::capi::CapiEnv,
     hosts: &Hosts,
-    machines: &[kube::api::DynamicObject],
-    init: &str,
+    whole: WholeCluster<'_>,
     endpoint: &Endpoint,
 ) {
     use kube::ResourceExt;
     use testenv::capi::boot::BootRecord;
+    let (machines, init) = (whole.machines, whole.init);
     let ca = env.cluster_ca.cert_pem.clone();
     let mut names: Vec<String> = machines.iter().map(|m| m.name_any()).collect();
     names.sort();
@@ -368,8 +616,8 @@ async fn assert_whole_cluster(
         .expect("bootplate's metrics hold the deleted tokens");
     assert_eq!(deleted, 4.0, "tokens bootplate deleted");
     let members = hosts.with_node(init, etcd_members).unwrap();
-    assert_eq!(members, CONTROL_PLANE, "etcd's members");
-    for name in CONTROL_PLANE {
+    assert_eq!(members, whole.control_plane, "etcd's members");
+    for name in whole.control_plane {
         let address = hosts.with_node(name, Node::address).unwrap();
         serves_cluster_certificate(address, &ca, name).await;
     }

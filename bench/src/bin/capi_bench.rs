@@ -55,6 +55,8 @@ const TEMPLATE_FILE: &str = "templates/kubeadm-ubuntu-2404.yaml";
 const TEMPLATE_NAME: &str = "kubeadm-ubuntu-2404";
 /// The same template with its boot reports turned off, for `--providers bootplate-noreports`.
 const NO_REPORTS_TEMPLATE: &str = "kubeadm-ubuntu-2404-no-reports";
+/// The same template with `delivery: Fetch`, for `--providers bootplate-fetch`.
+const FETCH_TEMPLATE: &str = "kubeadm-ubuntu-2404-fetch";
 /// How long a provider settles after the last Machine got its data, before its requests are
 /// counted (the reconciles its own writes trigger count too).
 const SETTLE: Duration = Duration::from_secs(10);
@@ -95,11 +97,12 @@ fn args() -> anyhow::Result<Args> {
         token_ttl_seconds: None,
     };
     let usage = "usage: capi-bench [--machines N] [--per-deployment N] [--rounds N] [--first-round N] \
-                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate,bootplate-noreports] \
+                 [--concurrency N] [--skip-restart] [--providers cabpk,cabpkc,bootplate,bootplate-noreports,bootplate-fetch] \
                  [--token-ttl-seconds N]\n\
                  --providers: which to run (default cabpk,cabpkc,bootplate): cabpk is CABPK with its \
                  defaults, cabpkc CABPK with bootplate's --concurrency, bootplate-noreports bootplate \
-                 with the template's boot reports turned off\n\
+                 with the template's boot reports turned off, bootplate-fetch bootplate with the \
+                 template's delivery: Fetch\n\
                  --token-ttl-seconds: bootplate's --bootstrap-token-ttl (default 900; CABPK keeps 15m)";
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -154,6 +157,9 @@ enum Variant {
     /// bootplate with the template's boot reports turned off (`bootReports: Disabled`): what
     /// the reports cost is the difference to `Bootplate`.
     BootplateNoReports,
+    /// bootplate with the template's `delivery: Fetch`: what fetching costs is the difference
+    /// to `Bootplate`.
+    BootplateFetch,
 }
 
 impl Variant {
@@ -163,21 +169,26 @@ impl Variant {
         Variant::Bootplate,
     ];
     /// Every variant `--providers` knows (the default is `ALL`).
-    const KNOWN: [Variant; 4] = [
+    const KNOWN: [Variant; 5] = [
         Variant::CabpkDefaults,
         Variant::CabpkConcurrency,
         Variant::Bootplate,
         Variant::BootplateNoReports,
+        Variant::BootplateFetch,
     ];
 
     fn is_bootplate(self) -> bool {
-        matches!(self, Variant::Bootplate | Variant::BootplateNoReports)
+        matches!(
+            self,
+            Variant::Bootplate | Variant::BootplateNoReports | Variant::BootplateFetch
+        )
     }
 
     /// The ClusterBootstrapTemplate a bootplate variant's machines use.
     fn template(self) -> &'static str {
         match self {
             Variant::BootplateNoReports => NO_REPORTS_TEMPLATE,
+            Variant::BootplateFetch => FETCH_TEMPLATE,
             _ => TEMPLATE_NAME,
         }
     }
@@ -190,6 +201,9 @@ impl Variant {
             Variant::BootplateNoReports => {
                 format!("bootplate (concurrency {concurrency}, boot reports off)")
             }
+            Variant::BootplateFetch => {
+                format!("bootplate (concurrency {concurrency}, delivery: Fetch)")
+            }
         }
     }
 
@@ -199,6 +213,7 @@ impl Variant {
             Variant::CabpkConcurrency => "cabpkc",
             Variant::Bootplate => "bootplate",
             Variant::BootplateNoReports => "bootplate-noreports",
+            Variant::BootplateFetch => "bootplate-fetch",
         }
     }
 }
@@ -316,7 +331,10 @@ async fn main() -> anyhow::Result<()> {
     let mut no_reports = template.clone();
     no_reports["metadata"]["name"] = NO_REPORTS_TEMPLATE.into();
     no_reports["spec"]["bootReports"] = "Disabled".into();
-    for template in [&template, &no_reports] {
+    let mut fetch = template.clone();
+    fetch["metadata"]["name"] = FETCH_TEMPLATE.into();
+    fetch["spec"]["delivery"] = "Fetch".into();
+    for template in [&template, &no_reports, &fetch] {
         cloud::apply(
             &env.client,
             &objects::bootplate_resource("ClusterBootstrapTemplate", "clusterbootstraptemplates"),
@@ -507,7 +525,7 @@ impl Bench {
         log: &str,
     ) -> anyhow::Result<Provider> {
         Ok(match variant {
-            Variant::Bootplate | Variant::BootplateNoReports => {
+            Variant::Bootplate | Variant::BootplateNoReports | Variant::BootplateFetch => {
                 let mut args = ["--concurrency", concurrency, "--log-level", "info"]
                     .map(String::from)
                     .to_vec();
@@ -722,9 +740,10 @@ impl Bench {
     /// The lifetime of the tokens `variant` makes.
     fn token_ttl(&self, variant: Variant) -> SignedDuration {
         match (variant, self.args.token_ttl_seconds) {
-            (Variant::Bootplate | Variant::BootplateNoReports, Some(seconds)) => {
-                SignedDuration::from_secs(i64::try_from(seconds).unwrap_or(i64::MAX))
-            }
+            (
+                Variant::Bootplate | Variant::BootplateNoReports | Variant::BootplateFetch,
+                Some(seconds),
+            ) => SignedDuration::from_secs(i64::try_from(seconds).unwrap_or(i64::MAX)),
             _ => TOKEN_TTL,
         }
     }
@@ -857,20 +876,35 @@ impl Bench {
                 ratio(&|r| r.requests.total() as f64),
             );
         }
-        if ran(Variant::Bootplate) && ran(Variant::BootplateNoReports) {
-            let per_machine = |variant: Variant, f: &dyn Fn(&Requests) -> u64| {
-                median(variant, &|r| f(&r.requests) as f64) / self.args.machines as f64
-            };
-            let extra = |f: &dyn Fn(&Requests) -> u64| {
-                per_machine(Variant::Bootplate, f) - per_machine(Variant::BootplateNoReports, f)
-            };
+        let per_machine = |variant: Variant, f: &dyn Fn(&Requests) -> u64| {
+            median(variant, &|r| f(&r.requests) as f64) / self.args.machines as f64
+        };
+        let extra = |with: Variant, without: Variant, f: &dyn Fn(&Requests) -> u64| {
+            per_machine(with, f) - per_machine(without, f)
+        };
+        let (on, off, fetch) = (
+            Variant::Bootplate,
+            Variant::BootplateNoReports,
+            Variant::BootplateFetch,
+        );
+        if ran(on) && ran(off) {
             println!(
                 "\nboot reports: {:.2} more requests per machine with them on ({:.2} writes), \
                  {:.2} against {:.2} (medians over the rounds)",
-                extra(&|r| r.total()),
-                extra(&|r| r.writes()),
-                per_machine(Variant::Bootplate, &|r| r.total()),
-                per_machine(Variant::BootplateNoReports, &|r| r.total()),
+                extra(on, off, &|r| r.total()),
+                extra(on, off, &|r| r.writes()),
+                per_machine(on, &|r| r.total()),
+                per_machine(off, &|r| r.total()),
+            );
+        }
+        if ran(on) && ran(fetch) {
+            println!(
+                "\ndelivery: Fetch: {:.2} more requests per machine than inline ({:.2} writes), \
+                 {:.2} against {:.2} (medians over the rounds)",
+                extra(fetch, on, &|r| r.total()),
+                extra(fetch, on, &|r| r.writes()),
+                per_machine(fetch, &|r| r.total()),
+                per_machine(on, &|r| r.total()),
             );
         }
     }

@@ -144,6 +144,27 @@ impl Hosts {
         Ok(node)
     }
 
+    /// What Machine `machine`'s host is doing; `None` before it was asked to boot (or once it
+    /// was removed).
+    pub fn state_of(&self, machine: &str) -> Option<HostState> {
+        self.state().hosts.get(machine).cloned()
+    }
+
+    /// Ends Machine `machine`'s host (once its boot ended) and takes its apiserver from behind
+    /// the endpoint, as a cloud terminates an instance.
+    pub fn remove(&self, machine: &str) {
+        let node = {
+            let mut state = self.state();
+            state.hosts.remove(machine);
+            state.nodes.remove(machine)
+        };
+        if let Some(node) = node {
+            let apiserver = SocketAddr::from((node.address(), APISERVER_PORT));
+            self.spec.endpoint.remove_backend(apiserver);
+            drop(node);
+        }
+    }
+
     /// Runs `f` on Machine `machine`'s node, once it booted.
     pub fn with_node<T>(&self, machine: &str, f: impl FnOnce(&Node) -> T) -> Option<T> {
         self.state().nodes.get(machine).map(f)
