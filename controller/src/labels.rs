@@ -21,6 +21,10 @@ pub const INPUTS: &str = "bootstrap.bootplate.dev/inputs";
 /// last write. A hint like [`INPUTS`]: a refreshed token makes it stale (earlier than the
 /// truth), which only costs a restarted controller a look at the token.
 pub const TOKEN_EXPIRES: &str = "bootstrap.bootplate.dev/token-expires";
+/// On data Secrets of machines that fetch their render (`delivery: Fetch`): `Fetch`. The join's
+/// clean-up deletes the sealed payload and its grant only where a data Secret says so, so an
+/// inline machine's join costs no deletions of objects that never existed.
+pub const DELIVERY: &str = "bootstrap.bootplate.dev/delivery";
 /// The annotations [`crate::k8s::data_secret::is_current`] does not compare.
 pub const HINTS: [&str; 2] = [INPUTS, TOKEN_EXPIRES];
 /// On bootstrap token Secrets in the workload cluster: the UID of the config the token is for.

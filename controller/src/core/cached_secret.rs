@@ -29,6 +29,8 @@ pub struct CachedSecret {
     pub inputs: Option<String>,
     /// The token expiry hint of its render (RFC 3339).
     pub token_expires: Option<String>,
+    /// The delivery annotation says its machine fetches its render.
+    pub fetches: bool,
 }
 
 impl CachedSecret {

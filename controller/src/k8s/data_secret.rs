@@ -32,6 +32,8 @@ pub struct Provenance<'a> {
     pub inputs: Option<&'a str>,
     /// When the bootstrap token in the user-data expires (hint annotation).
     pub token_expires: Option<Timestamp>,
+    /// The user-data is a fetch stub (annotation [`labels::DELIVERY`]).
+    pub fetch: bool,
 }
 
 /// The Secret for `rendered`.
@@ -47,6 +49,9 @@ pub fn build(config: &BootplateConfig, rendered: &Rendered, provenance: &Provena
     }
     if let Some(expires) = provenance.token_expires {
         annotations.insert(labels::TOKEN_EXPIRES.into(), expires.to_string());
+    }
+    if provenance.fetch {
+        annotations.insert(labels::DELIVERY.into(), "Fetch".into());
     }
     Secret {
         metadata: ObjectMeta {
@@ -177,6 +182,7 @@ mod tests {
             role: Role::Worker,
             inputs,
             token_expires,
+            fetch: false,
         };
         build(&config(), &rendered, &provenance)
     }

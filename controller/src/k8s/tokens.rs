@@ -310,10 +310,13 @@ fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: S
 }
 
 /// Deletes the config's tokens (the Machine joined, or the config is gone) and with them its
-/// boot report objects and its fetched render. Returns how many tokens.
-pub(crate) async fn delete(workload: &Client, config_uid: &str) -> Result<usize> {
+/// boot report objects and, when `fetched` (its data Secret is a fetch stub, or that is not
+/// known), its sealed render. Returns how many tokens.
+pub(crate) async fn delete(workload: &Client, config_uid: &str, fetched: bool) -> Result<usize> {
     super::boot_report::delete(workload, config_uid).await?;
-    super::fetch_payload::delete(workload, config_uid).await?;
+    if fetched {
+        super::fetch_payload::delete(workload, config_uid).await?;
+    }
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
     let existing = api
         .list_metadata(&ListParams::default().labels(&selector(config_uid)))

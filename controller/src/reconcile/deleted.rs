@@ -88,7 +88,8 @@ pub(crate) async fn clean_up_deleted(
 }
 
 async fn delete_tokens(ctx: &Context, config: &DeletedConfig, workload: &kube::Client) {
-    match tokens::delete(workload, &config.uid).await {
+    // Whether it fetched is not known any more: its payload, if any, goes too.
+    match tokens::delete(workload, &config.uid, true).await {
         Ok(0) => {}
         Ok(count) => {
             for _ in 0..count {

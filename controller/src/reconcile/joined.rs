@@ -100,7 +100,9 @@ async fn delete_tokens(
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let workload = ctx.workload_client(&namespace, &cluster_name).await?;
-    let deleted = tokens::delete(&workload, uid)
+    // A data Secret the cache does not hold (yet) may be a fetching machine's.
+    let fetched = (ctx.stores.secret(&namespace, &config.name_any())).is_none_or(|s| s.fetches);
+    let deleted = tokens::delete(&workload, uid, fetched)
         .await
         .map_err(|e| super::render::naming_workload(e, &namespace, &cluster_name))?;
     for _ in 0..deleted {

@@ -333,6 +333,8 @@ fn unchanged(
 /// tokens it replaces (a MachinePool's, deleted once the data Secret holds the new one).
 struct Made {
     user_data: render::Rendered,
+    /// The user-data is a fetch stub.
+    fetch: bool,
     token_expires: Option<Timestamp>,
     created_token: Option<String>,
     replaced: Vec<String>,
@@ -375,6 +377,7 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
         let generated = generators.run(&context, Phase::All).await?;
         return Ok(Made {
             user_data: render(&context, &generated, false)?,
+            fetch: false,
             token_expires: None,
             created_token: None,
             replaced: Vec::new(),
@@ -413,6 +416,7 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     set_up_channels(ctx, scene, &token, reports && created, &user_data).await?;
     Ok(Made {
         user_data,
+        fetch: fetches,
         token_expires: Some(expires),
         created_token: created.then(|| token.id.clone()),
         replaced,
@@ -535,6 +539,7 @@ async fn write_and_tell(
         role: scene.role,
         inputs: inputs.as_deref(),
         token_expires: made.token_expires,
+        fetch: made.fetch,
     };
     let desired = data_secret::build(config, &made.user_data, &provenance);
     let digest = data_secret::digest(&desired);

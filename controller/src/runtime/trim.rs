@@ -30,7 +30,8 @@ pub(crate) fn strip<K: Resource>(object: &mut K) {
 /// BootplateConfig (the trigger's owner and `gate::adoptable`), and as plain fields the data
 /// Secret label (the trigger filter and `gate::adoptable`), the role and template revision a
 /// Secret to adopt was rendered with (`gate::adoptable`) and the hints a restarted process skips
-/// a render by (`skip::LastRender::from_hints`). Its UID, timestamps, finalizers, its other
+/// a render by (`skip::LastRender::from_hints`), and whether its machine fetches its render (the
+/// join's clean-up). Its UID, timestamps, finalizers, its other
 /// labels (the cluster-name label it was selected by) and annotations (the template's name, the
 /// format) are read by nobody.
 pub(crate) fn secret(secret: PartialObjectMeta<Secret>) -> CachedSecret {
@@ -61,6 +62,7 @@ pub(crate) fn secret(secret: PartialObjectMeta<Secret>) -> CachedSecret {
         template_revision: annotation(labels::TEMPLATE_REVISION),
         inputs: annotation(labels::INPUTS),
         token_expires: annotation(labels::TOKEN_EXPIRES),
+        fetches: annotation(labels::DELIVERY).is_some_and(|d| d == "Fetch"),
     }
 }
 
@@ -165,6 +167,7 @@ mod tests {
                     (labels::ROLE, "worker"),
                     (labels::INPUTS, "d1"),
                     (labels::TOKEN_EXPIRES, "2027-01-15T08:00:00Z"),
+                    (labels::DELIVERY, "Fetch"),
                 ]),
                 owner_references: Some(vec![
                     owner(&group_version, "BootplateConfig"),
@@ -186,6 +189,7 @@ mod tests {
                 template_revision: Some("r1".into()),
                 inputs: Some("d1".into()),
                 token_expires: Some("2027-01-15T08:00:00Z".into()),
+                fetches: true,
             },
             "the rest (UID, timestamps, finalizers, other labels and annotations, other owners) is dropped"
         );

@@ -46,6 +46,7 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/benchmarks.md", "target/release/capi-bench --machines 5000 --rounds 1 --providers cabpkc", Help),
     ("docs/benchmarks.md", "target/release/capi-bench --machines 1000 --rounds 1 --providers bootplate --token-ttl-seconds 180", Help),
     ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers bootplate,bootplate-noreports --skip-restart", Help),
+    ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers cabpk,bootplate,bootplate-noreports,bootplate-fetch --skip-restart", Help),
     ("docs/benchmarks.md", "tests/vm/build-image.sh", Help),
     ("docs/benchmarks.md", "time cargo test -p bootplate-tests --test vm", Help),
     ("docs/fuzzing.md", "for target in decode_valid_objects_round_trip decode_mutated_objects_never_panics decode_arbitrary_yaml_never_panics webhook_validation_never_panics; do", Shell),
