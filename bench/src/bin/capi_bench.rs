@@ -386,7 +386,9 @@ impl Bench {
         let clusters = self.create_clusters(&ns).await?;
         let concurrency = self.args.concurrency.to_string();
         let log = format!("{ns}.log");
-        let mut provider = self.start_provider(variant, &concurrency, &log).await?;
+        let mut provider = self
+            .start_provider(variant, &ns, &concurrency, &log)
+            .await?;
         // After the provider: its webhook checks its template.
         self.create_templates(&ns, variant).await?;
         let pid = provider.pid(&self.env);
@@ -449,7 +451,7 @@ impl Bench {
             let expiries = self.token_expiries().await?;
             let restarted = Instant::now();
             let mut provider = self
-                .start_provider(variant, &concurrency, &format!("{ns}-restart.log"))
+                .start_provider(variant, &ns, &concurrency, &format!("{ns}-restart.log"))
                 .await?;
             let ready = restarted.elapsed().as_secs_f64();
             tokio::time::sleep(RESTART_WINDOW).await;
@@ -518,17 +520,29 @@ impl Bench {
         ]
     }
 
+    /// Starts `variant` for the run in namespace `ns`. bootplate watches only that namespace: a
+    /// fresh process over every namespace would also clean up after the earlier runs' joined
+    /// machines (it does not know their tokens are gone), and count those requests as this
+    /// run's. CABPK watches every namespace, as its Deployment does.
     async fn start_provider(
         &mut self,
         variant: Variant,
+        ns: &str,
         concurrency: &str,
         log: &str,
     ) -> anyhow::Result<Provider> {
         Ok(match variant {
             Variant::Bootplate | Variant::BootplateNoReports | Variant::BootplateFetch => {
-                let mut args = ["--concurrency", concurrency, "--log-level", "info"]
-                    .map(String::from)
-                    .to_vec();
+                let mut args = [
+                    "--concurrency",
+                    concurrency,
+                    "--log-level",
+                    "info",
+                    "--namespace",
+                    ns,
+                ]
+                .map(String::from)
+                .to_vec();
                 if let Some(seconds) = self.args.token_ttl_seconds {
                     args.extend(["--bootstrap-token-ttl".into(), format!("{seconds}s")]);
                 }

@@ -340,6 +340,19 @@ struct Made {
     replaced: Vec<String>,
 }
 
+impl Made {
+    /// An `init` render: inline, with no token (the control plane does not exist yet).
+    fn init(user_data: render::Rendered) -> Made {
+        Made {
+            user_data,
+            fetch: false,
+            token_expires: None,
+            created_token: None,
+            replaced: Vec::new(),
+        }
+    }
+}
+
 async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let certs = control_plane_certs(ctx, scene.cluster, scene.role).await?;
     let spec = files::resolve(&ctx.client, scene.config).await?;
@@ -375,13 +388,7 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     if scene.role == Role::Init {
         let context = context(None);
         let generated = generators.run(&context, Phase::All).await?;
-        return Ok(Made {
-            user_data: render(&context, &generated, false)?,
-            fetch: false,
-            token_expires: None,
-            created_token: None,
-            replaced: Vec::new(),
-        });
+        return Ok(Made::init(render(&context, &generated, false)?));
     }
     let ca = cluster_ca(ctx, scene.cluster, certs.as_ref()).await?;
     let join = |token: &Token| JoinInfo {
