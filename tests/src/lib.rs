@@ -39,6 +39,11 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 const ADMIN_TOKEN: &str = "bootplate-test-admin-token";
+/// A second static token of every test apiserver: user `bootplate-bench-workload`, in
+/// `system:masters`. The scale benchmark gives it to the controller for the workload cluster, so
+/// the audit log tells the controller's requests from the benchmark's own (bootplate refuses
+/// kubeconfigs that impersonate).
+pub const BENCH_WORKLOAD_TOKEN: &str = "bootplate-bench-workload-token";
 
 /// One etcd + kube-apiserver pair, stopped (SIGKILL) and its data removed on drop, also when
 /// the test panics.
@@ -157,7 +162,10 @@ impl ApiServer {
             .stderr(Stdio::piped()))?;
         std::fs::write(
             d.join("tokens.csv"),
-            format!("{ADMIN_TOKEN},admin,admin,system:masters\n"),
+            format!(
+                "{ADMIN_TOKEN},admin,admin,system:masters\n\
+                 {BENCH_WORKLOAD_TOKEN},bootplate-bench-workload,bootplate-bench-workload,system:masters\n"
+            ),
         )?;
         let mut extra: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
         // The CA clients verify the serving certificate with: the given one, or the

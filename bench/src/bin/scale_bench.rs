@@ -11,8 +11,8 @@
 //! 2. controller: starts `bootplate run` and times it from process start until the benchmark's
 //!    own watch has seen every config ready; peak RSS is the process's VmHWM; its API requests
 //!    are counted from both apiservers' audit logs (by user: the controller impersonates its
-//!    ServiceAccount in the management cluster and `bootplate-bench-workload` in the workload
-//!    cluster), after it has gone quiet;
+//!    ServiceAccount in the management cluster, and is `bootplate-bench-workload` by its static
+//!    token in the workload cluster), after it has gone quiet;
 //! 3. restart: SIGTERM, start again over the ready configs: time to `/readyz` OK, time until
 //!    every config was reconciled again, and the writes made meanwhile (should be none).
 //!
@@ -47,8 +47,11 @@ const TEMPLATE: &str = include_str!("../../../render/benches/kubeadm.yaml");
 const BENCH_NS: &str = "bench";
 /// The namespace of the floor's configs, which the controller does not watch.
 const FLOOR_NS: &str = "floor";
-/// The controller's user in the workload clusters (its kubeconfig Secret impersonates it).
+/// The controller's user in the workload clusters (its kubeconfig Secret holds this user's
+/// static token, `testenv::BENCH_WORKLOAD_TOKEN`).
 const WORKLOAD_USER: &str = "bootplate-bench-workload";
+/// The token line of a test apiserver's admin kubeconfig.
+const ADMIN_TOKEN_LINE: &str = "token: bootplate-test-admin-token";
 /// How long the controller must make no reconcile for the run to count as settled.
 const QUIET: Duration = Duration::from_secs(5);
 
@@ -142,8 +145,12 @@ async fn main() -> anyhow::Result<()> {
     let controller_kubeconfig = testenv::rbac::install(&management).await?;
     let (sa_ns, sa_name) = testenv::rbac::SERVICE_ACCOUNT;
     let workload_kubeconfig = workload.kubeconfig_yaml().replace(
-        "    token: ",
-        &format!("    as: {WORKLOAD_USER}\n    as-groups: [system:masters]\n    token: "),
+        ADMIN_TOKEN_LINE,
+        &format!("token: {}", testenv::BENCH_WORKLOAD_TOKEN),
+    );
+    anyhow::ensure!(
+        workload_kubeconfig.contains(testenv::BENCH_WORKLOAD_TOKEN),
+        "the workload kubeconfig has no admin token line to replace"
     );
     let bench = Bench {
         controller_user: format!("system:serviceaccount:{sa_ns}:{sa_name}"),
