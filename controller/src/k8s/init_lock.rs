@@ -25,6 +25,20 @@ fn lock_name(cluster: &Cluster) -> String {
     format!("{}-lock", cluster.name_any())
 }
 
+/// The ConfigMaps of `cluster`'s namespace, where its lock lives.
+fn locks(client: &Client, cluster: &Cluster) -> Api<ConfigMap> {
+    Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default())
+}
+
+/// `machine` as the lock names it.
+fn claimant(machine: &Machine) -> Claimant<'_> {
+    let meta = machine.meta();
+    Claimant {
+        name: meta.name.as_deref().unwrap_or_default(),
+        uid: meta.uid.as_deref().unwrap_or_default(),
+    }
+}
+
 fn lock(cluster: &Cluster, holder: &Machine) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
@@ -41,8 +55,8 @@ fn lock(cluster: &Cluster, holder: &Machine) -> ConfigMap {
             ..Default::default()
         },
         data: Some(BTreeMap::from([
-            (HOLDER_KEY.into(), holder.name_any()),
-            (HOLDER_UID_KEY.into(), holder.uid().unwrap_or_default()),
+            (HOLDER_KEY.into(), claimant(holder).name.into()),
+            (HOLDER_UID_KEY.into(), claimant(holder).uid.into()),
             (HANDED_OUT_KEY.into(), "false".into()),
         ])),
         ..Default::default()
@@ -79,13 +93,9 @@ pub(crate) async fn acquire(
     machine: &Machine,
 ) -> Result<()> {
     let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let api = locks(client, cluster);
     let name = lock_name(cluster);
-    let uid = machine.uid().unwrap_or_default();
-    let me = Claimant {
-        name: &machine.name_any(),
-        uid: &uid,
-    };
+    let me = claimant(machine);
     // Two rounds: the second runs after removing a lock whose holder is gone.
     for _ in 0..2 {
         match api
@@ -138,18 +148,12 @@ pub(crate) async fn record_handed_out(
     cluster: &Cluster,
     machine: &Machine,
 ) -> Result<()> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let api = locks(client, cluster);
     let Some(mut existing) = api.get_opt(&lock_name(cluster)).await? else {
         return Ok(());
     };
-    let uid = machine.uid().unwrap_or_default();
-    let me = Claimant {
-        name: &machine.name_any(),
-        uid: &uid,
-    };
     let holder = holder_of(&existing);
-    if !holder.is(me) || holder.handed_out == Some(true) {
+    if !holder.is(claimant(machine)) || holder.handed_out == Some(true) {
         return Ok(());
     }
     existing
@@ -165,9 +169,7 @@ pub(crate) async fn record_handed_out(
 
 /// Releases the init lock. Missing locks are fine.
 pub(crate) async fn release(client: &Client, cluster: &Cluster) -> Result<()> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    match api
+    match locks(client, cluster)
         .delete(&lock_name(cluster), &DeleteParams::default())
         .await
     {

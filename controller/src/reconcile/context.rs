@@ -230,39 +230,38 @@ impl Context {
 
     /// Whether this process deleted the tokens of config `uid` after its Machine joined.
     pub fn tokens_deleted(&self, uid: &str) -> bool {
-        self.tokens_deleted.lock().expect("lock").contains(uid)
+        noted(&self.tokens_deleted, uid)
     }
 
     /// Notes that the tokens of config `uid` are deleted.
     pub fn mark_tokens_deleted(&self, uid: String) {
-        self.tokens_deleted
-            .lock()
-            .expect("lock")
-            .insert(uid, (), || self.live_configs());
+        self.note(&self.tokens_deleted, uid);
     }
 
     /// Whether config `uid` released its Cluster's init lock.
     pub fn lock_released(&self, uid: &str) -> bool {
-        self.locks_released.lock().expect("lock").contains(uid)
+        noted(&self.locks_released, uid)
     }
 
     /// Notes that config `uid` released its Cluster's init lock.
     pub fn mark_lock_released(&self, uid: String) {
-        self.locks_released
-            .lock()
-            .expect("lock")
-            .insert(uid, (), || self.live_configs());
+        self.note(&self.locks_released, uid);
     }
 
     /// Whether the init lock already records that config `uid` was handed its `init` data.
     pub fn init_handed_out(&self, uid: &str) -> bool {
-        self.init_handed_out.lock().expect("lock").contains(uid)
+        noted(&self.init_handed_out, uid)
     }
 
     /// Notes that the init lock records config `uid`'s `init` data as handed out.
     pub fn mark_init_handed_out(&self, uid: String) {
-        self.init_handed_out
-            .lock()
+        self.note(&self.init_handed_out, uid);
+    }
+
+    /// Adds config `uid` to one of the per-config memories of things done once (pruned of
+    /// configs gone when it grows).
+    fn note(&self, set: &Mutex<ByConfig<()>>, uid: String) {
+        set.lock()
             .expect("lock")
             .insert(uid, (), || self.live_configs());
     }
@@ -337,4 +336,9 @@ impl Context {
         self.stores.wait_until_ready().await;
         let _ = self.mark_synced.send(true);
     }
+}
+
+/// Whether config `uid` is in one of the per-config memories of things done once.
+fn noted(set: &Mutex<ByConfig<()>>, uid: &str) -> bool {
+    set.lock().expect("lock").contains(uid)
 }

@@ -31,9 +31,8 @@ pub(crate) fn strip<K: Resource>(object: &mut K) {
 /// Secret label (the trigger filter and `gate::adoptable`), the role and template revision a
 /// Secret to adopt was rendered with (`gate::adoptable`) and the hints a restarted process skips
 /// a render by (`skip::LastRender::from_hints`), and whether its machine fetches its render (the
-/// join's clean-up). Its UID, timestamps, finalizers, its other
-/// labels (the cluster-name label it was selected by) and annotations (the template's name, the
-/// format) are read by nobody.
+/// join's clean-up). Its UID, timestamps, finalizers, its other labels (the cluster-name label
+/// it was selected by) and annotations (the template's name, the format) are read by nobody.
 pub(crate) fn secret(secret: PartialObjectMeta<Secret>) -> CachedSecret {
     let old = secret.metadata;
     let mut labels = old.labels.unwrap_or_default();
