@@ -40,6 +40,10 @@ pub const PAYLOAD_CONFIG_UID: &str = "bootstrap.bootplate.dev/payload-config-uid
 /// of its config (docs/boot-channel.md). The reports of a cluster are listed by it; whose
 /// report it is comes from the name, which the machine cannot change.
 pub const BOOT_REPORT_CONFIG_UID: &str = "bootstrap.bootplate.dev/boot-report-config-uid";
+/// On a machine's boot report ConfigMap in the workload cluster: the UID of the management
+/// Cluster it reports to. A cluster's listing selects by it, so Cluster objects that share
+/// one workload apiserver each read only their own machines' reports.
+pub const BOOT_REPORT_CLUSTER_UID: &str = "bootstrap.bootplate.dev/boot-report-cluster-uid";
 /// On a machine's fetch payload Secret, Role and RoleBinding in the workload cluster (fetch
 /// delivery, docs/boot-channel.md): the UID of its config.
 pub const FETCH_CONFIG_UID: &str = "bootstrap.bootplate.dev/fetch-config-uid";

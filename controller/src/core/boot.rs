@@ -317,12 +317,32 @@ pub(crate) struct Subject {
     pub machine: String,
     /// Its Cluster's name.
     pub cluster: String,
+    /// Its Cluster's UID (the scope of the cluster's report listing).
+    pub cluster_uid: String,
     /// Since when its infrastructure is provisioned.
     pub provisioned_since: Option<Timestamp>,
     /// The template's `<Kind>/<name>`, the metrics' label.
     pub template: String,
     /// The part names the template's reports may name (others count as `other`).
     pub parts: Vec<String>,
+}
+
+/// When a config's reconcile looks at its machine's boot again by itself: only when a machine
+/// that has not reported reaches the `BootNotStarted` deadline. A report that changes is
+/// noticed by its cluster's poller, which triggers the reconcile; an ended boot is not looked
+/// at again; a machine not yet provisioned is looked at when its Machine changes.
+pub(crate) fn next_look(
+    view: &View,
+    provisioned_since: Option<Timestamp>,
+    not_started_after: SignedDuration,
+    now: Timestamp,
+) -> Option<Duration> {
+    let View::Unknown = view else {
+        return None;
+    };
+    let deadline = provisioned_since?.checked_add(not_started_after).ok()?;
+    let left = Duration::try_from(now.duration_until(deadline)).unwrap_or(Duration::ZERO);
+    Some(left.max(Duration::from_secs(1)))
 }
 
 /// How long after its Machine joined a config's token is kept for the machine's last report.
@@ -552,6 +572,36 @@ mod tests {
                 wait,
                 "case {i}"
             );
+        }
+    }
+
+    /// Each case: the view, how long ago the machine was provisioned (seconds; `None`: not
+    /// yet), and when the config looks again by itself (deadline 600 s).
+    #[test]
+    fn only_a_silent_provisioned_machine_is_looked_at_again_by_its_deadline() {
+        let booting = View::Booting {
+            part: "join".into(),
+        };
+        let not_started = View::NotStarted {
+            message: String::new(),
+        };
+        let secs = Duration::from_secs;
+        let cases = [
+            (View::Unknown, Some(0), Some(secs(600))),
+            (View::Unknown, Some(599), Some(secs(1))),
+            (View::Unknown, Some(100), Some(secs(500))),
+            // Past the deadline (a view computed an instant earlier): soon, not never.
+            (View::Unknown, Some(900), Some(secs(1))),
+            (View::Unknown, None, None),
+            (booting, Some(10), None),
+            (not_started, Some(900), None),
+            (View::Booted, Some(10), None),
+        ];
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let deadline = SignedDuration::from_secs(600);
+        for (i, (view, ago, want)) in cases.into_iter().enumerate() {
+            let since = ago.map(|a| now - SignedDuration::from_secs(a));
+            assert_eq!(next_look(&view, since, deadline, now), want, "case {i}");
         }
     }
 }

@@ -12,7 +12,8 @@
 //! expired one), and bootplate deletes them by the config's label when it deletes the token.
 //!
 //! Reads are coalesced: one listing per workload cluster per interval, shared by all its
-//! configs ([`Reports`]), and only while some config of that cluster waits for its machine.
+//! configs and scoped to its Cluster's reports ([`Reports`]), and only while some config of
+//! that cluster waits for its machine.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -70,10 +71,16 @@ pub(crate) fn meta_named(target: &Target<'_>, name: &str, label: &str) -> Object
     }
 }
 
-/// The empty report ConfigMap.
-pub(crate) fn config_map(target: &Target<'_>) -> ConfigMap {
+/// The empty report ConfigMap, labelled with the UID of its management Cluster (the
+/// listing's scope: one workload apiserver may serve more than one Cluster object).
+pub(crate) fn config_map(target: &Target<'_>, cluster_uid: &str) -> ConfigMap {
+    let mut metadata = meta(target);
+    (metadata.labels.get_or_insert_default()).insert(
+        labels::BOOT_REPORT_CLUSTER_UID.to_owned(),
+        cluster_uid.to_owned(),
+    );
     ConfigMap {
-        metadata: meta(target),
+        metadata,
         ..ConfigMap::default()
     }
 }
@@ -182,14 +189,21 @@ where
     Ok(())
 }
 
-/// Sets up the report objects of config `config_uid` for token `token_id` (just created):
-/// server-side applied, so a config's later token takes them over.
-pub(crate) async fn set_up(workload: &Client, config_uid: &str, token_id: &str) -> Result<()> {
+/// Sets up the report objects of config `config_uid` (of the Cluster with UID `cluster_uid`)
+/// for token `token_id` (just created): server-side applied, so a config's later token takes
+/// them over.
+pub(crate) async fn set_up(
+    workload: &Client,
+    (config_uid, cluster_uid): (&str, &str),
+    token_id: &str,
+) -> Result<()> {
     let object = name(config_uid);
     let ids = (config_uid, token_id);
-    grant(workload, ids, &report_grant(&object), config_map)
-        .await
-        .map_err(workload_error)
+    grant(workload, ids, &report_grant(&object), |target| {
+        config_map(target, cluster_uid)
+    })
+    .await
+    .map_err(workload_error)
 }
 
 /// Deletes the report objects of config `config_uid` (with its tokens). Returns how many were
@@ -234,53 +248,145 @@ where
 /// too large to keep (the machine wrote more than [`MAX_ENCODED`]).
 pub(crate) type ClusterReports = HashMap<String, Option<String>>;
 
-/// A cluster's reports and when they were listed.
-type Listed = (Instant, Arc<ClusterReports>);
+/// A Cluster, as `(namespace, name)`.
+pub(crate) type ClusterKey = (String, String);
 
-/// Each workload cluster's reports as last listed, reused for an interval.
+/// A config waiting for its machine's report: its name (in the Cluster's namespace) and a
+/// digest of the report as its last reconcile saw it (`None`: not read).
+struct Waiting {
+    name: String,
+    seen: Option<u64>,
+}
+
+/// What is kept of one Cluster: its last listing (behind an async lock, so concurrent readers
+/// make one listing, not one each) and its configs waiting for their machines.
+#[derive(Default)]
+struct Slot {
+    listing: tokio::sync::Mutex<Option<(Instant, Arc<ClusterReports>)>>,
+    waiting: Mutex<HashMap<String, Waiting>>,
+}
+
+/// The boot reports of the workload clusters whose machines boot: each Cluster's reports as
+/// last listed, and the configs waiting for a report (by UID), which the poller
+/// (`reconcile::boot::poll`) triggers when their report changes. The cost at scale is one
+/// listing per Cluster with booting machines per interval, and a reconcile per change, not
+/// one per waiting config per interval.
 #[derive(Default)]
 pub struct Reports {
-    listed: Mutex<HashMap<(String, String), Listed>>,
+    clusters: Mutex<HashMap<ClusterKey, Arc<Slot>>>,
+    /// The Cluster of each waiting config, by UID.
+    cluster_of: Mutex<HashMap<String, ClusterKey>>,
+}
+
+/// The digest of a config's entry in a listing (absent, too large, or the report).
+pub(crate) fn digest(entry: Option<&Option<String>>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    entry.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Reports {
-    /// The reports of Cluster `namespace/cluster`, listed at most once per `interval`.
+    fn slot(&self, key: &ClusterKey) -> Arc<Slot> {
+        let mut clusters = self.clusters.lock().expect("lock");
+        clusters.entry(key.clone()).or_default().clone()
+    }
+
+    /// The reports of `cluster` (its management Cluster's UID scopes the listing), listed
+    /// when the last listing is `max_age` old or older; concurrent callers share one listing.
     pub(crate) async fn of_cluster(
         &self,
         workload: &Client,
-        namespace: &str,
-        cluster: &str,
-        interval: Duration,
+        (key, cluster_uid): (&ClusterKey, &str),
+        max_age: Duration,
     ) -> Result<Arc<ClusterReports>> {
-        let key = (namespace.to_owned(), cluster.to_owned());
-        if let Some((at, reports)) = self.listed.lock().expect("lock").get(&key)
-            && at.elapsed() < interval
+        let slot = self.slot(key);
+        let mut listing = slot.listing.lock().await;
+        if let Some((at, reports)) = listing.as_ref()
+            && at.elapsed() < max_age
         {
             return Ok(reports.clone());
         }
         let api: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
-        let params = ListParams::default().labels(labels::BOOT_REPORT_CONFIG_UID);
+        let selector = format!("{}={cluster_uid}", labels::BOOT_REPORT_CLUSTER_UID);
+        let params = ListParams::default().labels(&selector);
         let list = api.list(&params).await.map_err(|e| {
             Error::waiting(
                 crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR,
                 format!("workload cluster: cannot read boot reports: {e}"),
             )
         })?;
-        let reports: ClusterReports = list.items.into_iter().filter_map(entry).collect();
-        let reports = Arc::new(reports);
-        let mut listed = self.listed.lock().expect("lock");
-        listed.insert(key, (Instant::now(), reports.clone()));
-        // Clusters not listed for long are dropped: the map stays as large as the clusters
-        // that have machines booting.
-        listed.retain(|_, (at, _)| at.elapsed() < interval * 6);
+        let reports = Arc::new(list.items.into_iter().filter_map(entry).collect());
+        *listing = Some((Instant::now(), Arc::clone(&reports)));
         Ok(reports)
     }
 
-    /// Forgets a deleted Cluster's reports.
+    /// Records that config `uid` (named `name`, of Cluster `key`) waits for its machine's
+    /// report, and what its reconcile saw of it (`seen`: [`digest`], `None` if not read).
+    pub(crate) fn wait_for(&self, key: &ClusterKey, uid: &str, name: &str, seen: Option<u64>) {
+        let waiting = Waiting {
+            name: name.to_owned(),
+            seen,
+        };
+        let slot = self.slot(key);
+        slot.waiting
+            .lock()
+            .expect("lock")
+            .insert(uid.to_owned(), waiting);
+        let mut cluster_of = self.cluster_of.lock().expect("lock");
+        cluster_of.insert(uid.to_owned(), key.clone());
+    }
+
+    /// Config `uid` no longer waits (its machine's boot ended or joined, or it is gone).
+    pub(crate) fn stop_waiting(&self, uid: &str) {
+        let Some(key) = self.cluster_of.lock().expect("lock").remove(uid) else {
+            return;
+        };
+        let slot = self.clusters.lock().expect("lock").get(&key).cloned();
+        if let Some(slot) = slot {
+            slot.waiting.lock().expect("lock").remove(uid);
+        }
+    }
+
+    /// The Clusters with configs waiting; the others' listings are dropped.
+    pub(crate) fn clusters_waiting(&self) -> Vec<ClusterKey> {
+        let mut clusters = self.clusters.lock().expect("lock");
+        clusters.retain(|_, slot| !slot.waiting.lock().expect("lock").is_empty());
+        clusters.keys().cloned().collect()
+    }
+
+    /// The names of the configs of Cluster `key` whose report in `reports` differs from what
+    /// their reconcile saw; each is then counted as having seen it.
+    pub(crate) fn changed(&self, key: &ClusterKey, reports: &ClusterReports) -> Vec<String> {
+        let Some(slot) = self.clusters.lock().expect("lock").get(key).cloned() else {
+            return Vec::new();
+        };
+        let mut waiting = slot.waiting.lock().expect("lock");
+        changed(&mut waiting, reports)
+    }
+
+    /// Forgets a deleted Cluster's reports and waiting configs.
     pub(crate) fn forget(&self, namespace: &str, cluster: &str) {
         let key = (namespace.to_owned(), cluster.to_owned());
-        self.listed.lock().expect("lock").remove(&key);
+        self.clusters.lock().expect("lock").remove(&key);
+        self.cluster_of
+            .lock()
+            .expect("lock")
+            .retain(|_, k| *k != key);
     }
+}
+
+/// The waiting configs whose entry in `reports` differs from what they saw, marked seen.
+fn changed(waiting: &mut HashMap<String, Waiting>, reports: &ClusterReports) -> Vec<String> {
+    let mut names = Vec::new();
+    for (uid, config) in waiting.iter_mut() {
+        let now = digest(reports.get(uid));
+        if config.seen != Some(now) {
+            config.seen = Some(now);
+            names.push(config.name.clone());
+        }
+    }
+    names
 }
 
 /// The report of config `config_uid`, read now (not from the shared listing): `None` when
@@ -329,7 +435,11 @@ mod tests {
         assert_eq!(rule.verbs, ["get", "patch"]);
         let subject = &role_binding(&target, &grant).subjects.unwrap()[0];
         assert_eq!(subject.name, "system:bootstrap:abcdef");
-        let owner = &config_map(&target).metadata.owner_references.unwrap()[0];
+        let config_map = config_map(&target, "c-uid");
+        let labels = config_map.metadata.labels.unwrap();
+        assert_eq!(labels[labels::BOOT_REPORT_CLUSTER_UID], "c-uid");
+        assert_eq!(labels[labels::BOOT_REPORT_CONFIG_UID], "u-1");
+        let owner = &config_map.metadata.owner_references.unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
             ("Secret", "bootstrap-token-abcdef", "t-uid")
@@ -356,5 +466,71 @@ mod tests {
         );
         assert_eq!(entry(cm("bootplate-boot-u1", None)), None);
         assert_eq!(entry(cm("other", Some("abc".into()))), None);
+    }
+
+    /// A listing triggers exactly the waiting configs whose entry differs from what they saw
+    /// (a report written, changed, grown too large or gone; one never read), once.
+    #[test]
+    fn a_listing_triggers_only_the_configs_whose_report_changed() {
+        let report = |r: &str| Some(r.to_owned());
+        let listed: ClusterReports = HashMap::from([
+            ("same".into(), report("a")),
+            ("new".into(), report("b")),
+            ("changed".into(), report("c2")),
+            ("too-large".into(), None),
+        ]);
+        let seen = |uid: &str, entry: Option<Option<String>>| {
+            let waiting = Waiting {
+                name: format!("config-{uid}"),
+                seen: Some(digest(entry.as_ref())),
+            };
+            (uid.to_owned(), waiting)
+        };
+        let mut waiting = HashMap::from([
+            seen("same", Some(report("a"))),
+            seen("new", None),
+            seen("changed", Some(report("c1"))),
+            seen("too-large", Some(report("d"))),
+            seen("gone", Some(report("e"))),
+            seen("still-none", None),
+            (
+                "never-read".to_owned(),
+                Waiting {
+                    name: "config-never-read".into(),
+                    seen: None,
+                },
+            ),
+        ]);
+        let mut triggered = changed(&mut waiting, &listed);
+        triggered.sort();
+        let want = ["changed", "gone", "never-read", "new", "too-large"];
+        assert_eq!(triggered, want.map(|u| format!("config-{u}")));
+        assert!(
+            changed(&mut waiting, &listed).is_empty(),
+            "each change once"
+        );
+    }
+
+    /// A Cluster is polled while one of its configs waits; a config that stops waiting (its
+    /// boot ended, it joined or went) is no longer triggered, and a deleted Cluster is dropped.
+    #[test]
+    fn clusters_are_polled_only_while_a_config_waits() {
+        let reports = Reports::default();
+        let (a, b) = (
+            ("ns".to_owned(), "a".to_owned()),
+            ("ns".to_owned(), "b".to_owned()),
+        );
+        reports.wait_for(&a, "u1", "c1", None);
+        reports.wait_for(&a, "u2", "c2", None);
+        reports.wait_for(&b, "u3", "c3", None);
+        let mut polled = reports.clusters_waiting();
+        polled.sort();
+        assert_eq!(polled, [a.clone(), b.clone()]);
+        reports.stop_waiting("u1");
+        assert_eq!(reports.changed(&a, &ClusterReports::new()), ["c2"]);
+        reports.stop_waiting("u2");
+        reports.forget("ns", "b");
+        assert!(reports.clusters_waiting().is_empty());
+        assert!(reports.cluster_of.lock().unwrap().is_empty());
     }
 }

@@ -3,7 +3,12 @@
 //! when it has, before its token goes), turned into a view by `core::boot`, and reported here
 //! as the Event and the metrics that go with the status.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures::channel::mpsc::UnboundedSender;
+use futures::{StreamExt, stream};
+use kube::runtime::reflector::ObjectRef;
 
 use crd_types::conditions::reason;
 use crd_types::{BootplateConfig, BootplateConfigStatus};
@@ -15,6 +20,7 @@ use super::context::{Context, Topic};
 pub(crate) use crate::core::boot::Subject;
 use crate::core::boot::{self, Facts, Report, ReportError, View};
 use crate::core::outcome::Note;
+use crate::k8s::boot_report::{ClusterKey, digest};
 
 /// The most of a failure's output an Event carries (the Event API takes 1 KiB).
 const EVENT_TEXT: usize = 1000;
@@ -26,37 +32,41 @@ pub(crate) struct Looked {
 }
 
 /// Reads the machine's report (from the cluster's listing, at most one per interval) and
-/// decides what the config shows. `None` when the reports cannot be read now: the status keeps
-/// what it showed, and the next look tries again.
+/// decides what the config shows; the config waits for the poller to trigger it on a change
+/// until its machine's boot ended. `None` when the reports cannot be read now: the status
+/// keeps what it showed, and the poller triggers the config once they can be.
 pub(crate) async fn look(
     ctx: &Context,
     config: &BootplateConfig,
     subject: &Subject,
 ) -> Option<Looked> {
     let namespace = config.namespace().unwrap_or_default();
-    let interval = ctx.settings.boot_report_interval;
-    let listed = match ctx.workload_client(&namespace, &subject.cluster).await {
+    let key = (namespace, subject.cluster.clone());
+    let uid = config.uid().unwrap_or_default();
+    let reports = &ctx.boot_reports;
+    let listed = match ctx.workload_client(&key.0, &subject.cluster).await {
         Ok(workload) => {
-            let reports = &ctx.boot_reports;
-            reports
-                .of_cluster(&workload, &namespace, &subject.cluster, interval)
-                .await
+            let scope = (&key, subject.cluster_uid.as_str());
+            let interval = ctx.settings.boot_report_interval;
+            reports.of_cluster(&workload, scope, interval).await
         }
         Err(e) => Err(e),
     };
-    let reports = match listed {
-        Ok(reports) => reports,
+    let listed = match listed {
+        Ok(listed) => listed,
         Err(e) => {
             debug!(error = %e, "boot reports not read; trying again later");
+            reports.wait_for(&key, &uid, &config.name_any(), None);
             return None;
         }
     };
-    let uid = config.uid().unwrap_or_default();
-    Some(looked(
-        ctx,
-        subject,
-        reports.get(&uid).map(Option::as_deref),
-    ))
+    let entry = listed.get(&uid);
+    let looked = looked(ctx, subject, entry.map(Option::as_deref));
+    match looked.view {
+        View::Booted | View::Failed { .. } => reports.stop_waiting(&uid),
+        _ => reports.wait_for(&key, &uid, &config.name_any(), Some(digest(entry))),
+    }
+    Some(looked)
 }
 
 /// Reads the machine's report now, past the shared listing: the last look at a joined
@@ -177,14 +187,66 @@ fn warning(reason: &'static str, text: String) -> Note {
     }
 }
 
-/// When to look again: soon while the machine boots or has not reported, not at all once it
-/// reported its end (its joining reconciles the config).
-pub(crate) fn next_look(view: &View, interval: Duration) -> Option<Duration> {
-    match view {
-        View::Booted | View::Failed { .. } => None,
-        View::Unknown
-        | View::Booting { .. }
-        | View::NotStarted { .. }
-        | View::Unreadable { .. } => Some(interval),
+/// When the config looks at its machine's boot again by itself (`core::boot::next_look`).
+pub(crate) fn next_look(ctx: &Context, subject: &Subject, looked: &Looked) -> Option<Duration> {
+    let not_started_after = SignedDuration::try_from(ctx.settings.boot_not_started_after)
+        .unwrap_or(SignedDuration::MAX);
+    let since = subject.provisioned_since;
+    boot::next_look(&looked.view, since, not_started_after, Timestamp::now())
+}
+
+/// Looks at the boot reports of every Cluster with configs waiting for one, once per
+/// `--boot-report-interval` (one listing per Cluster, a few Clusters at a time), and sends
+/// the configs whose report changed to `trigger`. Runs while the controller leads.
+pub(crate) async fn poll(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<BootplateConfig>>) {
+    let interval = ctx.settings.boot_report_interval;
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let clusters = ctx.boot_reports.clusters_waiting();
+        stream::iter(clusters)
+            .for_each_concurrent(POLL_CONCURRENCY, |key| {
+                let (ctx, trigger) = (&ctx, &trigger);
+                async move {
+                    for name in poll_cluster(ctx, &key, interval).await {
+                        let _ = trigger.unbounded_send(ObjectRef::new(&name).within(&key.0));
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+/// How many Clusters' reports are listed at once (an unreachable one waits out its timeout
+/// without holding up the others).
+const POLL_CONCURRENCY: usize = 8;
+
+/// The configs of Cluster `key` whose report changed since their reconcile saw it.
+async fn poll_cluster(ctx: &Context, key: &ClusterKey, interval: Duration) -> Vec<String> {
+    let Some(cluster) = ctx.stores.cluster(&key.0, &key.1) else {
+        return Vec::new();
+    };
+    let cluster_uid = cluster.uid().unwrap_or_default();
+    let workload = match ctx.workload_client(&key.0, &key.1).await {
+        Ok(workload) => workload,
+        Err(e) => {
+            debug!(cluster = %key.1, error = %e, "boot reports not polled");
+            return Vec::new();
+        }
+    };
+    // Listed at every tick: a listing younger than half an interval is one a reconcile made
+    // since the last tick.
+    let scope = (key, cluster_uid.as_str());
+    match ctx
+        .boot_reports
+        .of_cluster(&workload, scope, interval / 2)
+        .await
+    {
+        Ok(reports) => ctx.boot_reports.changed(key, &reports),
+        Err(e) => {
+            debug!(cluster = %key.1, error = %e, "boot reports not polled");
+            Vec::new()
+        }
     }
 }

@@ -225,10 +225,10 @@ async fn report_rendered(
     let ttl = token::signed_ttl(ctx.settings.bootstrap_token_ttl);
     let token_look = (done.role != Role::Init)
         .then(|| token::next_look(done.token_expires, Timestamp::now(), ttl));
+    // A config whose reports could not be read is triggered by the poller once they can.
     let boot_look = match (&done.boot, &looked) {
-        (Some(_), Some(looked)) => boot::next_look(&looked.view, ctx.settings.boot_report_interval),
-        (Some(_), None) => Some(ctx.settings.boot_report_interval),
-        (None, _) => None,
+        (Some(subject), Some(looked)) => boot::next_look(ctx, subject, looked),
+        _ => None,
     };
     let action = outcome::ready_requeue(token_look, done.cleanup_failed);
     let action = outcome::sooner(action, boot_look);
@@ -248,6 +248,8 @@ async fn report_joined(
     previous: &BootplateConfigStatus,
     joined: Joined,
 ) -> Result<(Action, ConfigState)> {
+    ctx.boot_reports
+        .stop_waiting(&config.uid().unwrap_or_default());
     let facts = ReadyFacts {
         role: joined.role,
         revision: &joined.revision,

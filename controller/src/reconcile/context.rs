@@ -309,6 +309,7 @@ impl Context {
         self.failures.succeeded(uid);
         self.generator_failures.succeeded(uid);
         self.generators.forget_config(uid);
+        self.boot_reports.stop_waiting(uid);
     }
 
     /// The UIDs of the configs cached now (to prune what is remembered of deleted ones).

@@ -173,6 +173,7 @@ fn subject_of(
     super::boot::Subject {
         machine: machine.name_any(),
         cluster: cluster.name_any(),
+        cluster_uid: cluster.uid().unwrap_or_default(),
         provisioned_since: machine.infrastructure_provisioned_since(),
         template: template.reference.clone(),
         parts: (template.compiled.step_part_names().into_iter())
@@ -518,7 +519,8 @@ async fn set_up_channels(
     let workload = ctx.workload_client(&namespace, &cluster).await?;
     let uid = scene.config.uid().unwrap_or_default();
     if new_report {
-        boot_report::set_up(&workload, &uid, &token.id)
+        let cluster_uid = scene.cluster.uid().unwrap_or_default();
+        boot_report::set_up(&workload, (&uid, &cluster_uid), &token.id)
             .await
             .map_err(|e| naming_workload(e, &namespace, &cluster))?;
     }

@@ -22,6 +22,7 @@ use crate::core::shard;
 use crate::k8s::stores::Stores;
 use crate::k8s::templates::{CompiledCache, display_of};
 use crate::metrics::Metrics;
+use crate::reconcile::boot;
 use crate::reconcile::context::{Caches, Context, Settings};
 use crate::reconcile::deleted::{self, DeletedConfig};
 use crate::reconcile::{config as config_controller, template as template_controller};
@@ -440,6 +441,7 @@ fn watch_generators(
 /// MachinePool, its Cluster, its template or a generator its template names changes.
 fn config_controller(
     triggers: Triggers,
+    boot_reports_changed: impl futures::Stream<Item = ObjectRef<BootplateConfig>> + Send + 'static,
     stores: &Stores,
     concurrency: u16,
 ) -> Controller<BootplateConfig> {
@@ -473,6 +475,7 @@ fn config_controller(
         .watches_stream(triggers.generators, move |generator: BootstrapGenerator| {
             configs_of_generator(&by_generator, &generator.name_any())
         })
+        .reconcile_on(boot_reports_changed)
         .trigger_backoff(NoSharedBackoff)
         .with_config(controller::Config::default().concurrency(concurrency))
 }
@@ -489,7 +492,8 @@ pub async fn run(
     let (deleted_tx, deleted_rx) = deleted::channel();
     let pools = machine_pools_served(&client).await?;
     let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);
-    let controller = config_controller(triggers, &stores, settings.concurrency);
+    let (report_changed_tx, report_changed_rx) = futures::channel::mpsc::unbounded();
+    let controller = config_controller(triggers, report_changed_rx, &stores, settings.concurrency);
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings.clone(),
@@ -498,6 +502,7 @@ pub async fn run(
         caches,
     ));
     tokio::spawn(deleted::clean_up_deleted(ctx.clone(), deleted_rx));
+    let poller = tokio::spawn(boot::poll(ctx.clone(), report_changed_tx));
     tokio::spawn(ready_once_synced(ctx.clone(), readiness));
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = |tx: &tokio::sync::broadcast::Sender<()>| {
@@ -546,6 +551,7 @@ pub async fn run(
         "controllers started"
     );
     tokio::join!(configs_done, templates_done, cluster_templates_done);
+    poller.abort();
     // The Events of the last reconciles, briefly: a stopping leader should not hold up its
     // successor for best-effort Events.
     let undelivered = ctx.recorder.flush(EVENT_FLUSH).await;
