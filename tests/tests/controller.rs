@@ -37,7 +37,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use testenv::capi_env::{NS, WAIT, cluster_template, env, field, publish_cluster_template};
 use testenv::controller::ControllerProcess;
-use testenv::{eventually, fixtures};
+use testenv::{ApiServer, eventually, fixtures, machine_script};
 
 #[tokio::test]
 async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
@@ -893,6 +893,80 @@ impl Untouched {
             "no Event after the restart"
         );
     }
+}
+
+/// A restart after joins writes nothing to the workload cluster. The joined machines' tokens
+/// were deleted (with their boot report objects) before the restart; the restarted process
+/// runs the join clean-up again (its memory of it is gone, the tokens could still be live)
+/// and finds no token, so it deletes nothing more: before, every joined machine cost a DELETE
+/// of each report object, answered 404. The workload apiserver's audit log is the evidence.
+#[tokio::test]
+async fn a_restart_after_joins_writes_nothing_to_the_workload_cluster() {
+    let (management, workload) = tokio::join!(ApiServer::start(), ApiServer::start_audited());
+    let env = testenv::capi_env::with_clusters(management.unwrap(), workload.unwrap()).await;
+    let template: ClusterBootstrapTemplate =
+        serde_json::from_value(machine_script::failing_join_template("reports")).unwrap();
+    Api::<ClusterBootstrapTemplate>::all(env.client.clone())
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    env.initialized_cluster("j1").await;
+    let mut controller = env.controller(&[]).await;
+    let names = ["j-w0", "j-w1"];
+    for name in names {
+        env.machine("j1", name, false, cluster_template("reports"))
+            .await;
+    }
+    let reports: Api<ConfigMap> = Api::namespaced(env.workload_client.clone(), "kube-system");
+    let mut report_names = Vec::new();
+    for name in names {
+        let uid = env.wait_ready(name).await.uid().unwrap();
+        report_names.push(format!("bootplate-boot-{uid}"));
+    }
+    for report in &report_names {
+        reports.get(report).await.expect("the report is set up");
+    }
+    for name in names {
+        env.set_node_ref(name).await;
+    }
+    eventually("the joined machines' tokens deleted", WAIT, || async {
+        env.tokens()
+            .await
+            .iter()
+            .all(|t| !t.name_any().starts_with("bootstrap-token-"))
+            .then_some(())
+    })
+    .await;
+    for report in &report_names {
+        assert!(
+            reports.get_opt(report).await.unwrap().is_none(),
+            "{report} deleted"
+        );
+    }
+    controller.terminate().unwrap();
+    let log = env.workload.audit_log();
+    let before = std::fs::metadata(&log).unwrap().len() as usize;
+
+    let restarted = env.controller(&[]).await;
+    eventually(
+        "both configs reconciled after the restart",
+        WAIT,
+        || async { (restarted.config_reconciles() >= names.len() as u64).then_some(()) },
+    )
+    .await;
+    let audit = std::fs::read(&log).unwrap();
+    let writes: Vec<String> = String::from_utf8_lossy(&audit[before..])
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| {
+            let verb = entry["verb"].as_str().unwrap_or_default();
+            entry["stage"] == "ResponseComplete"
+                && entry["user"]["username"] != "system:apiserver"
+                && ["create", "update", "patch", "delete", "deletecollection"].contains(&verb)
+        })
+        .map(|entry| format!("{} {}", entry["verb"], entry["requestURI"]))
+        .collect();
+    assert!(writes.is_empty(), "writes after the restart: {writes:#?}");
 }
 
 async fn event_count(env: &testenv::capi_env::Env) -> usize {
