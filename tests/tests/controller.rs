@@ -923,8 +923,17 @@ async fn a_restart_after_joins_writes_nothing_to_the_workload_cluster() {
         let uid = env.wait_ready(name).await.uid().unwrap();
         report_names.push(format!("bootplate-boot-{uid}"));
     }
+    // Each report is owned by its token's Secret, by UID: the workload cluster's garbage
+    // collector deletes it with the token (a wrong UID would have it deleted at once).
+    let token_uids: Vec<String> = env.tokens().await.iter().filter_map(|t| t.uid()).collect();
     for report in &report_names {
-        reports.get(report).await.expect("the report is set up");
+        let report = reports.get(report).await.expect("the report is set up");
+        let owner = &report.owner_references()[0];
+        assert_eq!(owner.kind, "Secret");
+        assert!(
+            token_uids.contains(&owner.uid),
+            "{owner:?} is a token's Secret"
+        );
     }
     for name in names {
         env.set_node_ref(name).await;

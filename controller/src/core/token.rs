@@ -26,12 +26,23 @@ pub const SHORTEST_TTL: Duration = Duration::from_secs(30);
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// A bootstrap token, `<id>.<secret>`. Never printed.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Token {
     /// The public part.
     pub id: String,
     secret: String,
+    /// The UID of the workload cluster's Secret that holds it, when known (the owner of the
+    /// objects made for it); not part of the token's identity.
+    pub(crate) secret_uid: Option<String>,
 }
+
+impl PartialEq for Token {
+    fn eq(&self, other: &Token) -> bool {
+        (&self.id, &self.secret) == (&other.id, &other.secret)
+    }
+}
+
+impl Eq for Token {}
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,6 +62,7 @@ impl Token {
         Token {
             id: pick(6),
             secret: pick(16),
+            secret_uid: None,
         }
     }
 
@@ -64,7 +76,11 @@ impl Token {
 
     /// The token stored as `id` and `secret`.
     pub(crate) fn from_parts(id: String, secret: String) -> Token {
-        Token { id, secret }
+        Token {
+            id,
+            secret,
+            secret_uid: None,
+        }
     }
 
     /// A stand-in of the same shape, for a trial render before a real token is made.
@@ -72,6 +88,7 @@ impl Token {
         Token {
             id: "000000".into(),
             secret: "0000000000000000".into(),
+            secret_uid: None,
         }
     }
 

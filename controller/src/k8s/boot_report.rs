@@ -26,7 +26,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::core::boot::{MAX_ENCODED, REPORT_KEY};
-use crate::core::token::NAMESPACE;
+use crate::core::token::{NAMESPACE, Token};
 use crate::error::{Error, Result, is_not_found};
 use crate::labels;
 
@@ -150,12 +150,12 @@ pub(crate) struct Grant<'a> {
     pub verbs: &'a [&'a str],
 }
 
-/// Server-side applies, for config `config_uid`'s token `token_id`, the Role and RoleBinding
-/// of `grant` and then the granted object (`object` makes it), all owned by the token's
-/// Secret: four requests (the token's UID, three applies).
+/// Server-side applies, for config `config_uid`'s token, the Role and RoleBinding of `grant`
+/// and then the granted object (`object` makes it), all owned by the token's Secret: three
+/// requests, and a fourth to read the Secret's UID when the token does not carry it.
 pub(crate) async fn grant<K>(
     workload: &Client,
-    (config_uid, token_id): (&str, &str),
+    (config_uid, token): (&str, &Token),
     grant: &Grant<'_>,
     object: impl FnOnce(&Target<'_>) -> K,
 ) -> kube::Result<()>
@@ -167,10 +167,13 @@ where
         + serde::de::DeserializeOwned,
     K::DynamicType: Default,
 {
-    let token_uid = token_uid(workload, token_id).await?;
+    let token_uid = match &token.secret_uid {
+        Some(uid) => uid.clone(),
+        None => token_uid(workload, &token.id).await?,
+    };
     let target = Target {
         config_uid,
-        token_id,
+        token_id: &token.id,
         token_uid: &token_uid,
     };
     let name = grant.object;
@@ -190,15 +193,14 @@ where
 }
 
 /// Sets up the report objects of config `config_uid` (of the Cluster with UID `cluster_uid`)
-/// for token `token_id` (just created): server-side applied, so a config's later token takes
-/// them over.
+/// for `token` (just created): server-side applied, so a config's later token takes them over.
 pub(crate) async fn set_up(
     workload: &Client,
     (config_uid, cluster_uid): (&str, &str),
-    token_id: &str,
+    token: &Token,
 ) -> Result<()> {
     let object = name(config_uid);
-    let ids = (config_uid, token_id);
+    let ids = (config_uid, token);
     grant(workload, ids, &report_grant(&object), |target| {
         config_map(target, cluster_uid)
     })

@@ -59,17 +59,17 @@ fn workload_error(e: kube::Error) -> Error {
     )
 }
 
-/// Stores `sealed` for config `config_uid`, readable with token `token_id` only: the Role and
+/// Stores `sealed` for config `config_uid`, readable with `token` only: the Role and
 /// RoleBinding first, then the Secret, each server-side applied (a later render or token takes
-/// them over). Four requests: the token's UID and three applies.
+/// them over). Three applies (and a read of the token Secret's UID when not known).
 pub(crate) async fn store(
     workload: &Client,
     config_uid: &str,
-    token_id: &str,
+    token: &crate::core::token::Token,
     sealed: &Sealed,
 ) -> Result<()> {
     let object = name(config_uid);
-    let ids = (config_uid, token_id);
+    let ids = (config_uid, token);
     grant(workload, ids, &payload_grant(&object), |t| {
         secret(t, sealed)
     })

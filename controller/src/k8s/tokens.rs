@@ -168,10 +168,12 @@ pub(crate) async fn ensure_pool(
 
 /// The token a token Secret holds, when it has both parts.
 fn stored_token(secret: &Secret) -> Option<Token> {
-    Some(Token::from_parts(
+    let mut token = Token::from_parts(
         string_data(secret, "token-id")?,
         string_data(secret, "token-secret")?,
-    ))
+    );
+    token.secret_uid = secret.uid();
+    Some(token)
 }
 
 /// The token ID of Secret `name` (`bootstrap-token-<id>`).
@@ -209,7 +211,9 @@ async fn create(
 ) -> kube::Result<Ensured> {
     let expires = token::expiry(now, ttl);
     let secret = token_secret(&token, config_uid, config_key, expires.to_string());
-    api.create(&PostParams::default(), &secret).await?;
+    let created = api.create(&PostParams::default(), &secret).await?;
+    let mut token = token;
+    token.secret_uid = created.uid();
     Ok((token, TokenAction::Created, expires))
 }
 

@@ -520,12 +520,12 @@ async fn set_up_channels(
     let uid = scene.config.uid().unwrap_or_default();
     if new_report {
         let cluster_uid = scene.cluster.uid().unwrap_or_default();
-        boot_report::set_up(&workload, (&uid, &cluster_uid), &token.id)
+        boot_report::set_up(&workload, (&uid, &cluster_uid), token)
             .await
             .map_err(|e| naming_workload(e, &namespace, &cluster))?;
     }
     if let Some(sealed) = &user_data.payload {
-        fetch_payload::store(&workload, &uid, &token.id, sealed)
+        fetch_payload::store(&workload, &uid, token, sealed)
             .await
             .map_err(|e| naming_workload(e, &namespace, &cluster))?;
     }
