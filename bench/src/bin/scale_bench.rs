@@ -553,38 +553,7 @@ async fn floor_one(
 ) -> anyhow::Result<()> {
     let name = config.name_any();
     let uid = config.uid().unwrap_or_default();
-    let token = bootplate::core::token::Token::generate();
-    let exposed = token.expose();
-    let token_secret = exposed.split_once('.').map_or("", |(_, s)| s);
-    let token_data: BTreeMap<String, ByteString> = [
-        ("token-id", token.id.as_str()),
-        ("token-secret", token_secret),
-        ("expiration", "2099-01-01T00:00:00Z"),
-        ("usage-bootstrap-signing", "true"),
-        ("usage-bootstrap-authentication", "true"),
-        ("auth-extra-groups", bootplate::core::token::GROUP),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
-    .collect();
-    tokens
-        .create(
-            &PostParams::default(),
-            &Secret {
-                metadata: ObjectMeta {
-                    name: Some(format!("bootstrap-token-{}", token.id)),
-                    labels: Some(BTreeMap::from([(
-                        bootplate::labels::TOKEN_CONFIG_UID.to_owned(),
-                        uid,
-                    )])),
-                    ..Default::default()
-                },
-                type_: Some(bootplate::core::token::SECRET_TYPE.into()),
-                data: Some(token_data),
-                ..Default::default()
-            },
-        )
-        .await?;
+    create_floor_token(tokens, &uid).await?;
     let data_secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {
@@ -618,6 +587,46 @@ async fn floor_one(
         .patch_status(&name, &apply, &Patch::Apply(&patch))
         .await?;
     Ok(())
+}
+
+/// Creates a random token for config `uid`, as the controller would: another ID when the one
+/// drawn is taken (20 000 random IDs of 6 characters collide about once in ten runs).
+async fn create_floor_token(tokens: &Api<Secret>, uid: &str) -> anyhow::Result<()> {
+    let mut attempts = 0;
+    loop {
+        let token = bootplate::core::token::Token::generate();
+        let exposed = token.expose();
+        let token_secret = exposed.split_once('.').map_or("", |(_, s)| s);
+        let token_data: BTreeMap<String, ByteString> = [
+            ("token-id", token.id.as_str()),
+            ("token-secret", token_secret),
+            ("expiration", "2099-01-01T00:00:00Z"),
+            ("usage-bootstrap-signing", "true"),
+            ("usage-bootstrap-authentication", "true"),
+            ("auth-extra-groups", bootplate::core::token::GROUP),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+        .collect();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("bootstrap-token-{}", token.id)),
+                labels: Some(BTreeMap::from([(
+                    bootplate::labels::TOKEN_CONFIG_UID.to_owned(),
+                    uid.to_owned(),
+                )])),
+                ..Default::default()
+            },
+            type_: Some(bootplate::core::token::SECRET_TYPE.into()),
+            data: Some(token_data),
+            ..Default::default()
+        };
+        match tokens.create(&PostParams::default(), &secret).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => attempts += 1,
+            Err(e) => return Err(e.into()),
+            Ok(_) => return Ok(()),
+        }
+    }
 }
 
 async fn client_from_file(path: &Path) -> anyhow::Result<Client> {

@@ -351,7 +351,7 @@ pub(crate) fn next_look(
 pub(crate) const LAST_REPORT_GRACE: Duration = Duration::from_secs(60);
 
 /// How often a joined machine's report is read again while its token waits for it.
-const LAST_REPORT_POLL: Duration = Duration::from_secs(5);
+pub(crate) const LAST_REPORT_POLL: Duration = Duration::from_secs(5);
 
 /// Whether a joined machine's token waits for its last report, and for how long before the
 /// next look: only while the report says the boot still runs and for at most

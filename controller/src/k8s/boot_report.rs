@@ -391,19 +391,6 @@ fn changed(waiting: &mut HashMap<String, Waiting>, reports: &ClusterReports) -> 
     names
 }
 
-/// The report of config `config_uid`, read now (not from the shared listing): `None` when
-/// there is none, `Some(None)` when it is too large to keep.
-pub(crate) async fn read(workload: &Client, config_uid: &str) -> Result<Option<Option<String>>> {
-    let api: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
-    let found = api.get_opt(&name(config_uid)).await.map_err(|e| {
-        Error::waiting(
-            crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR,
-            format!("workload cluster: cannot read the boot report: {e}"),
-        )
-    })?;
-    Ok(found.and_then(entry).map(|(_, report)| report))
-}
-
 /// A listed ConfigMap as (config UID, report): the UID from its name (a machine may change
 /// its labels, not its name).
 fn entry(config_map: ConfigMap) -> Option<(String, Option<String>)> {

@@ -1,7 +1,9 @@
 //! The boot report of a config's machine (docs/boot-channel.md): read from the workload
-//! cluster's coalesced listing while the machine has not joined (and read directly once more
-//! when it has, before its token goes), turned into a view by `core::boot`, and reported here
-//! as the Event and the metrics that go with the status.
+//! cluster's coalesced listing while the machine has not joined (and once more, from a listing
+//! a few seconds old at most, when it has, before its token goes), turned into a view by
+//! `core::boot`, and reported here as the Event and the metrics that go with the status. The
+//! poller here lists the reports of the clusters with machines booting and triggers the
+//! configs whose report changed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,27 +71,35 @@ pub(crate) async fn look(
     Some(looked)
 }
 
-/// Reads the machine's report now, past the shared listing: the last look at a joined
-/// machine's boot before its token (and with it the report) is deleted. `None` when it cannot
-/// be read.
+/// Reads the machine's report a last time, from its cluster's listing made at most
+/// `core::boot::LAST_REPORT_POLL` ago: the last look at a joined machine's boot before its token (and with
+/// it the report) is deleted. Machines that join together share one listing. `None` when it
+/// cannot be read.
 pub(crate) async fn last_look(
     ctx: &Context,
     config: &BootplateConfig,
     subject: &Subject,
 ) -> Option<Looked> {
     let namespace = config.namespace().unwrap_or_default();
+    let key = (namespace, subject.cluster.clone());
     let uid = config.uid().unwrap_or_default();
-    let read = match ctx.workload_client(&namespace, &subject.cluster).await {
-        Ok(workload) => crate::k8s::boot_report::read(&workload, &uid).await,
+    let read = match ctx.workload_client(&key.0, &key.1).await {
+        Ok(workload) => {
+            let scope = (&key, subject.cluster_uid.as_str());
+            let age = boot::LAST_REPORT_POLL;
+            ctx.boot_reports.of_cluster(&workload, scope, age).await
+        }
         Err(e) => Err(e),
     };
     match read {
-        // A joined machine that never reported did not fail to start.
-        Ok(None) => Some(Looked {
-            view: View::Unknown,
-            report: None,
-        }),
-        Ok(report) => Some(looked(ctx, subject, report.as_ref().map(Option::as_deref))),
+        Ok(reports) => match reports.get(&uid) {
+            Some(report) => Some(looked(ctx, subject, Some(report.as_deref()))),
+            // A joined machine that never reported did not fail to start.
+            None => Some(Looked {
+                view: View::Unknown,
+                report: None,
+            }),
+        },
         Err(e) => {
             debug!(error = %e, "last boot report not read");
             None
