@@ -112,14 +112,27 @@ pub(crate) struct Note {
     pub text: String,
 }
 
+/// The waits every machine goes through in Cluster API's order of things (its Machine, its
+/// infrastructure, the control plane, the init lock, a Node): shown in the `Ready` condition
+/// and the metrics, with no Event, so a rollout costs one Event per machine (`Rendered`).
+/// Waits that point at something missing (a template, a generator, a Secret) keep theirs.
+const ROUTINE_WAITS: &[&str] = &[
+    reason::WAITING_FOR_MACHINE,
+    reason::WAITING_FOR_INFRASTRUCTURE,
+    reason::WAITING_FOR_CONTROL_PLANE,
+    reason::WAITING_FOR_INIT_LOCK,
+    reason::WAITING_FOR_NODE,
+];
+
 /// The Event of a blocked config: only when its status was written and its `Ready` condition
-/// says something new.
+/// says something new, and not for a routine wait.
 pub(crate) fn blocked_note(
     why: &Blocked,
     status_written: bool,
     condition_changed: bool,
 ) -> Option<Note> {
-    (status_written && condition_changed).then(|| Note {
+    let routine = why.waiting && ROUTINE_WAITS.contains(&why.reason);
+    (status_written && condition_changed && !routine).then(|| Note {
         warning: !why.waiting,
         reason: why.reason,
         action: "Reconcile",
@@ -243,16 +256,42 @@ mod tests {
 
     #[test]
     fn a_blocked_config_gets_an_event_only_for_news() {
-        let waiting = Blocked::waiting(reason::WAITING_FOR_MACHINE, "no machine");
+        let waiting = Blocked::waiting(reason::TEMPLATE_NOT_FOUND, "no template");
         let failed = Blocked::failed(reason::TEMPLATE_INVALID, "bad");
         assert_eq!(blocked_note(&waiting, true, false), None);
         assert_eq!(blocked_note(&waiting, false, true), None);
         let note = blocked_note(&waiting, true, true).unwrap();
         assert_eq!(
             (note.warning, note.reason, note.text.as_str()),
-            (false, reason::WAITING_FOR_MACHINE, "no machine")
+            (false, reason::TEMPLATE_NOT_FOUND, "no template")
         );
         assert!(blocked_note(&failed, true, true).unwrap().warning);
+    }
+
+    /// Each case: the reason, whether it waits, and whether it gets an Event when new.
+    #[test]
+    fn the_routine_waits_of_cluster_api_get_no_event() {
+        let cases = [
+            (reason::WAITING_FOR_MACHINE, true, false),
+            (reason::WAITING_FOR_INFRASTRUCTURE, true, false),
+            (reason::WAITING_FOR_CONTROL_PLANE, true, false),
+            (reason::WAITING_FOR_INIT_LOCK, true, false),
+            (reason::WAITING_FOR_NODE, true, false),
+            (reason::TEMPLATE_NOT_FOUND, true, true),
+            (reason::GENERATOR_NOT_FOUND, true, true),
+            (reason::CLUSTER_NOT_FOUND, true, true),
+            (reason::CERTIFICATES_ERROR, true, true),
+            (reason::INIT_HOLDER_GONE, false, true),
+            (reason::TEMPLATE_INVALID, false, true),
+        ];
+        for (why, waiting, event) in cases {
+            let blocked = if waiting {
+                Blocked::waiting(why, "m")
+            } else {
+                Blocked::failed(why, "m")
+            };
+            assert_eq!(blocked_note(&blocked, true, true).is_some(), event, "{why}");
+        }
     }
 
     #[test]
