@@ -313,15 +313,23 @@ fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: S
     }
 }
 
-/// Deletes the config's tokens (the Machine joined, or the config is gone) and with them its
-/// boot report objects and, when `fetched` (its data Secret is a fetch stub, or that is not
-/// known), its sealed render. Returns how many tokens.
+/// What was made beside a config's token, to be deleted with it (`true` also when not known).
+pub(crate) struct Made {
+    /// Its boot report objects.
+    pub reports: bool,
+    /// Its sealed render (its data Secret is a fetch stub).
+    pub fetched: bool,
+}
+
+/// Deletes the config's tokens (the Machine joined, or the config is gone) and with them what
+/// was `made` beside them: its boot report objects and its sealed render. Returns how many
+/// tokens.
 ///
 /// With no token left there is nothing to delete: those objects are deleted before the
 /// tokens, and are owned by the token's Secret, so the workload cluster's garbage collector
 /// removed them if the token went another way. A clean-up run again (a restarted controller)
 /// is then one listing, no writes.
-pub(crate) async fn delete(workload: &Client, config_uid: &str, fetched: bool) -> Result<usize> {
+pub(crate) async fn delete(workload: &Client, config_uid: &str, made: Made) -> Result<usize> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
     let existing = api
         .list_metadata(&ListParams::default().labels(&selector(config_uid)))
@@ -330,8 +338,10 @@ pub(crate) async fn delete(workload: &Client, config_uid: &str, fetched: bool) -
     if existing.items.is_empty() {
         return Ok(0);
     }
-    super::boot_report::delete(workload, config_uid).await?;
-    if fetched {
+    if made.reports {
+        super::boot_report::delete(workload, config_uid).await?;
+    }
+    if made.fetched {
         super::fetch_payload::delete(workload, config_uid).await?;
     }
     let names = existing.items.into_iter().filter_map(|s| s.metadata.name);

@@ -88,8 +88,12 @@ pub(crate) async fn clean_up_deleted(
 }
 
 async fn delete_tokens(ctx: &Context, config: &DeletedConfig, workload: &kube::Client) {
-    // Whether it fetched is not known any more: its payload, if any, goes too.
-    match tokens::delete(workload, &config.uid, true).await {
+    // What was made beside its token is not known any more: all of it goes too.
+    let made = tokens::Made {
+        reports: true,
+        fetched: true,
+    };
+    match tokens::delete(workload, &config.uid, made).await {
         Ok(0) => {}
         Ok(count) => {
             for _ in 0..count {

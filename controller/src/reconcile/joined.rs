@@ -67,6 +67,7 @@ pub(crate) async fn clean_up(
     let (mut boot, mut wait) = (None, None);
     if token::may_be_live(after, Timestamp::now()) {
         let subject = super::render::joined_boot_subject(ctx, config, machine, cluster, role);
+        let reports = subject.is_some();
         if let Some(subject) = subject
             && let Some(looked) = super::boot::last_look(ctx, config, &subject).await
         {
@@ -74,7 +75,7 @@ pub(crate) async fn clean_up(
             boot = Some(Box::new((subject, looked)));
         }
         if wait.is_none()
-            && let Err(e) = delete_tokens(ctx, config, cluster, &uid).await
+            && let Err(e) = delete_tokens(ctx, config, cluster, (&uid, reports)).await
         {
             ctx.metrics.token("error");
             failure = Some(e);
@@ -90,19 +91,22 @@ pub(crate) async fn clean_up(
     }
 }
 
-/// Deletes the config's tokens in the workload cluster.
+/// Deletes the config's tokens in the workload cluster, and the boot report objects with them
+/// when its template `reports` (else they were never made, or, for a template that stopped
+/// reporting since the render, the garbage collector removes them with the token).
 async fn delete_tokens(
     ctx: &Context,
     config: &BootplateConfig,
     cluster: &Cluster,
-    uid: &str,
+    (uid, reports): (&str, bool),
 ) -> Result<()> {
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let workload = ctx.workload_client(&namespace, &cluster_name).await?;
     // A data Secret the cache does not hold (yet) may be a fetching machine's.
     let fetched = (ctx.stores.secret(&namespace, &config.name_any())).is_none_or(|s| s.fetches);
-    let deleted = tokens::delete(&workload, uid, fetched)
+    let made = tokens::Made { reports, fetched };
+    let deleted = tokens::delete(&workload, uid, made)
         .await
         .map_err(|e| super::render::naming_workload(e, &namespace, &cluster_name))?;
     for _ in 0..deleted {
