@@ -183,10 +183,10 @@ async fn report_rendered(
         None => None,
     };
     let network_changed = network::changed(previous, &done.network);
-    if status::write_ready_status(done.unchanged, previous.ready)
-        || looked.is_some()
-        || network_changed
-    {
+    // A machine that has not reported adds nothing to the status: no write for it while the
+    // cache is behind this process's own ready write (see `write_ready_status`).
+    let boot_news = looked.as_ref().is_some_and(|l| l.view != View::Unknown);
+    if status::write_ready_status(done.unchanged, previous.ready) || boot_news || network_changed {
         let facts = ReadyFacts {
             role: done.role,
             revision: &done.revision,
