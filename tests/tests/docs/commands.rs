@@ -47,6 +47,9 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/benchmarks.md", "target/release/capi-bench --machines 1000 --rounds 1 --providers bootplate --token-ttl-seconds 180", Help),
     ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers bootplate,bootplate-noreports --skip-restart", Help),
     ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers cabpk,bootplate,bootplate-noreports,bootplate-fetch --skip-restart", Help),
+    ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers cabpk,bootplate,bootplate-noreports,bootplate-fetch", Help),
+    ("docs/benchmarks.md", "target/release/scale-bench --machines 20000", Help),
+    ("docs/benchmarks.md", "target/release/scale-bench --machines 20000 --skip-restart --controller-arg --boot-report-interval=1h --controller-arg --boot-not-started-after=2h", Help),
     ("docs/benchmarks.md", "tests/vm/build-image.sh", Help),
     ("docs/benchmarks.md", "time cargo test -p bootplate-tests --test vm", Help),
     ("docs/fuzzing.md", "for target in decode_valid_objects_round_trip decode_mutated_objects_never_panics decode_arbitrary_yaml_never_panics webhook_validation_never_panics; do", Shell),
@@ -345,16 +348,37 @@ fn subcommand(args: &[String]) -> Vec<String> {
 }
 
 /// A binary of this workspace (`bootplate`, `bootplate-agent`, the benchmarks): its
-/// subcommand's `--help` lists every flag the line uses.
+/// subcommand's `--help` lists every flag the line uses. A benchmark's `--controller-arg`
+/// passes its value to `bootplate run`, whose `--help` must list that flag instead.
 fn check_workspace_binary(name: &str, args: &[String]) -> Result<(), String> {
     let binary = testenv::controller::workspace_binary(name).map_err(|e| format!("{e:#}"))?;
     let sub = subcommand(args);
     let help = succeeds(Command::new(&binary).args(&sub).arg("--help"))?;
+    let (own, passed) = split_controller_args(args);
     flags_in(
-        &long_flags(args),
+        &long_flags(&own),
         &help,
         &format!("{name} {}", sub.join(" ")),
-    )
+    )?;
+    if passed.is_empty() {
+        return Ok(());
+    }
+    let bootplate = testenv::controller::binary().map_err(|e| format!("{e:#}"))?;
+    let run_help = succeeds(Command::new(bootplate).args(["run", "--help"]))?;
+    flags_in(&long_flags(&passed), &run_help, "bootplate run")
+}
+
+/// `args` without the values of `--controller-arg`, and those values.
+fn split_controller_args(args: &[String]) -> (Vec<String>, Vec<String>) {
+    let (mut own, mut passed) = (Vec::new(), Vec::new());
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        own.push(arg.clone());
+        if arg == "--controller-arg" {
+            passed.extend(args.next().cloned());
+        }
+    }
+    (own, passed)
 }
 
 /// Runs a bootplate command from the repository root: it must succeed, and a render must print
