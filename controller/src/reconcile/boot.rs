@@ -22,7 +22,7 @@ use super::context::{Context, Topic};
 pub(crate) use crate::core::boot::Subject;
 use crate::core::boot::{self, Facts, Report, ReportError, View};
 use crate::core::outcome::Note;
-use crate::k8s::boot_report::{ClusterKey, digest};
+use crate::k8s::boot_report::{ClusterKey, ClusterReports, digest};
 
 /// The most of a failure's output an Event carries (the Event API takes 1 KiB).
 const EVENT_TEXT: usize = 1000;
@@ -42,19 +42,14 @@ pub(crate) async fn look(
     config: &BootplateConfig,
     subject: &Subject,
 ) -> Option<Looked> {
-    let namespace = config.namespace().unwrap_or_default();
-    let key = (namespace, subject.cluster.clone());
+    let key = (
+        config.namespace().unwrap_or_default(),
+        subject.cluster.clone(),
+    );
     let uid = config.uid().unwrap_or_default();
     let reports = &ctx.boot_reports;
-    let listed = match ctx.workload_client(&key.0, &subject.cluster).await {
-        Ok(workload) => {
-            let scope = (&key, subject.cluster_uid.as_str());
-            let interval = ctx.settings.boot_report_interval;
-            reports.of_cluster(&workload, scope, interval).await
-        }
-        Err(e) => Err(e),
-    };
-    let listed = match listed {
+    let interval = ctx.settings.boot_report_interval;
+    let listed = match cluster_reports(ctx, &key, &subject.cluster_uid, interval).await {
         Ok(listed) => listed,
         Err(e) => {
             debug!(error = %e, "boot reports not read; trying again later");
@@ -72,26 +67,21 @@ pub(crate) async fn look(
 }
 
 /// Reads the machine's report a last time, from its cluster's listing made at most
-/// `core::boot::LAST_REPORT_POLL` ago: the last look at a joined machine's boot before its token (and with
-/// it the report) is deleted. Machines that join together share one listing. `None` when it
-/// cannot be read.
+/// `core::boot::LAST_REPORT_POLL` ago: the last look at a joined machine's boot before its
+/// token (and with it the report) is deleted. Machines that join together share one listing.
+/// `None` when it cannot be read.
 pub(crate) async fn last_look(
     ctx: &Context,
     config: &BootplateConfig,
     subject: &Subject,
 ) -> Option<Looked> {
-    let namespace = config.namespace().unwrap_or_default();
-    let key = (namespace, subject.cluster.clone());
+    let key = (
+        config.namespace().unwrap_or_default(),
+        subject.cluster.clone(),
+    );
     let uid = config.uid().unwrap_or_default();
-    let read = match ctx.workload_client(&key.0, &key.1).await {
-        Ok(workload) => {
-            let scope = (&key, subject.cluster_uid.as_str());
-            let age = boot::LAST_REPORT_POLL;
-            ctx.boot_reports.of_cluster(&workload, scope, age).await
-        }
-        Err(e) => Err(e),
-    };
-    match read {
+    let age = boot::LAST_REPORT_POLL;
+    match cluster_reports(ctx, &key, &subject.cluster_uid, age).await {
         Ok(reports) => match reports.get(&uid) {
             Some(report) => Some(looked(ctx, subject, Some(report.as_deref()))),
             // A joined machine that never reported did not fail to start.
@@ -238,25 +228,27 @@ async fn poll_cluster(ctx: &Context, key: &ClusterKey, interval: Duration) -> Ve
         return Vec::new();
     };
     let cluster_uid = cluster.uid().unwrap_or_default();
-    let workload = match ctx.workload_client(&key.0, &key.1).await {
-        Ok(workload) => workload,
-        Err(e) => {
-            debug!(cluster = %key.1, error = %e, "boot reports not polled");
-            return Vec::new();
-        }
-    };
     // Listed at every tick: a listing younger than half an interval is one a reconcile made
     // since the last tick.
-    let scope = (key, cluster_uid.as_str());
-    match ctx
-        .boot_reports
-        .of_cluster(&workload, scope, interval / 2)
-        .await
-    {
+    match cluster_reports(ctx, key, &cluster_uid, interval / 2).await {
         Ok(reports) => ctx.boot_reports.changed(key, &reports),
         Err(e) => {
             debug!(cluster = %key.1, error = %e, "boot reports not polled");
             Vec::new()
         }
     }
+}
+
+/// The reports of Cluster `key` (UID `cluster_uid`) from its workload cluster, listed when the
+/// last listing is `max_age` old or older (`k8s::boot_report::Reports::of_cluster`).
+async fn cluster_reports(
+    ctx: &Context,
+    key: &ClusterKey,
+    cluster_uid: &str,
+    max_age: Duration,
+) -> crate::error::Result<Arc<ClusterReports>> {
+    let workload = ctx.workload_client(&key.0, &key.1).await?;
+    ctx.boot_reports
+        .of_cluster(&workload, (key, cluster_uid), max_age)
+        .await
 }
