@@ -98,14 +98,18 @@ if [[ -n $real ]]; then
     [[ -x $program ]] || die "$program is missing: run tests/scripts/install-tools.sh"
   done
   namespaces=(--mount --uts --ipc --pid)
-  # Real runs share the host's kernel settings (the kubelet sets them; the last run to end puts
-  # back the values saved before the first began, under a second lock) and, without --netns,
-  # the kubelet's ports and cgroups (kubepods): such a run holds the lock alone. Runs with
-  # --netns share it: each has its network namespace, and its own cgroup tree (--cgroup).
+  # Real runs share the host's kernel settings, which the kubelet sets: every holder of
+  # /run/lock/bootplate-tunables.lock (shared; the pod clusters of tests/src/pod_cluster hold it
+  # too) saves them when none are saved, and the last holder to end (its shared lock becomes
+  # exclusive) puts them back, under a second lock. Without --netns a run also shares the
+  # kubelet's ports and cgroups (kubepods): it holds the host lock alone. Runs with --netns share
+  # that one: each has its network namespace, and its own cgroup tree (--cgroup).
   lock=/run/lock/bootplate-real-join.lock
-  saved_file=/run/lock/bootplate-real-join.tunables
-  exec 8>"$lock"
+  tunables_lock=/run/lock/bootplate-tunables.lock
+  saved_file=/run/lock/bootplate-tunables.saved
+  exec 8>"$lock" 6>"$tunables_lock"
   if [[ -n $netns ]]; then flock -s 8; else flock 8; fi
+  flock -s 6
   tunables=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
     kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
   (
@@ -114,18 +118,17 @@ if [[ -n $real ]]; then
       for t in "${tunables[@]}"; do cat "/proc/sys/$t"; done >"$saved_file.new"
       mv "$saved_file.new" "$saved_file"
     fi
-  ) 9>"$lock.state"
+  ) 9>"$tunables_lock.state"
   cleanup_real() {
     (
       flock 9
-      # The last run holding the lock (its shared lock becomes exclusive) restores them.
-      if flock -n 8 && [[ -s $saved_file ]]; then
+      if flock -n 6 && [[ -s $saved_file ]]; then
         local i saved
         mapfile -t saved <"$saved_file"
         for i in "${!tunables[@]}"; do echo "${saved[i]}" >"/proc/sys/${tunables[i]}" || true; done
         rm -f "$saved_file"
       fi
-    ) 9>"$lock.state"
+    ) 9>"$tunables_lock.state"
     [[ -z $netns ]] || return 0
     # The kubelet's cgroups (cgroupfs driver: kubepods under each hierarchy), deepest first.
     local pods

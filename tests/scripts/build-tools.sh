@@ -21,9 +21,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../tools"
 
 cache="${BOOTPLATE_CACHE:-$HOME/.cache/bootplate}"
-export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS="-mod=readonly -buildvcs=false"
+# No DWARF from the compiler: the binaries are stripped anyway (-ldflags "-s -w"), and a cold
+# build of etcd took 12 % less CPU without it (docs/testing.md).
+export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS="-mod=readonly -buildvcs=false -gcflags=all=-dwarf=false"
 export GOTOOLCHAIN=local
 mkdir -p "$cache/bin" "$GOMODCACHE" "$GOCACHE"
+# One run at a time: a test that asks for the tools while ci.sh still builds them waits here,
+# then finds them built.
+exec 8>"$cache/bin/.lock"
+flock 8
+# Each build is a row of the step table (tests/scripts/steps.sh) when BOOTPLATE_STEPS names one.
+# shellcheck source=tests/scripts/steps.sh
+source ../scripts/steps.sh
 log() { echo "build-tools: $*" >&2; }
 
 command -v go >/dev/null || { log "ERROR: go is not on PATH (Go 1.26 is needed)"; exit 2; }
@@ -62,7 +71,7 @@ build() {
   if [[ ! -x "$out" ]]; then
     log "building $name $version from $package (minutes when cold)"
     local started=$SECONDS
-    (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$package") >&2
+    (cd "$dir" && step "  go build $name" go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$package") >&2
     mv "$out.tmp" "$out"
     log "built $name in $((SECONDS - started)) s"
   fi
@@ -82,7 +91,7 @@ build_kube() {
     local started=$SECONDS out="$cache/bin/kube-build.tmp"
     rm -rf "$out" && mkdir -p "$out"
     for name in "${missing[@]}"; do packages+=("k8s.io/kubernetes/cmd/$name"); done
-    (cd kube && go build -trimpath -ldflags "$kube_ldflags" -o "$out/" "${packages[@]}") >&2
+    (cd kube && step "  go build ${missing[*]}" go build -trimpath -ldflags "$kube_ldflags" -o "$out/" "${packages[@]}") >&2
     for name in "${missing[@]}"; do mv "$out/$name" "$cache/bin/$name-$kube_version"; done
     rmdir "$out"
     log "built ${missing[*]} in $((SECONDS - started)) s"
@@ -90,7 +99,15 @@ build_kube() {
   for name in "$@"; do echo "$name=$cache/bin/$name-$kube_version"; done
 }
 
-build_kube kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubeadm kubelet kubectl
+# The builds run as three chains side by side (the Kubernetes commands; etcd and Cluster API; the
+# rest): one `go build` leaves a core idle in its links and its widest packages' compiles, three
+# keep both busy (the tests' Rust build runs beside them too, tests/scripts/ci.sh). Each chain's
+# NAME=PATH lines are printed in this order once all have ended.
+kube_chain() {
+  build_kube kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubeadm kubelet kubectl
+}
+
+capi_chain() {
 build etcd "$etcd_version" etcd . "-s -w"
 # etcdctl, at the server's version (tests/tools/etcd/go.mod's tool directive).
 build etcdctl "$etcd_version" etcd go.etcd.io/etcd/etcdctl/v3 "-s -w"
@@ -104,6 +121,9 @@ CGO_ENABLED=0 build cabpk-manager "$capi_version" capi sigs.k8s.io/cluster-api/b
 # Releases before v1.14 keep the core manager's main package at the module's root.
 build capi-manager "$capi_oldest_version" capi-oldest sigs.k8s.io/cluster-api \
   "$(capi_ldflags "$capi_oldest_version")" capi-manager-oldest
+}
+
+other_chain() {
 # The binaries of the images tests/scripts/build-images.sh builds: Cluster API's manager (above) and
 # cert-manager's controller, webhook and CA injector (github.com/cert-manager/cert-manager), and
 # `pause` (tests/tools/pause, the repo's own sandbox program). They run on an empty base: static,
@@ -113,28 +133,24 @@ for command in controller webhook cainjector; do
     "github.com/cert-manager/cert-manager/cmd/$command" "$cert_manager_ldflags"
 done
 # helm, at the version cert-manager itself requires, renders cert-manager's install manifest.
-helm_version=$(required cert-manager helm.sh/helm/v3)
-build helm "$helm_version" cert-manager helm.sh/helm/v3/cmd/helm "-s -w"
+# Static like the three above: built from the same module file, it shares their compiled packages.
+CGO_ENABLED=0 build helm "$helm_version" cert-manager helm.sh/helm/v3/cmd/helm "-s -w"
 # pause has no version of its own: its sources' digest names the build.
-pause_version=$(cat pause/go.mod pause/main.go | sha256sum | cut -c1-16)
 CGO_ENABLED=0 build pause "$pause_version" pause . "-s -w"
 
 # distribution's container registry (github.com/distribution/distribution/v3, tests/tools/registry:
 # its root command with the filesystem driver), the TLS mirror containerd pulls through in
 # tests/tests/network.rs.
-registry_version=$(required registry github.com/distribution/distribution/v3)
 CGO_ENABLED=0 build registry "$registry_version" registry . "-s -w"
 
 # crictl (sigs.k8s.io/cri-tools, tests/tools/crictl), the CRI client: tests/tests/network.rs pulls
 # through containerd's CRI plugin with it, the way the kubelet's image pulls go.
-crictl_version=$(required crictl sigs.k8s.io/cri-tools)
 CGO_ENABLED=0 build crictl "$crictl_version" crictl sigs.k8s.io/cri-tools/cmd/crictl "-s -w"
 
 # CoreDNS (github.com/coredns/coredns, tests/tools/coredns: coremain with the plugins of kubeadm's
 # Corefile), the cluster DNS `kubeadm init` deploys: static, as CoreDNS builds its own image, for
 # the control-plane images of tests/scripts/build-images.sh. The plugin list lives in main.go, so
 # its digest is part of the build's name.
-coredns_version=$(required coredns github.com/coredns/coredns)
 coredns_build="$coredns_version-$(cat coredns/go.mod coredns/main.go | sha256sum | cut -c1-12)"
 CGO_ENABLED=0 build coredns "$coredns_build" coredns . "-s -w"
 
@@ -146,11 +162,30 @@ CGO_ENABLED=0 build coredns "$coredns_build" coredns . "-s -w"
 # the user and group lookups it makes in the target root); linked static, as glibc's files NSS
 # module is part of libc. It runs chroot from the host, which keeps it in /usr/sbin as Debian does
 # (Ignition's default is /usr/bin/chroot, Container Linux's place).
-ignition_spec2_version=$(required ignition-spec2 github.com/coreos/ignition)
 ignition_spec2_ldflags="-s -w -X github.com/coreos/ignition/internal/version.Raw=$ignition_spec2_version
   -X github.com/coreos/ignition/internal/distro.chrootCmd=/usr/sbin/chroot -linkmode external -extldflags -static"
 CGO_ENABLED=1 build ignition-spec2 "$ignition_spec2_version" ignition-spec2 github.com/coreos/ignition/internal \
   "$ignition_spec2_ldflags" 2> >(grep -v 'in statically linked applications requires at runtime\|in function' >&2)
+}
+
+# The versions every chain reads, resolved before they start.
+helm_version=$(required cert-manager helm.sh/helm/v3)
+pause_version=$(cat pause/go.mod pause/main.go | sha256sum | cut -c1-16)
+registry_version=$(required registry github.com/distribution/distribution/v3)
+crictl_version=$(required crictl sigs.k8s.io/cri-tools)
+coredns_version=$(required coredns github.com/coredns/coredns)
+ignition_spec2_version=$(required ignition-spec2 github.com/coreos/ignition)
+chains=$(mktemp -d)
+pids=()
+for chain in kube_chain capi_chain other_chain; do
+  "$chain" >"$chains/$chain" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  wait "$pid" || { log "ERROR: a build failed (its output above)"; rm -rf "$chains"; exit 1; }
+done
+cat "$chains/kube_chain" "$chains/capi_chain" "$chains/other_chain"
+rm -rf "$chains"
 
 # The last line, cert-manager-manifest=PATH, is cert-manager's static install manifest, rendered
 # as its release renders `cert-manager.yaml` (cached as manifests/cert-manager-VERSION.yaml): the

@@ -2,8 +2,17 @@
 # The whole test suite, as CI runs it on a fresh machine: installs what the tests need
 # (idempotent, cached), checks formatting and lints, then runs every test, including the
 # integration tests against a real kube-apiserver + etcd and the real Cluster API manager.
-set -euo pipefail
+#
+# Where the minutes go: the Rust side (fmt, clippy, the test build) compiles while the Go tools
+# build (each has serial stretches, links and the largest packages, that the other fills), then
+# the test binaries run several at a time (tests/scripts/run-tiers.sh), and the run ends with a
+# table of its steps, wall and CPU seconds each (tests/scripts/steps.sh). docs/testing.md has the
+# figures. Every step runs to its end whatever another did; the exit status says whether all
+# passed.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=tests/scripts/steps.sh
+source tests/scripts/steps.sh
 
 # A clean clone compiles everything once: incremental state would only add gigabytes of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
@@ -20,24 +29,97 @@ if [[ -z ${CARGO_TARGET_DIR:-} ]]; then
   fi
 fi
 
-tests/scripts/install-tools.sh
-# kube-apiserver, etcd, kubeadm, the kubelet, kube-scheduler, kube-proxy, kubectl, Cluster API
-# and clusterctl, built from their Go modules (cached).
-tools=$(tests/scripts/build-tools.sh)
-echo "$tools"
-# Each tool's path as BOOTPLATE_<NAME> (capitals, '-' as '_'), as tests/src/tools.rs reads it.
-for name in kube-apiserver etcd etcdctl kube-controller-manager kube-scheduler kube-proxy \
-  kubeadm kubelet kubectl capi-manager capi-manager-oldest clusterctl cabpk-manager registry \
-  crictl ignition-spec2 cert-manager-manifest; do
-  path=$(sed -n "s/^$name=//p" <<<"$tools")
-  if [[ -z $path ]]; then
-    echo "ci.sh: tests/scripts/build-tools.sh printed no $name=PATH line" >&2
-    exit 1
-  fi
-  export "BOOTPLATE_$(tr 'a-z-' 'A-Z_' <<<"$name")=$path"
-done
+logs=$(mktemp -d /tmp/bootplate-ci.XXXXXX)
+export BOOTPLATE_STEPS="$logs/steps.tsv" BOOTPLATE_TEST_LOGS="$logs/tiers"
+: >"$BOOTPLATE_STEPS"
+run_started=$SECONDS
+trap 'steps_table $((SECONDS - run_started)); echo "ci.sh: logs in $logs"' EXIT
+log() { echo "ci.sh: $*" >&2; }
 
-cargo fmt --all --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
-# --no-fail-fast: a failing tier does not hide how the others fare.
-cargo test --workspace --locked --no-fail-fast
+# The Rust side, in the background: fmt and clippy report and the run goes on; the test build's
+# artifact list (JSON lines) names the test binaries. Returns non-zero when any of the three failed.
+rust_side() {
+  local rc=0
+  step "| cargo fmt --check" cargo fmt --all --check || rc=1
+  step "| cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings || rc=1
+  step "| cargo test --no-run" cargo test --workspace --locked --no-run \
+    --message-format=json-render-diagnostics >"$logs/artifacts.json" || rc=1
+  return "$rc"
+}
+rust_side >"$logs/rust-side.log" 2>&1 &
+rust_pid=$!
+
+failed=0
+step "install-tools.sh" tests/scripts/install-tools.sh || { log "installing the tools failed"; exit 1; }
+# The boot proof's Debian root and the VM image (mostly package downloads) build while the Go
+# tools compile, instead of inside the first tier that needs them; each is cached and locked, so
+# a tier that starts first waits for it.
+step "| boot root and VM image" bash -c 'tests/boot/build-root.sh && tests/vm/build-image.sh' \
+  >"$logs/images.log" 2>&1 &
+# kube-apiserver, etcd, kubeadm, the kubelet, kube-scheduler, kube-proxy, kubectl, Cluster API
+# and clusterctl, built from their Go modules (cached), in the background: the tiers that do not
+# run them start as soon as the test build is done. Each tool's path becomes BOOTPLATE_<NAME>
+# (capitals, '-' as '_'), as tests/src/tools.rs reads it, in the file the tiers that run them
+# wait for (tests/scripts/run-tiers.sh), or "failed".
+export BOOTPLATE_TOOLS_ENV="$logs/tools.env"
+build_tools() {
+  local tools name path
+  if ! step "build-tools.sh" tests/scripts/build-tools.sh >"$logs/tools.txt"; then
+    log "building the tools failed"
+    echo failed >"$BOOTPLATE_TOOLS_ENV"
+    return 1
+  fi
+  tools=$(cat "$logs/tools.txt")
+  echo "$tools"
+  for name in kube-apiserver etcd etcdctl kube-controller-manager kube-scheduler kube-proxy \
+    kubeadm kubelet kubectl capi-manager capi-manager-oldest clusterctl cabpk-manager registry \
+    crictl ignition-spec2 cert-manager-manifest; do
+    path=$(sed -n "s/^$name=//p" <<<"$tools")
+    if [[ -z $path ]]; then
+      log "tests/scripts/build-tools.sh printed no $name=PATH line"
+      echo failed >"$BOOTPLATE_TOOLS_ENV"
+      return 1
+    fi
+    echo "BOOTPLATE_$(tr 'a-z-' 'A-Z_' <<<"$name")=$path"
+  done >"$BOOTPLATE_TOOLS_ENV.new"
+  mv "$BOOTPLATE_TOOLS_ENV.new" "$BOOTPLATE_TOOLS_ENV"
+}
+build_tools &
+tools_pid=$!
+
+wait "$rust_pid" || failed=1
+cat "$logs/rust-side.log"
+# The static release binary (the controller's image, the release tier) and the node agent's
+# build, in the background: a release build of the workspace's dependencies is minutes of both
+# cores, better spent now than inside the images tier while the VM and control-plane tiers boot
+# machines against their time limits. The tiers that need them wait on cargo's build lock.
+step "| static release and agent builds" bash -c \
+  'scripts/build-static.sh bootplate bootplate release && agent/build.sh' >"$logs/static.log" 2>&1 &
+# The test binaries cargo built: name (package::target, or "package (lib)" for unit tests),
+# executable, package directory.
+python3 - "$logs/artifacts.json" >"$logs/tiers.tsv" <<'EOF'
+import json, os, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m["profile"]["test"] or not m.get("executable"):
+        continue
+    # package_id: "path+file:///dir#name@version", or "...dir#version" when the name is dir's.
+    source, _, fragment = m["package_id"].partition("#")
+    package = fragment.split("@")[0] if "@" in fragment else source.rstrip("/").split("/")[-1]
+    kind = m["target"]["kind"][0]
+    name = m["target"]["name"]
+    label = f"{name} ({kind})" if kind in ("lib", "bin") else f"{name}"
+    print(f"{package}::{label}\t{m['executable']}\t{os.path.dirname(m['manifest_path'])}")
+EOF
+if [[ ! -s $logs/tiers.tsv ]]; then
+  log "the test build named no test binary (its output above)"
+  wait "$tools_pid"
+  exit 1
+fi
+# --no-fail-fast, side by side: a failing tier does not hide how the others fare.
+tests/scripts/run-tiers.sh "$logs/tiers.tsv" || failed=1
+wait "$tools_pid" || failed=1
+exit "$failed"

@@ -242,10 +242,14 @@ pub fn real_kube_dir() -> anyhow::Result<PathBuf> {
     let dir = runs_dir().join("bin");
     std::fs::create_dir_all(&dir)?;
     for name in ["kubeadm", "kubelet"] {
+        // Made beside and renamed over: tiers running side by side share the directory, and
+        // none may see the link missing.
         let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(tools::path(name)?, &link)
-            .with_context(|| format!("linking {}", link.display()))?;
+        let fresh = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&fresh);
+        std::os::unix::fs::symlink(tools::path(name)?, &fresh)
+            .with_context(|| format!("linking {}", fresh.display()))?;
+        std::fs::rename(&fresh, &link).with_context(|| format!("linking {}", link.display()))?;
     }
     Ok(dir)
 }

@@ -239,6 +239,7 @@ async fn pods_get_addresses_services_route_and_clients_reach_the_apiserver() {
             dir.display()
         );
         drop(cluster);
+        let _slot = host::Slot::hold(layout.slot).unwrap();
         assert_nothing_left(&dir, &layout);
         let left: Vec<_> = runtime_files.iter().filter(|s| s.exists()).collect();
         assert!(left.is_empty(), "runtime files left: {left:?}");

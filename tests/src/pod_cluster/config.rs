@@ -5,8 +5,9 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-/// How many clusters can run at once on one machine (each holds one slot's lock).
-pub const SLOTS: u8 = 8;
+/// How many clusters and nodes can run at once on one machine (each holds one slot's lock):
+/// enough for the tiers that run side by side (a whole control plane holds six).
+pub const SLOTS: u8 = 16;
 
 /// The CNI network's name (libcni names its cached results after it).
 pub const NETWORK: &str = "bootplate-pods";

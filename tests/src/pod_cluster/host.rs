@@ -9,7 +9,6 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -34,6 +33,9 @@ pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// How long [`Slot::take`] waits for a slot when all are held: longer than any tier holds one.
+const SLOT_WAIT: Duration = Duration::from_secs(20 * 60);
+
 /// A held slot: its lock file stays locked while this lives, and holds the path of the
 /// cluster's directory, so that whoever takes the slot after a holder that died can sweep it.
 pub struct Slot {
@@ -42,8 +44,27 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// The first free slot, swept of any leftovers of a holder that died.
+    /// The first free slot, swept of any leftovers of a holder that died. When every slot is
+    /// held (tiers run side by side, each holding some), waits for one to be released, up to
+    /// [`SLOT_WAIT`].
     pub fn take() -> anyhow::Result<Slot> {
+        let deadline = Instant::now() + SLOT_WAIT;
+        loop {
+            if let Some(slot) = Self::try_take()? {
+                return Ok(slot);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "all {SLOTS} pod-cluster slots stayed taken on this machine for {} s",
+                    SLOT_WAIT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The first free slot, or `None` when all are held.
+    fn try_take() -> anyhow::Result<Option<Slot>> {
         std::fs::create_dir_all("/run/lock")?;
         for n in 0..SLOTS {
             let path = format!("/run/lock/bootplate-pod-cluster-{n}.lock");
@@ -62,10 +83,26 @@ impl Slot {
                     let _ = std::fs::remove_dir_all(dir);
                 }
                 file.set_len(0)?;
-                return Ok(Slot { layout, lock: file });
+                return Ok(Some(Slot { layout, lock: file }));
             }
         }
-        bail!("all {SLOTS} pod-cluster slots are taken on this machine")
+        Ok(None)
+    }
+
+    /// Waits for slot `n`'s lock and holds it without sweeping the slot: while it lives, no one
+    /// else makes anything of that slot, so a check that a dropped holder left nothing behind
+    /// cannot see the next holder's namespace instead.
+    pub fn hold(n: u8) -> anyhow::Result<File> {
+        let path = format!("/run/lock/bootplate-pod-cluster-{n}.lock");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening {path}"))?;
+        file.lock().with_context(|| format!("locking {path}"))?;
+        Ok(file)
     }
 
     /// Records the cluster's directory in the lock file.
@@ -351,8 +388,9 @@ pub fn sweep(layout: &Layout, dir: Option<&Path>) {
         .output();
 }
 
-/// The kernel settings the kubelet sets at start (`protectKernelDefaults: false`), saved before
-/// the first cluster of this process starts and put back when the last one stops.
+/// The kernel settings the kubelet sets at start (`protectKernelDefaults: false`), in the order
+/// `tests/boot/run.sh` saves them: pod clusters and the boot proof's real runs (other tiers,
+/// running beside this one) save and restore them together.
 const TUNABLES: [&str; 6] = [
     "vm/overcommit_memory",
     "vm/panic_on_oom",
@@ -361,32 +399,64 @@ const TUNABLES: [&str; 6] = [
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 ];
+const TUNABLES_LOCK: &str = "/run/lock/bootplate-tunables.lock";
+const TUNABLES_STATE_LOCK: &str = "/run/lock/bootplate-tunables.lock.state";
+const TUNABLES_SAVED: &str = "/run/lock/bootplate-tunables.saved";
 
-/// How many clusters of this process are running, and the settings saved before the first.
-static TUNED: Mutex<(usize, Vec<(String, String)>)> = Mutex::new((0, Vec::new()));
-
-/// Saves the kernel settings when no other cluster of this process runs.
-pub fn save_tunables() {
-    let mut tuned = TUNED.lock().unwrap_or_else(|e| e.into_inner());
-    if tuned.0 == 0 {
-        tuned.1 = TUNABLES
-            .iter()
-            .filter_map(|t| {
-                let value = std::fs::read_to_string(format!("/proc/sys/{t}")).ok()?;
-                Some(((*t).to_owned(), value.trim().to_owned()))
-            })
-            .collect();
-    }
-    tuned.0 += 1;
+/// A holder of the kernel settings, run.sh's protocol across processes: every holder has
+/// [`TUNABLES_LOCK`] shared; the first saves the settings (one value a line) when none are
+/// saved, and on drop the last holder (whose shared lock becomes exclusive) puts them back.
+pub struct Tunables {
+    lock: File,
 }
 
-/// Puts the kernel settings back when the last cluster of this process stops.
-pub fn restore_tunables() {
-    let mut tuned = TUNED.lock().unwrap_or_else(|e| e.into_inner());
-    tuned.0 = tuned.0.saturating_sub(1);
-    if tuned.0 == 0 {
-        for (t, value) in &tuned.1 {
+fn open_lock(path: &str) -> anyhow::Result<File> {
+    std::fs::create_dir_all("/run/lock")?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("opening {path}"))
+}
+
+impl Tunables {
+    /// Holds the settings, saving them if no holder has.
+    pub fn hold() -> anyhow::Result<Tunables> {
+        let lock = open_lock(TUNABLES_LOCK)?;
+        lock.lock_shared()
+            .with_context(|| format!("locking {TUNABLES_LOCK}"))?;
+        let state = open_lock(TUNABLES_STATE_LOCK)?;
+        state.lock()?;
+        let saved = std::fs::metadata(TUNABLES_SAVED).is_ok_and(|m| m.len() > 0);
+        if !saved {
+            let values: Vec<String> = TUNABLES
+                .iter()
+                .map(|t| std::fs::read_to_string(format!("/proc/sys/{t}")))
+                .collect::<Result<_, _>>()
+                .context("reading the kernel settings the kubelet sets")?;
+            let fresh = format!("{TUNABLES_SAVED}.{}", std::process::id());
+            std::fs::write(&fresh, values.concat())?;
+            std::fs::rename(&fresh, TUNABLES_SAVED)?;
+        }
+        Ok(Tunables { lock })
+    }
+}
+
+impl Drop for Tunables {
+    fn drop(&mut self) {
+        let Ok(state) = open_lock(TUNABLES_STATE_LOCK) else {
+            return;
+        };
+        if state.lock().is_err() || self.lock.try_lock().is_err() {
+            return;
+        }
+        let Ok(saved) = std::fs::read_to_string(TUNABLES_SAVED) else {
+            return;
+        };
+        for (t, value) in TUNABLES.iter().zip(saved.lines()) {
             let _ = std::fs::write(format!("/proc/sys/{t}"), value);
         }
+        let _ = std::fs::remove_file(TUNABLES_SAVED);
     }
 }

@@ -54,6 +54,8 @@ pub struct PodCluster {
     admin_kubeconfig: PathBuf,
     /// The cluster's CA, written at boot.
     ca: Option<TestCa>,
+    /// The kernel settings its kubelet changes, put back when the last holder ends.
+    tunables: Option<host::Tunables>,
 }
 
 impl PodCluster {
@@ -79,8 +81,9 @@ impl PodCluster {
             _dir: dir,
             admin_kubeconfig,
             ca: None,
+            tunables: None,
         };
-        host::save_tunables();
+        cluster.tunables = Some(host::Tunables::hold()?);
         cluster.boot(images, pause_image).await?;
         eprintln!(
             "pod cluster {} ready in {:.1} s ({})",
@@ -414,7 +417,7 @@ impl Drop for PodCluster {
             drop(process);
         }
         host::sweep(self.layout(), Some(&self.dirs.root));
-        host::restore_tunables();
+        drop(self.tunables.take());
         self.slot.clear_dir();
     }
 }

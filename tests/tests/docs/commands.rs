@@ -87,6 +87,8 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/operations.md", "kubectl -n bootplate-system get lease bootplate-leader -o jsonpath='{.spec.holderIdentity}'", Help),
     ("docs/operations.md", "kubectl get clusterbootstraptemplates,bootstraptemplates -A", Help),
     // A placeholder file: the flags are checked, the shipped templates' lines below run.
+    // The test command again, where docs/testing.md explains it.
+    ("docs/testing.md", "tests/scripts/ci.sh", Help),
     ("docs/templates.md", "bootplate lint --strict my-template.yaml", Help),
     ("docs/templates.md", "bootplate render --template my-template.yaml --machine examples/machine-worker.yaml --cluster examples/cluster.yaml --config my-config.yaml --set name=value --role init", Help),
     ("docs/templates.md", "tests/boot/prove.sh templates/my-template.yaml", Help),
