@@ -358,7 +358,9 @@ fn forged(real: &ConfigMap, bundle: &str, id: &str, signature: Option<String>) -
 /// Issue 48, item 3: the real stub, sent to servers in the middle, never gives them the token.
 /// `real` is the workload cluster's `cluster-info` (signed for `token`), `ca` its CA.
 async fn impostors_get_no_token(stub: &str, real: &ConfigMap, ca: &TestCa, token: &str) {
-    let own = TestCa::new("kubernetes");
+    // Its own name: a CA named as the cluster's makes OpenSSL pick the cluster's as the issuer
+    // and fail, which would hide what the bundle trusts.
+    let own = TestCa::new("impostor");
     let real_ca = ca.cert_pem.clone();
     let id = token.split_once('.').unwrap().0;
     let signed = real.data.as_ref().unwrap()[&format!("jws-kubeconfig-{id}")].clone();
