@@ -71,7 +71,7 @@ pub struct TemplateSpec {
     pub boot_reports: Option<BootReports>,
     /// How machines get the render (docs/boot-channel.md, "Fetch delivery"). `Inline` (the
     /// default) puts the whole render in the data Secret. `Fetch` puts there a stub of at most
-    /// 2 KiB in `format` that fetches the render (in the `script` format, encrypted with a key
+    /// 3 KiB in `format` that fetches the render (in the `script` format, encrypted with a key
     /// only the stub holds) from the workload cluster with the machine's bootstrap token; for
     /// Machines of role `worker` and `control-plane-join` of a structured template. `init`
     /// machines and MachinePools still get the whole render. A config may override it.

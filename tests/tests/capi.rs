@@ -1737,8 +1737,9 @@ async fn sandbox_worker(env: &CapiEnv, name: &str, mut config: Value, version: &
 }
 
 /// (i, continued) Fetch delivery (docs/boot-channel.md): a worker of `kubeadm-ubuntu-2404` whose
-/// config sets `delivery: Fetch` gets a cloud-config stub of at most 2048 bytes; booted by the
-/// boot proof, the stub checks the CA of the real `cluster-info` against its hash, fetches its
+/// config sets `delivery: Fetch` gets a cloud-config stub of at most 3072 bytes; booted by the
+/// boot proof, the stub checks the real `cluster-info` (signed for its token by the real
+/// bootstrap signer, its CA against the hash) as `kubeadm join` discovery does, fetches its
 /// sealed render from the real workload apiserver with its token, decrypts it with the image's
 /// openssl and runs it: the real kubeadm joins, the kubelet registers the Node, Cluster API
 /// sets the nodeRef, and bootplate deletes the token and the payload with it.
@@ -1749,7 +1750,7 @@ async fn a_worker_joins_from_a_fetch_stub(env: &CapiEnv, version: &str) {
     let secret = sandbox_worker(env, name, config, version).await;
     let stub = user_data(&secret);
     assert!(
-        stub.len() <= 2048 && stub.contains("bootplate fetch stub"),
+        stub.len() <= 3072 && stub.contains("bootplate fetch stub"),
         "a stub of {} bytes:\n{stub}",
         stub.len()
     );

@@ -86,7 +86,7 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
         .map(|f| file(&f))
         .collect();
     let script = commands_script(meta, body);
-    // A fetch stub's script goes gzipped: it must fit in 2 KiB.
+    // A fetch stub's script goes gzipped: it must fit in its limit (fetch::STUB_LIMIT).
     let (content, encoding) = if meta.stub {
         let gzipped = crate::helpers::gzip(script.as_bytes());
         (BASE64.encode(gzipped), FileEncoding::GzipBase64)
