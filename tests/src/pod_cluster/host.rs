@@ -65,16 +65,8 @@ impl Slot {
 
     /// The first free slot, or `None` when all are held.
     fn try_take() -> anyhow::Result<Option<Slot>> {
-        std::fs::create_dir_all("/run/lock")?;
         for n in 0..SLOTS {
-            let path = format!("/run/lock/bootplate-pod-cluster-{n}.lock");
-            let mut file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .with_context(|| format!("opening {path}"))?;
+            let mut file = open_lock(&slot_lock(n))?;
             if file.try_lock().is_ok() {
                 let layout = Layout::new(n);
                 let previous = read_recorded_dir(&mut file);
@@ -93,14 +85,8 @@ impl Slot {
     /// else makes anything of that slot, so a check that a dropped holder left nothing behind
     /// cannot see the next holder's namespace instead.
     pub fn hold(n: u8) -> anyhow::Result<File> {
-        let path = format!("/run/lock/bootplate-pod-cluster-{n}.lock");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("opening {path}"))?;
+        let path = slot_lock(n);
+        let file = open_lock(&path)?;
         file.lock().with_context(|| format!("locking {path}"))?;
         Ok(file)
     }
@@ -410,9 +396,16 @@ pub struct Tunables {
     lock: File,
 }
 
+/// The lock file of slot `n`.
+fn slot_lock(n: u8) -> String {
+    format!("/run/lock/bootplate-pod-cluster-{n}.lock")
+}
+
+/// Opens (creating) a lock file under `/run/lock`, readable too (a slot's holds its directory).
 fn open_lock(path: &str) -> anyhow::Result<File> {
     std::fs::create_dir_all("/run/lock")?;
     std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .create(true)
         .truncate(false)
