@@ -18,6 +18,7 @@ use std::path::Path;
 
 use crd_types::TemplateSpec;
 use crd_types::strict;
+use render::yaml::{YamlError, YamlLimit};
 use render::{Position, Severity};
 use serde::de::DeserializeOwned;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
@@ -63,12 +64,11 @@ impl YamlFile {
         YamlFile::parse(shown, text)
     }
 
-    /// Parses `text`, the content of the file shown as `shown`.
+    /// Parses `text`, the content of the file shown as `shown`, bounded by its expansion.
     pub fn parse(shown: String, text: String) -> Result<YamlFile, ReadError> {
         let mut documents = Vec::new();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(document)
-                .map_err(|e| syntax_error(&shown, &e))?;
+        for value in render::yaml::documents(&text, YamlLimit::file(&text)) {
+            let value = value.map_err(|e| syntax_error(&shown, &e))?;
             if !value.is_null() {
                 documents.push(value);
             }
@@ -261,23 +261,25 @@ fn read_bounded(path: &Path, shown: &str) -> Result<String, InputError> {
     String::from_utf8(bytes).map_err(|_| unreadable("cannot read: not UTF-8 text".to_owned()))
 }
 
-/// A YAML syntax error as a located diagnostic.
-fn syntax_error(shown: &str, e: &serde_yaml::Error) -> ReadError {
-    let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
-    let message = e.to_string();
-    // serde_yaml appends " at line L column C"; the location is shown already.
-    let message = message
-        .split(" at line ")
-        .next()
-        .unwrap_or(&message)
-        .to_owned();
+/// A YAML syntax error, or an expansion past the limit, as a located diagnostic.
+fn syntax_error(shown: &str, e: &YamlError) -> ReadError {
+    let (line, column) = e.location().unwrap_or((1, 1));
+    let (code, message) = match e {
+        YamlError::TooLarge(t) => ("yaml-too-large", t.to_string()),
+        YamlError::Syntax(e) => {
+            let message = e.to_string();
+            // serde_yaml appends " at line L column C"; the location is shown already.
+            let message = message.split(" at line ").next().unwrap_or(&message);
+            ("yaml-syntax", format!("not valid YAML: {message}"))
+        }
+    };
     ReadError::Problems(vec![Diagnostic::new(
         shown,
         (line, column),
         Severity::Error,
-        "yaml-syntax",
+        code,
         "",
-        format!("not valid YAML: {message}"),
+        message,
     )])
 }
 
