@@ -240,6 +240,27 @@ pub fn read_text(path: &Path) -> Result<(String, String), InputError> {
     Ok((shown, text))
 }
 
+/// [`read_text`] for a file a directory walk found as a regular file: read only if what is
+/// opened is still that file, not a symbolic link put in its place since.
+pub fn read_walked_text(path: &Path) -> Result<(String, String), InputError> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display().to_string();
+    let unreadable = |why: String| InputError(format!("{shown}: {why}"));
+    let file = std::fs::File::open(path).map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    let here =
+        std::fs::symlink_metadata(path).map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    if !here.is_file() || (opened.dev(), opened.ino()) != (here.dev(), here.ino()) {
+        return Err(unreadable(
+            "no longer the regular file the walk found; not read".to_owned(),
+        ));
+    }
+    let text = read_from(Box::new(file), &shown)?;
+    Ok((shown, text))
+}
+
 fn read_bounded(path: &Path, shown: &str) -> Result<String, InputError> {
     let unreadable = |why: String| InputError(format!("{shown}: {why}"));
     let reader: Box<dyn Read> = if path == Path::new("-") {
@@ -247,6 +268,11 @@ fn read_bounded(path: &Path, shown: &str) -> Result<String, InputError> {
     } else {
         Box::new(std::fs::File::open(path).map_err(|e| unreadable(format!("cannot read: {e}")))?)
     };
+    read_from(reader, shown)
+}
+
+fn read_from(reader: Box<dyn Read>, shown: &str) -> Result<String, InputError> {
+    let unreadable = |why: String| InputError(format!("{shown}: {why}"));
     let mut bytes = Vec::new();
     reader
         .take(MAX_FILE_BYTES + 1)
