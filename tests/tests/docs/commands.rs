@@ -52,7 +52,7 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/benchmarks.md", "target/release/scale-bench --machines 20000 --skip-restart --controller-arg --boot-report-interval=1h --controller-arg --boot-not-started-after=2h", Help),
     ("docs/benchmarks.md", "tests/vm/build-image.sh", Help),
     ("docs/benchmarks.md", "time cargo test -p bootplate-tests --test vm", Help),
-    ("docs/fuzzing.md", "for target in decode_valid_objects_round_trip decode_mutated_objects_never_panics decode_arbitrary_yaml_never_panics webhook_validation_never_panics; do", Shell),
+    ("docs/fuzzing.md", "for target in decode_valid_objects_round_trip decode_mutated_objects_never_panics decode_arbitrary_yaml_never_panics webhook_validation_never_panics yaml_alias_bombs_stay_bounded; do", Shell),
     ("docs/fuzzing.md", "BOOTPLATE_FUZZ_SECONDS=60 cargo test -p bootplate-tests --test fuzz -- --exact \"$target\" --nocapture", Help),
     ("docs/fuzzing.md", "done", Shell),
     ("docs/fuzzing.md", "end=$((SECONDS + 60)); runs=0", Shell),
