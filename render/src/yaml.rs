@@ -76,8 +76,8 @@ pub struct TooLarge {
     pub what: &'static str,
     /// The limit that was passed.
     pub limit: u64,
-    /// Where in the text (line and column from 1) the count passed the limit: the anchor whose
-    /// repetition passed it (or the node, when no alias did).
+    /// Where in the text (line and column from 1) the count passed the limit: the node it
+    /// reached, inside the anchor an alias repeats when one did.
     pub location: Option<(usize, usize)>,
     /// What the limit is for.
     pub source: &'static str,

@@ -31,6 +31,13 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("README.md", "tests/scripts/ci.sh", Help),
     ("docs/benchmarks.md", "cargo bench -p bootplate-render --bench render -- --warm-up-time 2 --measurement-time 5", Help),
     ("docs/benchmarks.md", "time cargo test -p bootplate --test boot", Help),
+    ("docs/benchmarks.md", "bootplate lint examples/ubuntu-2404.yaml", Run),
+    ("docs/benchmarks.md", "bootplate render --template examples/ubuntu-2404.yaml --machine examples/machine-worker.yaml --cluster examples/cluster.yaml", Run),
+    // The alias bombs are refused (exit 1): their flags are checked.
+    ("docs/benchmarks.md", "bootplate lint tests/corpus/yaml-alias-bomb-10k.yaml", Help),
+    ("docs/benchmarks.md", "bootplate render --template tests/corpus/yaml-alias-bomb-10k.yaml --machine examples/machine-worker.yaml --cluster examples/cluster.yaml", Help),
+    ("docs/benchmarks.md", "bootplate lint tests/corpus/yaml-alias-bomb-1mib.yaml", Help),
+    ("docs/benchmarks.md", "bootplate render --template tests/corpus/yaml-alias-bomb-1mib.yaml --machine examples/machine-worker.yaml --cluster examples/cluster.yaml", Help),
     ("docs/benchmarks.md", "bench/render-vs-go.sh", Help),
     ("docs/benchmarks.md", "ROLES=\"worker init\" ROUNDS=7 bench/render-vs-go.sh", Help),
     ("docs/benchmarks.md", "cargo build --release -p bootplate -p bootplate-bench", Help),
