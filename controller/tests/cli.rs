@@ -1316,3 +1316,61 @@ spec:
         );
     }
 }
+
+/// A YAML file whose aliases repeat one anchored list: 1 200 000 nodes once expanded (past the
+/// 1 000 000 of one input file) from 10 KB, in a document of `kind`.
+fn alias_bomb_file(dir: &Path, kind: &str) -> PathBuf {
+    let path = dir.join(format!("{kind}.yaml"));
+    let text = format!(
+        "apiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: {kind}\nmetadata: {{name: bomb, namespace: a}}\n\
+         x-items: &a [{}]\nx-bomb: [{}]\n",
+        vec!["x"; 1000].join(","),
+        vec!["*a"; 1200].join(",")
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every file the offline commands read is bounded by its expansion: lint, import and render
+/// refuse an alias bomb at its file, line and column, with the limit, in the time of the limit
+/// (before the bound, lint took 675 MB for 10 KB and then reported an unknown field).
+#[test]
+fn alias_bombs_in_input_files_are_refused_at_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = alias_bomb_file(dir.path(), "BootstrapTemplate");
+    let kubeadm = alias_bomb_file(dir.path(), "KubeadmConfigTemplate");
+    let (template, kubeadm) = (template.to_string_lossy(), kubeadm.to_string_lossy());
+    let runs: [(Vec<&str>, i32, &str); 3] = [
+        (vec!["lint", &template], 1, &template),
+        (vec!["import", &kubeadm], 2, &kubeadm),
+        (
+            vec![
+                "render",
+                "--template",
+                &template,
+                "--machine",
+                "examples/machine-worker.yaml",
+                "--cluster",
+                "examples/cluster.yaml",
+            ],
+            2,
+            &template,
+        ),
+    ];
+    for (args, code, file) in runs {
+        let start = std::time::Instant::now();
+        let out = bootplate(&args);
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert_exit(&out, code);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "{args:?}"
+        );
+        for fragment in [file, ":4:", "grows past 1000000 nodes", "aliases"] {
+            assert!(
+                all.contains(fragment),
+                "{args:?}: {fragment:?} not in:\n{all}"
+            );
+        }
+    }
+}

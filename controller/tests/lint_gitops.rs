@@ -410,3 +410,45 @@ fn a_yaml_syntax_error_shows_its_line_and_a_caret() {
     assert!(shown.contains("2 | spec: {}"), "{shown}");
     assert!(shown.contains('^'), "{shown}");
 }
+
+/// A repository's links lead nowhere outside it: `lint -R` reads the regular files under the
+/// directory given and no symbolic link. A link out of the tree (here to a file of secrets, and
+/// to the process's environment) is an error that quotes nothing of its target; a link inside
+/// the tree is not followed (its target is read where it is).
+#[test]
+fn a_tree_walk_reads_no_link_and_nothing_outside_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("gitops/sub")).unwrap();
+    std::fs::write(root.join("secrets.yaml"), "password: [SECRET-OUTSIDE\n").unwrap();
+    std::fs::write(
+        root.join("gitops/plain.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    )
+    .unwrap();
+    let link = |target: &Path, name: &str| {
+        std::os::unix::fs::symlink(target, root.join("gitops").join(name)).unwrap();
+    };
+    link(&root.join("secrets.yaml"), "sub/leak.yaml");
+    link(Path::new("/proc/self/environ"), "env.yaml");
+    link(&root.join("gitops/plain.yaml"), "again.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_bootplate"))
+        .args(["lint", "-R", "gitops"])
+        .current_dir(root)
+        .env("BOOTPLATE_TEST_SECRET", "SECRET-FROM-ENV")
+        .output()
+        .expect("bootplate runs");
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    for secret in ["SECRET-OUTSIDE", "SECRET-FROM-ENV"] {
+        assert!(!all.contains(secret), "{secret} printed:\n{all}");
+    }
+    for link in ["gitops/sub/leak.yaml", "gitops/env.yaml"] {
+        assert!(
+            all.lines()
+                .any(|l| l.contains(link) && l.contains("outside")),
+            "{link}:\n{all}"
+        );
+    }
+    assert!(!all.contains("again.yaml"), "{all}");
+}

@@ -27,6 +27,7 @@ mod sample;
 mod tree;
 pub mod user_data;
 mod values;
+pub mod yaml;
 
 use crd_types::{
     BootplateConfigSpec, Compression, Delivery, GeneratorSecrets, OutputFormat, Role, TemplateSpec,

@@ -298,9 +298,10 @@ fn check_pems(network: &NetworkConfig, source: Source, problems: &mut Vec<(Strin
     }
 }
 
-/// A PEM text that holds at least one certificate (or, for a key, one private key) and
-/// nothing that fails to parse.
+/// A PEM text that holds at least one certificate (or, for a key, one private key), nothing
+/// that fails to parse, and nothing but blank lines outside its blocks.
 pub fn check_pem(pem: &str, private_key: bool) -> Result<(), String> {
+    only_blocks(pem)?;
     let mut count = 0;
     for block in x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes()) {
         let block = block.map_err(|e| format!("not valid PEM: {e}"))?;
@@ -324,6 +325,27 @@ pub fn check_pem(pem: &str, private_key: bool) -> Result<(), String> {
         } else {
             "holds no PEM certificate".into()
         });
+    }
+    Ok(())
+}
+
+/// The PEM reader skips text outside `-----BEGIN`/`-----END` lines; a consumer of the bundle
+/// (curl, containerd, a script that splits it) may not: such text is refused, by its line and
+/// without quoting it (a key's file may hold more than the key).
+fn only_blocks(pem: &str) -> Result<(), String> {
+    let mut inside = false;
+    for (i, line) in pem.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with("-----BEGIN ") && !inside {
+            inside = true;
+        } else if line.starts_with("-----END ") && inside {
+            inside = false;
+        } else if !inside && !line.is_empty() {
+            return Err(format!(
+                "line {} is text outside any PEM block; a bundle holds PEM blocks and blank lines only",
+                i + 1
+            ));
+        }
     }
     Ok(())
 }
@@ -914,6 +936,42 @@ mod tests {
             match expected {
                 None => assert!(problems.is_empty(), "{input} ({source:?}): {problems:?}"),
                 Some(field) => assert_eq!(fields, [field], "{input} ({source:?}): {problems:?}"),
+            }
+        }
+    }
+
+    /// A bundle is PEM blocks and blank lines only: text before, between or after the
+    /// certificates (which the PEM reader skips, and a consumer may not) is refused by its line,
+    /// without quoting it.
+    #[test]
+    fn text_outside_the_pem_blocks_is_refused() {
+        let ca = SAMPLE_CA_PEM.trim_end();
+        let key = SAMPLE_KEY_PEM.trim_end();
+        let after_ca = ca.lines().count() + 1;
+        let cases: &[(String, bool, Option<usize>)] = &[
+            (format!("{ca}\n"), false, None),
+            (format!("\n{ca}\n\n{ca}\n\n"), false, None),
+            (format!("{ca}\n  \t\n{ca}"), false, None),
+            (format!("{key}\n"), true, None),
+            (
+                format!("{ca}\nexport TOKEN=secret\n{ca}\n"),
+                false,
+                Some(after_ca),
+            ),
+            (format!("Bag Attributes\n{ca}\n"), false, Some(1)),
+            (format!("{ca}\ntrailing secret\n"), false, Some(after_ca)),
+            (format!("{key}\nsecret\n"), true, Some(4)),
+        ];
+        for (pem, private_key, refused) in cases {
+            let got = check_pem(pem, *private_key);
+            match refused {
+                None => assert!(got.is_ok(), "{pem:?}: {got:?}"),
+                Some(line) => {
+                    let e = got.expect_err(pem);
+                    assert!(e.contains(&format!("line {line} ")), "{e}");
+                    assert!(e.contains("outside"), "{e}");
+                    assert!(!e.contains("secret") && !e.contains("Bag"), "{e}");
+                }
             }
         }
     }

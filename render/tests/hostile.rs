@@ -364,3 +364,56 @@ fn verify_unit(text: &str, value: &str) {
         "{value:?}: systemd-analyze verify:\n{stderr}\n{text}"
     );
 }
+
+/// A raw cloud-config that anchors a list of `items` and aliases it `aliases` times: items ×
+/// aliases nodes once a YAML reader follows the aliases, from a few KB of output.
+fn alias_bomb(items: usize, aliases: usize) -> String {
+    format!(
+        "  x-items: &a [{}]\n  x-bomb: [{}]\n",
+        vec!["x"; items].join(","),
+        vec!["*a"; aliases].join(",")
+    )
+}
+
+/// A raw template whose output expands past the YAML limit is refused with a render error that
+/// names the field and the limit, measured in the time of the limit, whatever the expansion:
+/// alone, beside parts (their files are merged into the expansion) and behind a branch only
+/// one Machine takes (lint's sample machine does not: that Machine's render is refused).
+#[test]
+fn alias_bombs_in_a_raw_cloud_config_are_refused() {
+    let bomb = alias_bomb(1000, 1000);
+    let part =
+        "parts:\n  - name: p\n    update: InPlace\n    files: [{path: /etc/p, content: p}]\n";
+    let cases = [
+        (String::new(), String::new(), "worker-1"),
+        (String::new(), part.to_owned(), "worker-1"),
+        (
+            "  {{#if (eq machine.name \"victim\")}}\n".to_owned(),
+            String::new(),
+            "victim",
+        ),
+    ];
+    for (branch, parts, machine) in cases {
+        let end = if branch.is_empty() { "" } else { "  {{/if}}\n" };
+        let t = compile(&format!(
+            "format: cloud-config\n{parts}template: |\n  #cloud-config\n  runcmd: [a]\n{branch}{bomb}{end}"
+        ));
+        let mut ctx = sample_context(Role::Worker);
+        ctx.machine.name = machine.to_owned();
+        let start = std::time::Instant::now();
+        let e = t.render(&config("v"), &ctx).unwrap_err().to_string();
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        for fragment in [
+            "spec.template",
+            "grows past 100000 nodes",
+            "aliases",
+            "line 3, column",
+        ] {
+            assert!(e.contains(fragment), "{fragment:?} not in {e}");
+        }
+    }
+}

@@ -75,6 +75,7 @@ enum KubeconfigContent {
     Garbage,
     Binary,
     NoValue,
+    AliasBomb,
 }
 
 fn yes() -> bool {
@@ -280,6 +281,14 @@ fn report(failures: Vec<String>) {
 }
 
 /// The engine-level cases, offline: the same reason and message fragments from `render` alone.
+/// The sample context of the case's role, for its Machine (named after the case, as the
+/// controller's is: a template may branch on it).
+fn case_context(case: &Case) -> render::RenderContext {
+    let mut context = render::sample_context(case.role());
+    context.machine.name = case.name.clone();
+    context
+}
+
 #[test]
 fn engine_level_cases_fail_the_same_way_offline() {
     let corpus = corpus();
@@ -302,7 +311,7 @@ fn engine_level_cases_fail_the_same_way_offline() {
         let error = match render::CompiledTemplate::compile(&display, &spec) {
             Err(e) => e,
             Ok(compiled) => compiled
-                .render(&case.config_spec(), &render::sample_context(case.role()))
+                .render(&case.config_spec(), &case_context(case))
                 .err()
                 .unwrap_or_else(|| panic!("case {}: the engine renders it", case.name)),
         };
@@ -519,6 +528,12 @@ fn kubeconfig_secret(env: &Env, content: KubeconfigContent) -> Vec<(&'static str
             fixed
         }
         KubeconfigContent::Garbage => "clusters: [this is: not {a kubeconfig".to_owned(),
+        KubeconfigContent::AliasBomb => format!(
+            "{}\nx-items: &a [{}]\nx-bomb: [{}]\n",
+            workload.trim_end(),
+            vec!["x"; 1000].join(","),
+            vec!["*a"; 200].join(",")
+        ),
         KubeconfigContent::Binary => return vec![("value", vec![0xc3, 0x28, 0xff, 0x00])],
         KubeconfigContent::NoValue => return vec![("kubeconfig", workload.as_bytes().to_vec())],
     };

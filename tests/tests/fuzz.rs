@@ -4,6 +4,8 @@
 //!   whatever decodes round-trips: encoding it and decoding again gives the same object, and
 //!   encoding that gives the same JSON (no field lost, renamed or defaulted differently), in
 //!   JSON and in YAML.
+//! - `yaml_alias_bombs_stay_bounded`: YAML whose aliases repeat lists into up to 10^16 nodes,
+//!   in a raw cloud-config's output and in an input file, is refused within the time limit.
 //! - `webhook_validation_*`: the admission webhook's checks (`bootplate::webhook::validate`:
 //!   `template`, `config`, `config_update`) never panic and return in bounded time on
 //!   arbitrary template and config specs, and every denial names its field.
@@ -1063,6 +1065,78 @@ fn gzip_contents_decode_within_the_limit() {
                     matches!(e.reason(), "OutputTooLarge" | "RenderFailed"),
                     "{e}"
                 ),
+            }
+            Ok(())
+        },
+    );
+}
+
+/// YAML whose aliases repeat: a list of `items` anchored as `l0`, then `levels` lists of
+/// `aliases` aliases of the one before (items × aliases^levels nodes once expanded).
+fn alias_bomb_lines(items: usize, aliases: usize, levels: usize) -> String {
+    let mut text = format!("l0: &l0 [{}]\n", vec!["x"; items].join(","));
+    for level in 1..=levels {
+        let refs = vec![format!("*l{}", level - 1); aliases].join(",");
+        text.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+    }
+    text
+}
+
+/// Alias bombs of every shape, wherever bootplate reads YAML: a raw cloud-config template's
+/// output (alone, beside an in-place part whose files are merged into it, behind a branch the
+/// render takes) and an input file of the offline commands. Each read ends within the time
+/// limit, with what was parsed or a refusal naming the limit; never the expansion.
+#[test]
+fn yaml_alias_bombs_stay_bounded() {
+    let strategy = (1usize..3_000, 1usize..3_000, 0usize..4, 0usize..4);
+    fuzz(
+        "yaml_alias_bombs_stay_bounded",
+        strategy,
+        |(items, aliases, levels, shape)| {
+            let lines = alias_bomb_lines(items, aliases, levels);
+            if shape == 3 {
+                let result = within("file", move || {
+                    render::yaml::documents(&lines, render::yaml::YamlLimit::file(&lines))
+                        .map(|d| d.map(|_| ()))
+                        .collect::<Result<Vec<()>, _>>()
+                        .map_err(|e| e.to_string())
+                })?;
+                if let Err(e) = result {
+                    prop_assert!(e.contains("grows past"), "{e}");
+                }
+                return Ok(());
+            }
+            let body: String = lines.lines().map(|l| format!("{l}\n")).collect();
+            let (parts, body) = match shape {
+                0 => (serde_json::json!([]), body),
+                1 => (
+                    serde_json::json!([{"name": "p", "update": "InPlace", "files": [{"path": "/etc/p", "content": "p"}]}]),
+                    body,
+                ),
+                _ => (
+                    serde_json::json!([]),
+                    format!("{{{{#if machine.name}}}}\n{body}{{{{/if}}}}\n"),
+                ),
+            };
+            let spec: TemplateSpec = serde_json::from_value(serde_json::json!({
+                "os": {"name": "linux"},
+                "format": "cloud-config",
+                "parts": parts,
+                "template": format!("#cloud-config\n{body}"),
+            }))
+            .unwrap();
+            let result = within("render", move || {
+                let compiled = render::CompiledTemplate::compile("t", &spec).unwrap();
+                compiled.render(
+                    &BootplateConfigSpec::default(),
+                    &render::sample_context(Role::Worker),
+                )
+            })?;
+            if let Err(e) = result {
+                prop_assert!(
+                    e.reason() == "RenderFailed" && e.to_string().contains("grows past"),
+                    "{e}"
+                );
             }
             Ok(())
         },

@@ -19,7 +19,7 @@ use crd_types::{
 };
 use http_body_util::{BodyExt, Limited};
 use kube::Resource;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 
 use super::input::InputError;
 
@@ -118,7 +118,7 @@ pub(super) async fn client(target: &Target) -> Result<(kube::Client, String), In
     let shown_path = target.kubeconfig.display();
     // Bounded like every file lint reads.
     let (_, text) = super::input::read_text(&target.kubeconfig)?;
-    let kubeconfig = Kubeconfig::from_yaml(&text)
+    let kubeconfig = bootplate::k8s::workload_kubeconfig::parse(&text)
         .map_err(|e| InputError(format!("{shown_path}: not a kubeconfig: {e}")))?;
     let options = KubeConfigOptions {
         context: target.context.clone(),

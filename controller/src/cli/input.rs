@@ -18,6 +18,7 @@ use std::path::Path;
 
 use crd_types::TemplateSpec;
 use crd_types::strict;
+use render::yaml::{YamlError, YamlLimit};
 use render::{Position, Severity};
 use serde::de::DeserializeOwned;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
@@ -63,12 +64,11 @@ impl YamlFile {
         YamlFile::parse(shown, text)
     }
 
-    /// Parses `text`, the content of the file shown as `shown`.
+    /// Parses `text`, the content of the file shown as `shown`, bounded by its expansion.
     pub fn parse(shown: String, text: String) -> Result<YamlFile, ReadError> {
         let mut documents = Vec::new();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(document)
-                .map_err(|e| syntax_error(&shown, &e))?;
+        for value in render::yaml::documents(&text, YamlLimit::file(&text)) {
+            let value = value.map_err(|e| syntax_error(&shown, &e))?;
             if !value.is_null() {
                 documents.push(value);
             }
@@ -240,6 +240,27 @@ pub fn read_text(path: &Path) -> Result<(String, String), InputError> {
     Ok((shown, text))
 }
 
+/// [`read_text`] for a file a directory walk found as a regular file: read only if what is
+/// opened is still that file, not a symbolic link put in its place since.
+pub fn read_walked_text(path: &Path) -> Result<(String, String), InputError> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display().to_string();
+    let unreadable = |why: String| InputError(format!("{shown}: {why}"));
+    let file = std::fs::File::open(path).map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    let here =
+        std::fs::symlink_metadata(path).map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    if !here.is_file() || (opened.dev(), opened.ino()) != (here.dev(), here.ino()) {
+        return Err(unreadable(
+            "no longer the regular file the walk found; not read".to_owned(),
+        ));
+    }
+    let text = read_from(Box::new(file), &shown)?;
+    Ok((shown, text))
+}
+
 fn read_bounded(path: &Path, shown: &str) -> Result<String, InputError> {
     let unreadable = |why: String| InputError(format!("{shown}: {why}"));
     let reader: Box<dyn Read> = if path == Path::new("-") {
@@ -247,6 +268,11 @@ fn read_bounded(path: &Path, shown: &str) -> Result<String, InputError> {
     } else {
         Box::new(std::fs::File::open(path).map_err(|e| unreadable(format!("cannot read: {e}")))?)
     };
+    read_from(reader, shown)
+}
+
+fn read_from(reader: Box<dyn Read>, shown: &str) -> Result<String, InputError> {
+    let unreadable = |why: String| InputError(format!("{shown}: {why}"));
     let mut bytes = Vec::new();
     reader
         .take(MAX_FILE_BYTES + 1)
@@ -261,23 +287,25 @@ fn read_bounded(path: &Path, shown: &str) -> Result<String, InputError> {
     String::from_utf8(bytes).map_err(|_| unreadable("cannot read: not UTF-8 text".to_owned()))
 }
 
-/// A YAML syntax error as a located diagnostic.
-fn syntax_error(shown: &str, e: &serde_yaml::Error) -> ReadError {
-    let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
-    let message = e.to_string();
-    // serde_yaml appends " at line L column C"; the location is shown already.
-    let message = message
-        .split(" at line ")
-        .next()
-        .unwrap_or(&message)
-        .to_owned();
+/// A YAML syntax error, or an expansion past the limit, as a located diagnostic.
+fn syntax_error(shown: &str, e: &YamlError) -> ReadError {
+    let (line, column) = e.location().unwrap_or((1, 1));
+    let (code, message) = match e {
+        YamlError::TooLarge(t) => ("yaml-too-large", t.to_string()),
+        YamlError::Syntax(e) => {
+            let message = e.to_string();
+            // serde_yaml appends " at line L column C"; the location is shown already.
+            let message = message.split(" at line ").next().unwrap_or(&message);
+            ("yaml-syntax", format!("not valid YAML: {message}"))
+        }
+    };
     ReadError::Problems(vec![Diagnostic::new(
         shown,
         (line, column),
         Severity::Error,
-        "yaml-syntax",
+        code,
         "",
-        format!("not valid YAML: {message}"),
+        message,
     )])
 }
 

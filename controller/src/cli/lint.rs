@@ -23,7 +23,10 @@ use super::{EXIT_FAILED, EXIT_INPUT, EXIT_OK, exit};
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
 Each PATH is a file or a directory (its .yaml, .yml and .json files; with -R its subdirectories'
-too, hidden ones excepted); `-` reads standard input. A file may hold several YAML documents.
+too, hidden ones excepted); `-` reads standard input. In a directory lint reads regular files
+only and follows no symbolic link: nothing outside the directory given is read, and a link that
+leads out of it is an error (exit 2). A file may hold several YAML documents, at most 1 000 000
+nodes once their aliases are followed.
 Lint checks the kinds it owns and skips the others, counting them: bootplate's
 (BootstrapTemplate, ClusterBootstrapTemplate, BootplateConfig, BootplateConfigTemplate,
 BootstrapGenerator; an unknown kind of apiVersion bootstrap.bootplate.dev/* is an error) and
@@ -73,7 +76,8 @@ pub struct LintArgs {
     /// Files and directories to check.
     #[arg(required = true, value_name = "PATH")]
     pub files: Vec<PathBuf>,
-    /// Also read the subdirectories of each directory given (at most 32 deep).
+    /// Also read the subdirectories of each directory given (at most 32 deep; no symbolic link
+    /// is followed).
     #[arg(short = 'R', long)]
     pub recursive: bool,
     /// How to print problems: `text`, `short`, `json`, `junit` or `sarif` (below).
@@ -260,7 +264,12 @@ fn read_files(args: &LintArgs, report: &mut Report) -> Vec<YamlFile> {
     report.input_errors.extend(errors);
     let mut files = Vec::new();
     for source in sources {
-        let (shown, text) = match super::input::read_text(&source.path) {
+        let read = if source.named {
+            super::input::read_text(&source.path)
+        } else {
+            super::input::read_walked_text(&source.path)
+        };
+        let (shown, text) = match read {
             Ok(read) => read,
             Err(e) => {
                 report.input_errors.push(e);

@@ -219,8 +219,9 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
         let (name, value) = assignment
             .split_once('=')
             .ok_or_else(|| input(format!("--set {assignment:?}: write NAME=VALUE")))?;
-        let value: serde_json::Value = serde_yaml::from_str(value)
-            .map_err(|e| input(format!("--set {name}: the value is not YAML: {e}")))?;
+        let value: serde_json::Value =
+            render::yaml::from_str(value, render::yaml::YamlLimit::document(value))
+                .map_err(|e| input(format!("--set {name}: the value is not YAML: {e}")))?;
         config.variables.insert(name.to_owned(), value);
     }
     let roles = match args.role {

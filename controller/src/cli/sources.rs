@@ -1,8 +1,10 @@
 //! The files `bootplate lint` reads: each FILE as given, and the YAML and JSON files of each
 //! directory given (with `--recursive`, of its subdirectories too), in name order. A GitOps
 //! repository is hostile ground for a walk: it is bounded in depth ([`MAX_DEPTH`]) and in files
-//! ([`MAX_FILES`]), symbolic links are followed with loop detection (walkdir compares each
-//! directory with its ancestors), and hidden directories (`.git`, `.github`) are not entered.
+//! ([`MAX_FILES`]), hidden directories (`.git`, `.github`) are not entered, and only regular
+//! files are read: a symbolic link is never followed (`env.yaml -> /proc/self/environ` printed
+//! a CI secret in an error's source line), and one that leads out of the directory given is an
+//! error, so that nothing is skipped silently that the author meant to be checked.
 
 use std::path::{Path, PathBuf};
 
@@ -54,7 +56,7 @@ pub fn expand(paths: &[PathBuf], recursive: bool) -> (Vec<Source>, Vec<InputErro
 fn walk(dir: &Path, recursive: bool, found: &mut Vec<Source>, errors: &mut Vec<InputError>) {
     let depth = if recursive { MAX_DEPTH + 1 } else { 1 };
     let walker = walkdir::WalkDir::new(dir)
-        .follow_links(true)
+        .follow_links(false)
         .max_depth(depth)
         .sort_by_file_name()
         .into_iter()
@@ -74,6 +76,12 @@ fn walk(dir: &Path, recursive: bool, found: &mut Vec<Source>, errors: &mut Vec<I
             )));
             continue;
         }
+        if entry.file_type().is_symlink() {
+            if let Some(e) = link_out_of(dir, entry.path()) {
+                errors.push(e);
+            }
+            continue;
+        }
         if entry.file_type().is_file() && is_manifest(entry.path()) {
             found.push(Source {
                 path: entry.into_path(),
@@ -86,16 +94,26 @@ fn walk(dir: &Path, recursive: bool, found: &mut Vec<Source>, errors: &mut Vec<I
     }
 }
 
+/// The error for a link under `dir` whose target is outside it (or cannot be resolved); `None`
+/// for a link inside, whose target the walk reads where it is.
+fn link_out_of(dir: &Path, link: &Path) -> Option<InputError> {
+    let inside = match (dir.canonicalize(), link.canonicalize()) {
+        (Ok(dir), Ok(target)) => target.starts_with(dir),
+        _ => false,
+    };
+    (!inside).then(|| {
+        InputError(format!(
+            "{}: a symbolic link to outside {} (or to nothing); not read: lint reads the regular files under the directory given",
+            link.display(),
+            dir.display()
+        ))
+    })
+}
+
 /// Why part of a directory could not be walked, in words.
 fn walk_error(dir: &Path, e: &walkdir::Error) -> InputError {
     let path = e.path().unwrap_or(dir).display();
-    match e.loop_ancestor() {
-        Some(ancestor) => InputError(format!(
-            "{path}: a symbolic link back to {}; not followed",
-            ancestor.display()
-        )),
-        None => InputError(format!("{path}: cannot read: {e}")),
-    }
+    InputError(format!("{path}: cannot read: {e}"))
 }
 
 /// Files lint reads from a directory: `.yaml`, `.yml` and `.json`.
@@ -148,20 +166,28 @@ mod tests {
     }
 
     #[test]
-    fn symlink_loops_and_depth_are_bounded_and_patterns_explained() {
+    fn links_are_not_followed_depth_is_bounded_and_patterns_explained() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
+        let root = dir.path().join("root");
+        let root = root.as_path();
         std::fs::create_dir_all(root.join("a")).unwrap();
         std::fs::write(root.join("a/x.yaml"), "kind: X\n").unwrap();
-        std::os::unix::fs::symlink(root, root.join("a/loop")).unwrap();
+        std::fs::write(dir.path().join("out.yaml"), "kind: X\n").unwrap();
+        let link = |target: &Path, name: &str| std::os::unix::fs::symlink(target, root.join(name));
+        link(root, "a/loop.yaml").unwrap();
+        link(&root.join("a/x.yaml"), "in.yaml").unwrap();
+        link(&dir.path().join("out.yaml"), "out.yaml").unwrap();
+        link(&root.join("gone"), "dangling.yaml").unwrap();
         let (found, errors) = expand(&[root.to_owned()], true);
         assert_eq!(names(&found, root), ["a/x.yaml"]);
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(
-            errors[0].0.contains("symbolic link back to"),
-            "{}",
-            errors[0]
-        );
+        let errors: Vec<&str> = errors.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        for (error, link) in errors.iter().zip(["dangling.yaml", "out.yaml"]) {
+            assert!(
+                error.contains(link) && error.contains("to outside"),
+                "{error}"
+            );
+        }
 
         let mut deep = root.join("deep");
         for _ in 0..=MAX_DEPTH {

@@ -73,7 +73,8 @@ fn shell_texts(format: OutputFormat, data: &[u8]) -> Vec<String> {
     match format {
         OutputFormat::Script => vec![text.into_owned()],
         OutputFormat::CloudConfig => {
-            let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(&text) else {
+            let limit = render::yaml::YamlLimit::document(&text);
+            let Ok(doc) = render::yaml::from_str::<serde_yaml::Value>(&text, limit) else {
                 return Vec::new();
             };
             ["bootcmd", "runcmd"]

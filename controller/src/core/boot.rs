@@ -365,11 +365,30 @@ pub(crate) fn wait_for_last_report(view: &View, joined_for: Duration) -> Option<
     (!left.is_zero()).then(|| left.min(LAST_REPORT_POLL))
 }
 
-/// The durations of the parts that ended, for the metric.
-pub(crate) fn durations(report: &Report) -> impl Iterator<Item = (&str, f64)> {
-    report.parts.iter().filter_map(|p| {
-        let end = p.end?;
-        Some((p.name.as_str(), (end - p.start).max(0) as f64))
+/// The longest a part may take when the machine's provisioning time is unknown.
+const MAX_PART_SECONDS: i64 = 24 * 3600;
+
+/// How far a machine's clock may run ahead of the controller's.
+const CLOCK_ALLOWANCE_SECONDS: i64 = 600;
+
+/// The durations of the parts that ended, for the metric. The times are the machine's (a node
+/// may be hostile, its clock wrong): a part that ends before it starts, or that took longer than
+/// the machine has been provisioned (plus [`CLOCK_ALLOWANCE_SECONDS`]; a day when that is not
+/// known), is not observed, so no node can put an absurd value in a histogram every tenant
+/// reads. The labels are not the node's either: the caller maps part names to the template's.
+pub(crate) fn durations(
+    report: &Report,
+    provisioned_since: Option<Timestamp>,
+    now: Timestamp,
+) -> impl Iterator<Item = (&str, f64)> {
+    let window = provisioned_since.map_or(MAX_PART_SECONDS, |since| {
+        now.as_second().saturating_sub(since.as_second()).max(0) + CLOCK_ALLOWANCE_SECONDS
+    });
+    report.parts.iter().filter_map(move |p| {
+        let seconds = p.end?.checked_sub(p.start)?;
+        (0..=window)
+            .contains(&seconds)
+            .then_some((p.name.as_str(), seconds as f64))
     })
 }
 
@@ -431,6 +450,41 @@ mod tests {
                 .clone()
                 .map(|(s, n, p, t)| (s, n, p.map(str::to_owned), t));
             assert_eq!(got, want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn only_plausible_part_durations_are_observed() {
+        let since = Some(Timestamp::from_second(1_000).unwrap());
+        let now = Timestamp::from_second(1_000 + 3_600).unwrap();
+        // Parts as the machine wrote them, when it was provisioned, and what is observed.
+        type Observed<'a> = &'a [(&'a str, f64)];
+        let cases: &[(&str, Option<Timestamp>, Observed<'_>)] = &[
+            (
+                "part 100 110 install\npart 110 - join\n",
+                since,
+                &[("install", 10.0)],
+            ),
+            ("part 0 9223372036854775807 join\n", since, &[]),
+            ("part 0 9223372036854775807 join\n", None, &[]),
+            (
+                "part -9223372036854775808 9223372036854775807 join\n",
+                None,
+                &[],
+            ),
+            ("part 200 100 join\n", since, &[]),
+            // Within the hour since provisioning, plus the clock allowance; not past it.
+            ("part 0 3900 a\npart 0 4300 b\n", since, &[("a", 3900.0)]),
+            // Without a provisioning time, a day at most.
+            ("part 0 86400 a\npart 0 86401 b\n", None, &[("a", 86_400.0)]),
+        ];
+        for (parts, since, want) in cases {
+            let report = parse(&encode(&format!(
+                "bootplate-boot-report 1\nstate done\n{parts}"
+            )))
+            .unwrap();
+            let got: Vec<(&str, f64)> = durations(&report, *since, now).collect();
+            assert_eq!(got, *want, "{parts:?}");
         }
     }
 

@@ -14,4 +14,4 @@ pub(crate) mod stores;
 pub(crate) mod templates;
 pub(crate) mod tokens;
 pub(crate) mod workload;
-pub(crate) mod workload_kubeconfig;
+pub mod workload_kubeconfig;

@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use k8s_openapi::api::core::v1::Secret;
 use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ConfigExt};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 use kube::{Api, Client, Config, ResourceExt};
 use rustls::client::Resumption;
 use rustls_pki_types::ServerName;
@@ -171,8 +171,7 @@ async fn build_client(
         .and_then(|d| d.get("value"))
         .ok_or_else(|| bad("key `value` missing".into()))?;
     let text = std::str::from_utf8(&bytes.0).map_err(|_| bad("key `value` is not UTF-8".into()))?;
-    // The parse errors of a kubeconfig never echo credentials, only structure.
-    let kubeconfig = Kubeconfig::from_yaml(text)
+    let kubeconfig = workload_kubeconfig::parse(text)
         .map_err(|e| bad(format!("key `value` is not a kubeconfig: {e}")))?;
     // A tenant writes this Secret: nothing in it may run a command, read a file of the
     // controller or send credentials in the clear (see workload_kubeconfig).
@@ -420,6 +419,47 @@ mod tests {
         let asked = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version());
         let err = asked.await.expect("refused at once").unwrap_err();
         assert!(format!("{err:?}").contains("unsupported scheme"), "{err:?}");
+    }
+
+    /// Why `build_client` refuses a kubeconfig Secret holding `text`.
+    async fn refusal(text: String) -> String {
+        let secret = Secret {
+            data: Some(std::collections::BTreeMap::from([(
+                "value".to_owned(),
+                k8s_openapi::ByteString(text.into_bytes()),
+            )])),
+            ..Secret::default()
+        };
+        let built = build_client(&secret, "ns", "c-kubeconfig", Duration::from_secs(1)).await;
+        built.err().expect("refused").to_string()
+    }
+
+    /// kube's reader quotes the lines around a problem; the condition gets where, not what.
+    #[tokio::test]
+    async fn a_kubeconfig_parse_error_quotes_no_line_of_it() {
+        let text =
+            "apiVersion: v1\nusers: [{name: u, user: {token: SECRET-TOKEN}}\nclusters: [x: {y\n";
+        let message = refusal(text.to_owned()).await;
+        assert!(message.contains("not a kubeconfig"), "{message}");
+        assert!(message.contains("line 3"), "{message}");
+        assert!(!message.contains("SECRET-TOKEN"), "{message}");
+    }
+
+    /// A tenant writes the kubeconfig Secret: a kubeconfig whose aliases repeat a 200 KB
+    /// string 500 times (100 MB once expanded, from 200 KB) is refused before kube reads it.
+    #[tokio::test]
+    async fn a_kubeconfig_alias_bomb_is_refused_before_it_is_read() {
+        let names = vec!["{name: *s}"; 500].join(", ");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nx: &s \"{}\"\nclusters: [{names}]\n",
+            "A".repeat(200_000)
+        );
+        let message = refusal(text).await;
+        assert!(message.contains("Secret ns/c-kubeconfig"), "{message}");
+        assert!(
+            message.contains("grows past") && message.contains("line 3"),
+            "{message}"
+        );
     }
 
     #[tokio::test]

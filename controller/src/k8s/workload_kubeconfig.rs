@@ -19,6 +19,29 @@ use kube::config::{
 const ACCEPTED: &str = "bootplate accepts an `https` server with `certificate-authority-data` and inline \
 credentials (`token`, or `client-certificate-data` with `client-key-data`)";
 
+/// Reads a kubeconfig's text: bounded by its expansion before kube's reader (serde-saphyr, whose
+/// own budget allows 64 MiB of repeated scalars) sees it, and with an error that gives where, not
+/// what: kube's message quotes the lines around the problem, which may hold a token or a key.
+pub fn parse(text: &str) -> Result<Kubeconfig, String> {
+    render::yaml::check(text, render::yaml::YamlLimit::document(text))
+        .map_err(|e| e.to_string())?;
+    Kubeconfig::from_yaml(text).map_err(|e| {
+        let message = e.to_string();
+        match line_and_column(&message) {
+            Some((line, column)) => format!("not valid YAML at line {line}, column {column}"),
+            None => "not a kubeconfig kube can read".to_owned(),
+        }
+    })
+}
+
+/// The first `line L column C` of a message.
+fn line_and_column(message: &str) -> Option<(u64, u64)> {
+    let rest = &message[message.find("line ")? + 5..];
+    let (line, rest) = rest.split_once(" column ")?;
+    let column: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((line.parse().ok()?, column.parse().ok()?))
+}
+
 /// Checks the context a kubeconfig selects and returns a kubeconfig that holds only it, its
 /// cluster and its user. The error names the entry and the field, never a credential.
 pub(crate) fn vet(kubeconfig: &Kubeconfig) -> Result<Kubeconfig, String> {

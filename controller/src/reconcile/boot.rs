@@ -147,7 +147,8 @@ pub(crate) fn tell(
         }
     };
     if let (Some(report), View::Failed { .. } | View::Booted) = (&looked.report, &looked.view) {
-        for (part, seconds) in boot::durations(report) {
+        for (part, seconds) in boot::durations(report, subject.provisioned_since, Timestamp::now())
+        {
             ctx.metrics
                 .boot_part(&subject.template, &label(part), seconds);
         }

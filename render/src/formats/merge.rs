@@ -13,6 +13,7 @@ use super::{enable_commands, files_to_write, ignition, unit_commands};
 use crate::body::Body;
 use crate::files::File;
 use crate::helpers::push_yaml_double_quoted;
+use crate::yaml::YamlLimit;
 use crd_types::{FileEncoding, OutputFormat};
 
 /// Where the parts' commands go in Ignition output, the marker that they ran and their unit.
@@ -44,8 +45,9 @@ fn commands(body: &Body) -> Vec<String> {
 }
 
 fn cloud_config(raw: &str, body: &Body) -> Result<String, String> {
-    let mut doc: serde_yaml::Value = serde_yaml::from_str(raw)
-        .map_err(|e| format!("the raw cloud-config does not parse as YAML: {e}"))?;
+    // Bounded: the document is written out again, every alias expanded.
+    let mut doc: serde_yaml::Value =
+        crate::yaml::from_str(raw, YamlLimit::document(raw)).map_err(|e| super::yaml_error(&e))?;
     let map = doc
         .as_mapping_mut()
         .ok_or("the raw cloud-config is not a mapping")?;

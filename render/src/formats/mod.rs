@@ -21,6 +21,7 @@ use crd_types::{FileEncoding, OutputFormat, Role};
 use crate::body::Body;
 use crate::context::BootReport;
 use crate::files::File;
+use crate::yaml::{YamlError, YamlLimit};
 
 pub(crate) use merge::merge_raw;
 pub(crate) use report::{FILES_PART, UNITS_PART};
@@ -179,19 +180,13 @@ pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> 
                         .to_owned(),
                 );
             }
-            match serde_yaml::from_str::<serde_yaml::Value>(text) {
+            match crate::yaml::from_str(text, YamlLimit::document(text)) {
                 Ok(serde_yaml::Value::Null) => Ok(()),
                 Ok(document @ serde_yaml::Value::Mapping(_)) => check_cloud_config(&document),
                 Ok(_) => Err(
                     "the output is not a cloud-config: the YAML document is not a map".to_owned(),
                 ),
-                Err(e) => Err(format!(
-                    "the output is not valid YAML{}: {}",
-                    e.location()
-                        .map(|l| format!(" (output line {}, column {})", l.line(), l.column()))
-                        .unwrap_or_default(),
-                    yaml_error_kind(&e)
-                )),
+                Err(e) => Err(yaml_error(&e)),
             }
         }
         OutputFormat::Ignition => {
@@ -295,11 +290,24 @@ fn check_cloud_config(document: &serde_yaml::Value) -> Result<(), String> {
     Ok(())
 }
 
-/// serde_yaml's messages name positions and expectations, never document content; keep only
-/// the part before " at line" (the position is reported separately).
-fn yaml_error_kind(e: &serde_yaml::Error) -> String {
-    let s = e.to_string();
-    crate::error::truncate(s.split(" at line").next().unwrap_or(&s), 200)
+/// Why a raw cloud-config's output cannot be read, at its output line and column. serde_yaml's
+/// messages name positions and expectations, never document content; only the part before
+/// " at line" is kept (the position is given apart). An expansion past the limit names no
+/// field either: a key of the output may hold a rendered value.
+pub(super) fn yaml_error(e: &YamlError) -> String {
+    match e {
+        YamlError::TooLarge(t) => format!("the output is not a usable cloud-config: {t}"),
+        YamlError::Syntax(e) => {
+            let s = e.to_string();
+            format!(
+                "the output is not valid YAML{}: {}",
+                e.location()
+                    .map(|l| format!(" (output line {}, column {})", l.line(), l.column()))
+                    .unwrap_or_default(),
+                crate::error::truncate(s.split(" at line").next().unwrap_or(&s), 200)
+            )
+        }
+    }
 }
 
 fn json_error_kind(e: &serde_json::Error) -> String {
