@@ -23,6 +23,8 @@ case "$triple" in
   *-unknown-linux-gnu) ;;
   *) echo "scripts/build-static.sh: builds on a *-unknown-linux-gnu host only, not $triple" >&2; exit 2 ;;
 esac
+# Built as it ships, by rustc itself: not through a wrapper such as the test run's clippy-driver.
+unset RUSTC_WORKSPACE_WRAPPER
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
   "$cargo" build --locked --profile "$profile" -p "$package" --bin "$binary" --target "$triple" >&2
 target=$("$cargo" metadata --format-version 1 --no-deps --locked |

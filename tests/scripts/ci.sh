@@ -3,8 +3,9 @@
 # (idempotent, cached), checks formatting and lints, then runs every test, including the
 # integration tests against a real kube-apiserver + etcd and the real Cluster API manager.
 #
-# Where the minutes go: the Rust side (fmt, the test build, then clippy) compiles while the Go tools
-# build (each has serial stretches, links and the largest packages, that the other fills), then
+# Where the minutes go: the Rust side (fmt, then the test build, which runs clippy's lints too)
+# compiles while the Go tools build (each has serial stretches, links and the largest packages,
+# that the other fills), then
 # the test binaries run several at a time (tests/scripts/run-tiers.sh), and the run ends with a
 # table of its steps, wall and CPU seconds each (tests/scripts/steps.sh). docs/testing.md has the
 # figures. Every step runs to its end whatever another did; the exit status says whether all
@@ -17,7 +18,7 @@ source tests/scripts/steps.sh
 # A clean clone compiles everything once: incremental state would only add gigabytes of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # One cargo target directory for every clone on this machine, kept with the other caches: the
-# dependencies (debug, clippy, the static release and the agent profile) compile once per
+# dependencies (debug, the static release and the agent profile) compile once per
 # Cargo.lock and toolchain, and cargo's own fingerprints decide what is stale. The workspace's
 # crates still build from this clone's sources. Past 40 GiB (clones at many paths, old
 # toolchains) it starts over.
@@ -29,22 +30,37 @@ if [[ -z ${CARGO_TARGET_DIR:-} ]]; then
   fi
 fi
 
+# Clippy's lints run inside the test build: clippy-driver compiles the workspace's crates, as
+# `cargo clippy` runs it (RUSTC_WORKSPACE_WRAPPER), so the dependencies are compiled once for
+# both instead of once more for clippy's check (a cold clippy took 467 s of CPU beside a test
+# build of 340). Every cargo of the run (the test build, the doc tests, the docs tier's
+# `cargo run`) sees the same wrapper, so none rebuilds the workspace's crates;
+# scripts/build-static.sh drops it (a release build as it ships). Lints warn, the tiers run,
+# and the run fails at its end when any warning was printed (clippy's `-D warnings`).
+RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) || {
+  echo "ci.sh: clippy-driver not found (rustup component add clippy)" >&2
+  exit 1
+}
+export RUSTC_WORKSPACE_WRAPPER
+
 logs=$(mktemp -d /tmp/bootplate-ci.XXXXXX)
 export BOOTPLATE_STEPS="$logs/steps.tsv" BOOTPLATE_TEST_LOGS="$logs/tiers"
 : >"$BOOTPLATE_STEPS"
 run_started=$SECONDS
+BOOTPLATE_RUN_STARTED=$(date +%s)
+export BOOTPLATE_RUN_STARTED
 trap 'steps_table $((SECONDS - run_started)); echo "ci.sh: logs in $logs"' EXIT
 log() { echo "ci.sh: $*" >&2; }
 
-# The Rust side, in the background: fmt reports and the run goes on; the test build's artifact
-# list (JSON lines) names the test binaries. Clippy runs after the test build (below), beside the
-# tiers: the tiers wait for the test build, nothing waits for clippy. Returns non-zero when fmt
-# or the test build failed.
+# The Rust side, in the background: fmt reports and the run goes on; the test build (every target:
+# the benchmark runs once as a test) writes its artifact list and diagnostics as JSON lines,
+# which name the test binaries and its warnings. Returns non-zero when fmt or the test build
+# failed.
 rust_side() {
   local rc=0
   step "| cargo fmt --check" cargo fmt --all --check || rc=1
-  step "| cargo test --no-run" cargo test --workspace --locked --no-run \
-    --message-format=json-render-diagnostics >"$logs/artifacts.json" || rc=1
+  step "| cargo test --no-run (with clippy)" cargo test --workspace --all-targets --locked \
+    --no-run --message-format=json >"$logs/artifacts.json" || rc=1
   return "$rc"
 }
 rust_side >"$logs/rust-side.log" 2>&1 &
@@ -96,18 +112,22 @@ cat "$logs/rust-side.log"
 # machines against their time limits. The tiers that need them wait on cargo's build lock.
 step "| static release and agent builds" bash -c \
   'scripts/build-static.sh bootplate bootplate release && agent/build.sh' >"$logs/static.log" 2>&1 &
-step "| cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings \
-  >"$logs/clippy.log" 2>&1 &
-clippy_pid=$!
 # The test binaries cargo built: name (package::target, or "package (lib)" for unit tests),
-# executable, package directory.
-python3 - "$logs/artifacts.json" >"$logs/tiers.tsv" <<'EOF'
+# executable, package directory. The compiler's diagnostics (clippy's among them) go to
+# lints.txt, printed at the end.
+python3 - "$logs/artifacts.json" "$logs/lints.txt" >"$logs/tiers.tsv" <<'EOF'
 import json, os, sys
+lints, seen = open(sys.argv[2], "w"), set()
 for line in open(sys.argv[1]):
     try:
         m = json.loads(line)
     except ValueError:
         continue
+    # A crate built twice (as a dependency and as a test) warns twice: each message once.
+    if m.get("reason") == "compiler-message" and m["message"].get("level") in ("warning", "error"):
+        if m["message"]["rendered"] not in seen:
+            seen.add(m["message"]["rendered"])
+            lints.write(m["message"]["rendered"])
     if m.get("reason") != "compiler-artifact" or not m["profile"]["test"] or not m.get("executable"):
         continue
     # package_id: "path+file:///dir#name@version", or "...dir#version" when the name is dir's.
@@ -119,13 +139,17 @@ for line in open(sys.argv[1]):
     print(f"{package}::{label}\t{m['executable']}\t{os.path.dirname(m['manifest_path'])}")
 EOF
 if [[ ! -s $logs/tiers.tsv ]]; then
-  log "the test build named no test binary (its output above)"
+  cat "$logs/lints.txt"
+  log "the test build named no test binary (the compiler's messages above, cargo's in rust-side.log)"
   wait "$tools_pid"
   exit 1
 fi
 # --no-fail-fast, side by side: a failing tier does not hide how the others fare.
 tests/scripts/run-tiers.sh "$logs/tiers.tsv" || failed=1
 wait "$tools_pid" || failed=1
-wait "$clippy_pid" || failed=1
-cat "$logs/clippy.log"
+if [[ -s $logs/lints.txt ]]; then
+  cat "$logs/lints.txt"
+  log "the compiler and clippy warned (above): fix each, as \`cargo clippy --workspace --all-targets -- -D warnings\` would"
+  failed=1
+fi
 exit "$failed"
