@@ -215,31 +215,14 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
         .as_ref()
         .map(|c| c.spec.clone())
         .unwrap_or_default();
-    for assignment in &args.set {
-        let (name, value) = assignment
-            .split_once('=')
-            .ok_or_else(|| input(format!("--set {assignment:?}: write NAME=VALUE")))?;
-        let value: serde_json::Value =
-            render::yaml::from_str(value, render::yaml::YamlLimit::document(value))
-                .map_err(|e| input(format!("--set {name}: the value is not YAML: {e}")))?;
-        config.variables.insert(name.to_owned(), value);
-    }
+    set_variables(&mut config, &args.set)?;
     let roles = match args.role {
         Some(RoleChoice::All) => Role::ALL.to_vec(),
         Some(RoleChoice::One(role)) => vec![role],
         None if machine.is_control_plane() => vec![Role::Init],
         None => vec![Role::Worker],
     };
-    let token = match &args.token {
-        Some(t) if valid_token(t) => t.clone(),
-        Some(_) => {
-            return Err(input(
-                "--token must look like abcdef.0123456789abcdef ([a-z0-9]{6}.[a-z0-9]{16})"
-                    .to_owned(),
-            ));
-        }
-        None => random_token(),
-    };
+    let token = join_token(args.token.as_deref())?;
     let ca = cluster_ca(args)?;
     let join = JoinInfo {
         token,
@@ -280,6 +263,34 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
             Ok((role, rendered.data))
         })
         .collect()
+}
+
+/// Applies each `--set NAME=VALUE` to the config's variables, the value read as YAML.
+fn set_variables(
+    config: &mut crd_types::BootplateConfigSpec,
+    assignments: &[String],
+) -> Result<(), Failure> {
+    for assignment in assignments {
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| input(format!("--set {assignment:?}: write NAME=VALUE")))?;
+        let value: serde_json::Value =
+            render::yaml::from_str(value, render::yaml::YamlLimit::document(value))
+                .map_err(|e| input(format!("--set {name}: the value is not YAML: {e}")))?;
+        config.variables.insert(name.to_owned(), value);
+    }
+    Ok(())
+}
+
+/// The `--token` given, checked, or a random one.
+fn join_token(given: Option<&str>) -> Result<String, Failure> {
+    match given {
+        Some(t) if valid_token(t) => Ok(t.to_owned()),
+        Some(_) => Err(input(
+            "--token must look like abcdef.0123456789abcdef ([a-z0-9]{6}.[a-z0-9]{16})".to_owned(),
+        )),
+        None => Ok(random_token()),
+    }
 }
 
 /// The cluster CA of `--pki-dir`, of `--ca-cert` and `--ca-key`, or a throw-away one.
