@@ -15,7 +15,7 @@
 //! configs and scoped to its Cluster's reports ([`Reports`]), and only while some config of
 //! that cluster waits for its machine.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -246,9 +246,62 @@ where
     Ok(deleted)
 }
 
-/// The reports of one workload cluster, by config UID: the encoded report, or `None` for one
-/// too large to keep (the machine wrote more than [`MAX_ENCODED`]).
-pub(crate) type ClusterReports = HashMap<String, Option<String>>;
+/// A report as a listing holds it: the encoded report, or `None` for one too large to keep (the
+/// machine wrote more than [`MAX_ENCODED`]).
+pub(crate) type Encoded = Option<String>;
+
+/// One listing of a Cluster's reports. Every listed report's digest, so the poller can tell
+/// which waiting config's report changed; the reports themselves only of the configs that
+/// waited (or asked) when it was made. The workload cluster is the tenant's: a listing may hold
+/// many labelled ConfigMaps no config of ours waits for, and those are not kept.
+#[derive(Default)]
+pub(crate) struct ClusterReports {
+    digests: HashMap<String, u64>,
+    kept: HashMap<String, Encoded>,
+}
+
+/// What a listing knows of one config's report.
+#[derive(Debug, PartialEq)]
+enum Found<'a> {
+    /// No report of that config was listed.
+    Absent,
+    /// Listed and kept.
+    Kept(&'a Encoded),
+    /// Listed, not kept: read on its own when a config needs it.
+    NotKept,
+}
+
+impl ClusterReports {
+    /// The digest of config `uid`'s entry ([`digest`]).
+    pub(crate) fn digest_of(&self, uid: &str) -> u64 {
+        (self.digests.get(uid).copied()).unwrap_or_else(|| digest(None))
+    }
+
+    fn find(&self, uid: &str) -> Found<'_> {
+        match (self.kept.get(uid), self.digests.contains_key(uid)) {
+            (Some(entry), _) => Found::Kept(entry),
+            (None, true) => Found::NotKept,
+            (None, false) => Found::Absent,
+        }
+    }
+
+    /// Adds a listed report, keeping it when `keep`.
+    fn add(&mut self, uid: String, entry: Encoded, keep: bool) {
+        self.digests.insert(uid.clone(), digest(Some(&entry)));
+        if keep {
+            self.kept.insert(uid, entry);
+        }
+    }
+}
+
+/// Report ConfigMaps read per request of a listing: a page of the largest reports kept
+/// ([`MAX_ENCODED`]) with their metadata is about 1 MiB, a quarter of what bootplate reads of
+/// one workload response (`workload::MAX_RESPONSE_BYTES`).
+const PAGE: u32 = 50;
+
+/// The most report ConfigMaps one listing reads; past it the listing fails, with an error that
+/// says so, and the Cluster's boots are not read. A Cluster's own machines make one each.
+pub(crate) const MAX_LISTED: usize = 10_000;
 
 /// A Cluster, as `(namespace, name)`.
 pub(crate) type ClusterKey = (String, String);
@@ -281,7 +334,7 @@ pub struct Reports {
 }
 
 /// The digest of a config's entry in a listing (absent, too large, or the report).
-pub(crate) fn digest(entry: Option<&Option<String>>) -> u64 {
+pub(crate) fn digest(entry: Option<&Encoded>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::hash::DefaultHasher::new();
     entry.hash(&mut hasher);
@@ -296,6 +349,7 @@ impl Reports {
 
     /// The reports of `cluster` (its management Cluster's UID scopes the listing), listed
     /// when the last listing is `max_age` old or older; concurrent callers share one listing.
+    /// The reports kept are those of the configs waiting at the time.
     pub(crate) async fn of_cluster(
         &self,
         workload: &Client,
@@ -309,18 +363,34 @@ impl Reports {
         {
             return Ok(reports.clone());
         }
-        let api: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
-        let selector = format!("{}={cluster_uid}", labels::BOOT_REPORT_CLUSTER_UID);
-        let params = ListParams::default().labels(&selector);
-        let list = api.list(&params).await.map_err(|e| {
-            Error::waiting(
-                crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR,
-                format!("workload cluster: cannot read boot reports: {e}"),
-            )
-        })?;
-        let reports = Arc::new(list.items.into_iter().filter_map(entry).collect());
+        let wanted: HashSet<String> = slot.waiting.lock().expect("lock").keys().cloned().collect();
+        let reports = Arc::new(list(workload, cluster_uid, &wanted).await?);
         *listing = Some((Instant::now(), Arc::clone(&reports)));
         Ok(reports)
+    }
+
+    /// The report of config `uid` of `cluster` (UID `cluster_uid`; `None`: it has none), from a
+    /// listing at most
+    /// `max_age` old; a report listed but not kept (its config did not wait yet) is read on
+    /// its own.
+    pub(crate) async fn report(
+        &self,
+        workload: &Client,
+        cluster: &ClusterKey,
+        cluster_uid: &str,
+        uid: &str,
+        max_age: Duration,
+    ) -> Result<Option<Encoded>> {
+        let reports = (self.of_cluster(workload, (cluster, cluster_uid), max_age)).await?;
+        match reports.find(uid) {
+            Found::Absent => Ok(None),
+            Found::Kept(entry) => Ok(Some(entry.clone())),
+            Found::NotKept => {
+                let api: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
+                let read = api.get_opt(&name(uid)).await.map_err(read_error)?;
+                Ok(read.and_then(entry).map(|(_, entry)| entry))
+            }
+        }
     }
 
     /// Records that config `uid` (named `name`, of Cluster `key`) waits for its machine's
@@ -378,11 +448,51 @@ impl Reports {
     }
 }
 
+/// The reports labelled for Cluster `cluster_uid`, page by page, keeping those of `wanted`
+/// configs (at most [`MAX_LISTED`] read).
+async fn list(
+    workload: &Client,
+    cluster_uid: &str,
+    wanted: &HashSet<String>,
+) -> Result<ClusterReports> {
+    let api: Api<ConfigMap> = Api::namespaced(workload.clone(), NAMESPACE);
+    let selector = format!("{}={cluster_uid}", labels::BOOT_REPORT_CLUSTER_UID);
+    let mut params = ListParams::default().labels(&selector).limit(PAGE);
+    let (mut reports, mut listed) = (ClusterReports::default(), 0);
+    loop {
+        let page = api.list(&params).await.map_err(read_error)?;
+        listed += page.items.len();
+        if listed > MAX_LISTED {
+            return Err(Error::waiting(
+                crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR,
+                format!(
+                    "workload cluster: more than {MAX_LISTED} boot report ConfigMaps in {NAMESPACE} are labelled for this Cluster; none is read"
+                ),
+            ));
+        }
+        for (uid, entry) in page.items.into_iter().filter_map(entry) {
+            let keep = wanted.contains(&uid);
+            reports.add(uid, entry, keep);
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(reports),
+        }
+    }
+}
+
+fn read_error(e: kube::Error) -> Error {
+    Error::waiting(
+        crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR,
+        format!("workload cluster: cannot read boot reports: {e}"),
+    )
+}
+
 /// The waiting configs whose entry in `reports` differs from what they saw, marked seen.
 fn changed(waiting: &mut HashMap<String, Waiting>, reports: &ClusterReports) -> Vec<String> {
     let mut names = Vec::new();
     for (uid, config) in waiting.iter_mut() {
-        let now = digest(reports.get(uid));
+        let now = reports.digest_of(uid);
         if config.seen != Some(now) {
             config.seen = Some(now);
             names.push(config.name.clone());
@@ -393,7 +503,7 @@ fn changed(waiting: &mut HashMap<String, Waiting>, reports: &ClusterReports) -> 
 
 /// A listed ConfigMap as (config UID, report): the UID from its name (a machine may change
 /// its labels, not its name).
-fn entry(config_map: ConfigMap) -> Option<(String, Option<String>)> {
+fn entry(config_map: ConfigMap) -> Option<(String, Encoded)> {
     let uid = config_map
         .name_any()
         .strip_prefix("bootplate-boot-")?
@@ -462,12 +572,11 @@ mod tests {
     #[test]
     fn a_listing_triggers_only_the_configs_whose_report_changed() {
         let report = |r: &str| Some(r.to_owned());
-        let listed: ClusterReports = HashMap::from([
-            ("same".into(), report("a")),
-            ("new".into(), report("b")),
-            ("changed".into(), report("c2")),
-            ("too-large".into(), None),
-        ]);
+        let mut listed = ClusterReports::default();
+        listed.add("same".into(), report("a"), true);
+        listed.add("new".into(), report("b"), false);
+        listed.add("changed".into(), report("c2"), true);
+        listed.add("too-large".into(), None, false);
         let seen = |uid: &str, entry: Option<Option<String>>| {
             let waiting = Waiting {
                 name: format!("config-{uid}"),
@@ -500,6 +609,25 @@ mod tests {
         );
     }
 
+    /// A listing keeps the reports of the configs that wait, and only a digest of the others:
+    /// a tenant's labelled ConfigMaps cost the leader a few bytes each, not their contents.
+    #[test]
+    fn a_listing_keeps_only_the_reports_waited_for() {
+        let mut listed = ClusterReports::default();
+        listed.add("waits".into(), Some("a".repeat(MAX_ENCODED)), true);
+        listed.add("other".into(), Some("b".repeat(MAX_ENCODED)), false);
+        assert_eq!(listed.kept.len(), 1);
+        assert_eq!(
+            listed.find("waits"),
+            Found::Kept(&Some("a".repeat(MAX_ENCODED)))
+        );
+        assert_eq!(listed.find("other"), Found::NotKept);
+        assert_eq!(listed.find("none"), Found::Absent);
+        let other = Some("b".repeat(MAX_ENCODED));
+        assert_eq!(listed.digest_of("other"), digest(Some(&other)));
+        assert_eq!(listed.digest_of("none"), digest(None));
+    }
+
     /// A Cluster is polled while one of its configs waits; a config that stops waiting (its
     /// boot ended, it joined or went) is no longer triggered, and a deleted Cluster is dropped.
     #[test]
@@ -516,7 +644,7 @@ mod tests {
         polled.sort();
         assert_eq!(polled, [a.clone(), b.clone()]);
         reports.stop_waiting("u1");
-        assert_eq!(reports.changed(&a, &ClusterReports::new()), ["c2"]);
+        assert_eq!(reports.changed(&a, &ClusterReports::default()), ["c2"]);
         reports.stop_waiting("u2");
         reports.forget("ns", "b");
         assert!(reports.clusters_waiting().is_empty());

@@ -1,8 +1,14 @@
 //! Clients of workload clusters, built from the Cluster's `<cluster>-kubeconfig` Secret.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Response;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
 
 use crd_types::conditions::reason;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
@@ -181,8 +187,57 @@ async fn build_client(
         .await
         .map_err(|e| bad(format!("key `value` is not a usable kubeconfig: {e}")))?;
     with_timeouts(&mut config, timeout);
-    pooled_client(&config, IDLE_CONNECTION_TIMEOUT)
+    pooled_client(&config, IDLE_CONNECTION_TIMEOUT, timeout)
         .map_err(|e| bad(format!("cannot build a client: {e}")))
+}
+
+/// The most bootplate reads of one response from a workload cluster. The workload cluster and
+/// the endpoint its kubeconfig names belong to a tenant: without a cap, an endpoint that streams
+/// without end, or a listing of large objects, would take the leader's memory while one config
+/// waits. The largest object an apiserver stores is about 1.5 MiB (etcd's request limit), and a
+/// page of boot reports (`boot_report::PAGE` of at most `core::boot::MAX_ENCODED` each, the
+/// most a report may hold) is well under it.
+pub(crate) const MAX_RESPONSE_BYTES: usize = 4 << 20;
+
+/// Why a response from a workload cluster was not read. Its text becomes part of the request's
+/// error (kube's `ServiceError: ...`), and with it of the condition that shows it.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseRefused {
+    #[error(
+        "the workload cluster's response is larger than {} MiB, the most bootplate reads of one",
+        MAX_RESPONSE_BYTES >> 20
+    )]
+    TooLarge,
+    #[error("the workload cluster did not answer in full within {0:?} (--workload-timeout)")]
+    TooSlow(Duration),
+}
+
+/// Reads a whole response to a workload request: within `timeout` from the request's start
+/// (connecting, writing, the headers and every byte of the body: the connector's timeouts
+/// bound each read, not a body sent a byte at a time) and at most [`MAX_RESPONSE_BYTES`]. No
+/// workload request watches or streams, so the response is read whole here and handed on as
+/// one buffer; kube then decodes it.
+async fn bounded<F>(response: F, timeout: Duration) -> Result<Response<Full<Bytes>>, BoxError>
+where
+    F: Future<Output = Result<Response<Incoming>, BoxError>>,
+{
+    let read = async {
+        let (parts, body) = response.await?.into_parts();
+        let body = Limited::new(body, MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<LengthLimitError>() {
+                    BoxError::from(ResponseRefused::TooLarge)
+                } else {
+                    e
+                }
+            })?;
+        Ok(Response::from_parts(parts, Full::new(body.to_bytes())))
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| BoxError::from(ResponseRefused::TooSlow(timeout)))?
 }
 
 /// How long a connection to a workload cluster stays open unused. kube's default client checks
@@ -196,8 +251,13 @@ const MAX_IDLE_CONNECTIONS: usize = 4;
 
 /// kube's client stack (base URI, retry of 429/503/504, authentication, impersonation headers,
 /// connector timeouts over rustls), over a connection pool whose idle connections are closed
-/// after `idle_timeout` by a timer of their own.
-fn pooled_client(config: &Config, idle_timeout: Duration) -> Result<Client, BoxError> {
+/// after `idle_timeout` by a timer of their own; each attempt's response is read [`bounded`] by
+/// `timeout` and [`MAX_RESPONSE_BYTES`].
+fn pooled_client(
+    config: &Config,
+    idle_timeout: Duration,
+    timeout: Duration,
+) -> Result<Client, BoxError> {
     let mut connector = TimeoutConnector::new(https_connector(config)?);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
@@ -209,14 +269,18 @@ fn pooled_client(config: &Config, idle_timeout: Duration) -> Result<Client, BoxE
             .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS)
             .pool_timer(TokioTimer::new())
             .build(connector);
+    // kube's server-aware policy retries 15 times and sleeps as long as a `Retry-After` says,
+    // up to 1000 s each: a workload endpoint answering 503 with `Retry-After: 1000` would hold a
+    // reconcile worker for hours. Here: 3 retries, 0.5 to 5 s apart, whatever the server says.
     let retry = config
         .default_retry
-        .then(|| RetryLayer::new(RetryPolicy::server_retry()));
+        .then(|| RetryLayer::new(RetryPolicy::default()));
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(retry)
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
+        .map_future(move |response| bounded(response, timeout))
         .map_err(BoxError::from)
         .service(pool);
     Ok(Client::new(service, config.default_namespace.clone()))
@@ -279,11 +343,7 @@ mod tests {
     ) -> (Config, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("https://{}", listener.local_addr().unwrap());
-        let (acceptor, ca) = throwaway_tls();
-        let mut config = Config::new(url.parse().unwrap());
-        config.root_cert = Some(vec![ca]);
+        let (listener, acceptor, config) = tls_listener().await;
         let open = Arc::new(AtomicUsize::new(0));
         let counter = open.clone();
         tokio::spawn(async move {
@@ -313,6 +373,17 @@ mod tests {
     }
 
     /// A TLS acceptor with a self-signed certificate for 127.0.0.1, and that certificate (DER).
+    /// A listener on 127.0.0.1 for a local TLS server, its acceptor (a throw-away certificate),
+    /// and a client config that trusts it.
+    async fn tls_listener() -> (tokio::net::TcpListener, tokio_rustls::TlsAcceptor, Config) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let (acceptor, ca) = throwaway_tls();
+        let mut config = Config::new(url.parse().unwrap());
+        config.root_cert = Some(vec![ca]);
+        (listener, acceptor, config)
+    }
+
     fn throwaway_tls() -> (tokio_rustls::TlsAcceptor, Vec<u8>) {
         let key = rcgen::KeyPair::generate().unwrap();
         let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
@@ -349,7 +420,8 @@ mod tests {
     #[tokio::test]
     async fn workload_connections_are_closed_once_idle_and_few_are_kept() {
         let (config, open) = counting_server(Duration::from_millis(300)).await;
-        let client = pooled_client(&config, Duration::from_secs(2)).unwrap();
+        let client =
+            pooled_client(&config, Duration::from_secs(2), Duration::from_secs(10)).unwrap();
         // A burst of 8 requests at once opens 8 connections; once they are answered, at most
         // MAX_IDLE_CONNECTIONS stay open for the next burst.
         let burst = (0..8).map(|_| client.apiserver_version());
@@ -375,17 +447,20 @@ mod tests {
         let at = |seconds: u64| start + Duration::from_secs(seconds);
         let mut cached = Cached::default();
         // Connections stay open an hour when idle: only dropping the client closes them.
-        let quiet = pooled_client(&config, Duration::from_secs(3600)).unwrap();
+        let quiet =
+            pooled_client(&config, Duration::from_secs(3600), Duration::from_secs(10)).unwrap();
         quiet.apiserver_version().await.unwrap();
         assert_eq!(settles_at(&open, 1).await, 1);
         cached.insert(key("quiet"), "1".into(), quiet, at(0));
-        let busy = pooled_client(&config, Duration::from_secs(3600)).unwrap();
+        let busy =
+            pooled_client(&config, Duration::from_secs(3600), Duration::from_secs(10)).unwrap();
         cached.insert(key("busy"), "1".into(), busy, at(1));
         // Used within the minute, a client is kept; a rotated kubeconfig is a miss.
         assert!(cached.get(&key("busy"), "1", at(40)).is_some());
         assert!(cached.get(&key("busy"), "2", at(40)).is_none());
         // The next new client, 70 s in, drops the one unused since 0 s, not the one used at 40 s.
-        let other = pooled_client(&config, Duration::from_secs(3600)).unwrap();
+        let other =
+            pooled_client(&config, Duration::from_secs(3600), Duration::from_secs(10)).unwrap();
         cached.insert(key("other"), "1".into(), other, at(70));
         assert!(cached.get(&key("quiet"), "1", at(70)).is_none());
         assert!(cached.get(&key("busy"), "1", at(70)).is_some());
@@ -409,12 +484,138 @@ mod tests {
         assert!(cached.clients.is_empty());
     }
 
+    /// A stand-in for a hostile workload endpoint (a real apiserver never does this), over TLS:
+    /// answers every request with a chunked body of `chunk` bytes every `pause`, without end.
+    /// Returns a client config that trusts it and the count of body bytes it wrote.
+    async fn endless_server(
+        chunk: usize,
+        pause: Duration,
+    ) -> (Config, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (listener, acceptor, config) = tls_listener().await;
+        let written = Arc::new(AtomicUsize::new(0));
+        let counter = written.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (counter, acceptor) = (counter.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                transfer-encoding: chunked\r\n\r\n";
+                    if tls.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let data = format!("{chunk:x}\r\n{}\r\n", " ".repeat(chunk));
+                    while tls.write_all(data.as_bytes()).await.is_ok() {
+                        counter.fetch_add(chunk, Ordering::SeqCst);
+                        tokio::time::sleep(pause).await;
+                    }
+                });
+            }
+        });
+        (config, written)
+    }
+
+    /// An endpoint that streams without end is read up to the cap, then dropped: the request
+    /// fails saying so, and the client stops reading (the server's writes then stall on a full
+    /// socket, a few buffers past the cap).
+    #[tokio::test]
+    async fn a_response_past_the_cap_is_refused_and_no_longer_read() {
+        let (config, written) = endless_server(64 << 10, Duration::ZERO).await;
+        let client =
+            pooled_client(&config, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
+        let asked = tokio::time::timeout(Duration::from_secs(30), client.apiserver_version());
+        let err = asked.await.expect("ends before its timeout").unwrap_err();
+        assert!(err.to_string().contains("larger than 4 MiB"), "{err}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let sent = written.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let later = written.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(sent >= MAX_RESPONSE_BYTES, "read up to the cap: {sent}");
+        assert!(later < 4 * MAX_RESPONSE_BYTES, "not read on: {later} bytes");
+    }
+
+    /// A workload endpoint that answers every request with 503 and `Retry-After: 1000` gets a
+    /// few retries a few seconds apart, not hours of them.
+    #[tokio::test]
+    async fn a_server_asking_to_retry_much_later_is_not_waited_for() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let asked = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        let (listener, acceptor, config) = tls_listener().await;
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (counter, acceptor) = (counter.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |_| {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        async move {
+                            let mut response = hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::new(),
+                            ));
+                            *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+                            response
+                                .headers_mut()
+                                .insert("retry-after", http::HeaderValue::from_static("1000"));
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    });
+                    if let Ok(tls) = acceptor.accept(stream).await {
+                        let io = hyper_util::rt::TokioIo::new(tls);
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, service)
+                            .await;
+                    }
+                });
+            }
+        });
+        let client =
+            pooled_client(&config, Duration::from_secs(2), Duration::from_secs(5)).unwrap();
+        let version = tokio::time::timeout(Duration::from_secs(60), client.apiserver_version());
+        let err = version
+            .await
+            .expect("given up within a minute")
+            .unwrap_err();
+        assert!(err.to_string().contains("503"), "{err}");
+        assert_eq!(asked.load(Ordering::SeqCst), 4, "the request and 3 retries");
+    }
+
+    /// A body sent a little at a time never trips the connector's read timeout; the whole
+    /// response is bounded by the request's timeout.
+    #[tokio::test]
+    async fn a_response_that_trickles_ends_at_the_request_timeout() {
+        let (config, _) = endless_server(16, Duration::from_millis(50)).await;
+        let timeout = Duration::from_secs(1);
+        let client = pooled_client(&config, Duration::from_secs(2), timeout).unwrap();
+        let asked = tokio::time::timeout(Duration::from_secs(30), client.apiserver_version());
+        let err = asked.await.expect("ends at its timeout").unwrap_err();
+        assert!(
+            err.to_string().contains("did not answer in full within 1s"),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn a_plain_http_server_is_never_spoken_to() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let config = Config::new(url.parse().unwrap());
-        let client = pooled_client(&config, Duration::from_secs(2)).unwrap();
+        let client =
+            pooled_client(&config, Duration::from_secs(2), Duration::from_secs(10)).unwrap();
         // A plain-HTTP client would send its request and wait for an answer that never comes.
         let asked = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version());
         let err = asked.await.expect("refused at once").unwrap_err();

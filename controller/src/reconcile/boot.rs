@@ -22,7 +22,7 @@ use super::context::{Context, Topic};
 pub(crate) use crate::core::boot::Subject;
 use crate::core::boot::{self, Facts, Report, ReportError, View};
 use crate::core::outcome::Note;
-use crate::k8s::boot_report::{ClusterKey, ClusterReports, digest};
+use crate::k8s::boot_report::{ClusterKey, ClusterReports, Encoded, digest};
 
 /// The most of a failure's output an Event carries (the Event API takes 1 KiB).
 const EVENT_TEXT: usize = 1000;
@@ -49,19 +49,18 @@ pub(crate) async fn look(
     let uid = config.uid().unwrap_or_default();
     let reports = &ctx.boot_reports;
     let interval = ctx.settings.boot_report_interval;
-    let listed = match cluster_reports(ctx, &key, &subject.cluster_uid, interval).await {
-        Ok(listed) => listed,
+    let entry = match machine_report(ctx, &key, &subject.cluster_uid, &uid, interval).await {
+        Ok(entry) => entry,
         Err(e) => {
             debug!(error = %e, "boot reports not read; trying again later");
             reports.wait_for(&key, &uid, &config.name_any(), None);
             return None;
         }
     };
-    let entry = listed.get(&uid);
-    let looked = looked(ctx, subject, entry.map(Option::as_deref));
+    let looked = looked(ctx, subject, entry.as_ref().map(Option::as_deref));
     match looked.view {
         View::Booted | View::Failed { .. } => reports.stop_waiting(&uid),
-        _ => reports.wait_for(&key, &uid, &config.name_any(), Some(digest(entry))),
+        _ => reports.wait_for(&key, &uid, &config.name_any(), Some(digest(entry.as_ref()))),
     }
     Some(looked)
 }
@@ -81,8 +80,8 @@ pub(crate) async fn last_look(
     );
     let uid = config.uid().unwrap_or_default();
     let age = boot::LAST_REPORT_POLL;
-    match cluster_reports(ctx, &key, &subject.cluster_uid, age).await {
-        Ok(reports) => match reports.get(&uid) {
+    match machine_report(ctx, &key, &subject.cluster_uid, &uid, age).await {
+        Ok(entry) => match entry {
             Some(report) => Some(looked(ctx, subject, Some(report.as_deref()))),
             // A joined machine that never reported did not fail to start.
             None => Some(Looked {
@@ -238,6 +237,21 @@ async fn poll_cluster(ctx: &Context, key: &ClusterKey, interval: Duration) -> Ve
             Vec::new()
         }
     }
+}
+
+/// The report of config `uid` of Cluster `key` (UID `cluster_uid`), from a listing at most
+/// `max_age` old (`k8s::boot_report::Reports::report`); `None`: it has none.
+async fn machine_report(
+    ctx: &Context,
+    key: &ClusterKey,
+    cluster_uid: &str,
+    uid: &str,
+    max_age: Duration,
+) -> crate::error::Result<Option<Encoded>> {
+    let workload = ctx.workload_client(&key.0, &key.1).await?;
+    ctx.boot_reports
+        .report(&workload, key, cluster_uid, uid, max_age)
+        .await
 }
 
 /// The reports of Cluster `key` (UID `cluster_uid`) from its workload cluster, listed when the

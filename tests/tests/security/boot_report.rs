@@ -19,6 +19,8 @@
 //!   none of the report, the status and the Events;
 //! - a provisioned machine that never reported shows `BootNotStarted`; one that wrote garbage
 //!   shows the phase `Unreadable`, and the others are still served;
+//! - a tenant's own ConfigMaps labelled for the Cluster's listing (more than two pages, listed
+//!   first) do not hide a machine's report;
 //! - once the machine joined, its report objects go with its token;
 //! - machines whose config sets `delivery: Fetch`: see `fetch_delivery.rs`.
 
@@ -35,6 +37,33 @@ use serde_json::json;
 use testenv::capi_env::{self, Env, NS, WAIT, cluster_template};
 use testenv::pki::TestCa;
 use testenv::{ApiServer, eventually, fixtures, machine_script};
+
+/// `count` ConfigMaps of 40 KiB each in the workload cluster's `kube-system`, labelled with
+/// Cluster c1's UID as reports are, named `bootplate-boot-0-decoy-N` (before any config UID in
+/// name order): more than two pages of the controller's listing.
+async fn labelled_decoys(env: &Env, count: usize) {
+    let cluster = Api::<Cluster>::namespaced(env.client.clone(), NS)
+        .get("c1")
+        .await
+        .unwrap();
+    let configmaps = Api::<ConfigMap>::namespaced(env.workload_client.clone(), "kube-system");
+    for n in 0..count {
+        let decoy: ConfigMap = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("bootplate-boot-0-decoy-{n:03}"),
+                "labels": {
+                    "bootstrap.bootplate.dev/boot-report-cluster-uid": cluster.uid().unwrap(),
+                },
+            },
+            "data": {"report": "x".repeat(40 << 10)},
+        }))
+        .unwrap();
+        configmaps
+            .create(&PostParams::default(), &decoy)
+            .await
+            .unwrap();
+    }
+}
 
 /// A worker template whose `join` part fails, printing the machine's token first.
 async fn publish_failing_template(client: &Client) {
@@ -194,6 +223,11 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
         (phase.as_deref() == Some("Unreadable") && reason == "BootReportUnreadable").then_some(())
     })
     .await;
+
+    // The tenant labels ConfigMaps of its own for the Cluster's listing, named to be listed
+    // before every real report: they are read page by page and kept by none, and w-0's
+    // report, listed after them all, is still read.
+    labelled_decoys(&env, 120).await;
 
     // w-0 boots: its `join` part fails with status 7, after printing its token.
     assert_eq!(
