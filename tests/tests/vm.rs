@@ -51,9 +51,17 @@ fn runs_dir() -> PathBuf {
         .join("vm")
 }
 
+/// Held while a machine boots: the tier's machines boot one at a time. Emulated (TCG), a boot is
+/// CPU-bound, and the machine's own time limits are tight (kubeadm's CRI check gives containerd
+/// seconds to answer): two boots sharing a core beside the other tiers took over 600 s and
+/// failed that check, one boot at a time on a core of its own takes one to three minutes.
+static ONE_BOOT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Boots `user_data` (tests/vm/boot.sh) as the machine `hostname`, the guest reaching the
 /// host's loopback at 10.0.2.2 when `reach_host`; the run's directory.
 fn boot(image: &Path, user_data: &[u8], hostname: &str, reach_host: bool) -> PathBuf {
+    // A boot that failed an assertion below poisons the lock; the next boot still runs.
+    let _one = ONE_BOOT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = runs_dir().join(hostname);
     std::fs::create_dir_all(runs_dir()).unwrap();
     let input = runs_dir().join(format!("{hostname}.user-data"));
