@@ -61,7 +61,9 @@ static ONE_BOOT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// host's loopback at 10.0.2.2 when `reach_host`; the run's directory.
 fn boot(image: &Path, user_data: &[u8], hostname: &str, reach_host: bool) -> PathBuf {
     // A boot that failed an assertion below poisons the lock; the next boot still runs.
-    let _one = ONE_BOOT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one = ONE_BOOT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = runs_dir().join(hostname);
     std::fs::create_dir_all(runs_dir()).unwrap();
     let input = runs_dir().join(format!("{hostname}.user-data"));
