@@ -257,6 +257,47 @@ fn lint(root: &Path, format: &str) -> Output {
     bootplate(root, &["lint", "-R", "--format", format, "gitops"])
 }
 
+/// What XPath `expression` gives on the XML file `file`, by xmllint (a real XPath engine).
+fn xpath(file: &Path, expression: &str) -> String {
+    let out = Command::new("xmllint")
+        .arg("--xpath")
+        .arg(expression)
+        .arg(file)
+        .output()
+        .expect("xmllint is required (tests/scripts/install-tools.sh installs libxml2-utils)");
+    assert!(out.status.success(), "{expression}: {}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
+}
+
+/// The counts a JUnit report states are those of its elements, in every testsuite and in the
+/// whole: tests are testcases, failures testcases with a failure, errors testcases with an error
+/// (a CI server shows the counts, not the elements).
+fn assert_junit_counts_match_its_elements(report: &Path) {
+    let suites: usize = xpath(report, "count(/testsuites/testsuite)")
+        .parse()
+        .unwrap();
+    assert!(suites > 0, "no testsuite in {}", report.display());
+    let scopes = (1..=suites)
+        .map(|i| format!("/testsuites/testsuite[{i}]"))
+        .chain(["/testsuites".to_owned()]);
+    for scope in scopes {
+        for (attribute, elements) in [
+            ("tests", "testcase"),
+            ("failures", "testcase[failure]"),
+            ("errors", "testcase[error]"),
+        ] {
+            let stated = xpath(report, &format!("string({scope}/@{attribute})"));
+            let counted = xpath(report, &format!("count({scope}//{elements})"));
+            assert_eq!(
+                stated,
+                counted,
+                "{scope}/@{attribute} in {}",
+                report.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn a_gitops_tree_reports_every_mistake_once_at_its_place_in_every_format() {
     let dir = tempfile::tempdir().unwrap();
@@ -300,6 +341,15 @@ fn a_gitops_tree_reports_every_mistake_once_at_its_place_in_every_format() {
     let short = text(&lint(dir.path(), "short").stdout);
     let plain = text(&lint(dir.path(), "text").stdout);
     let junit = text(&lint(dir.path(), "junit").stdout);
+    let report = dir.path().join("report.xml");
+    std::fs::write(&report, &junit).unwrap();
+    assert_junit_counts_match_its_elements(&report);
+    // A failure per error, a testcase per object (no problem lies outside an object here).
+    assert_eq!(
+        xpath(&report, "count(//failure)"),
+        mistakes.len().to_string()
+    );
+    assert_eq!(xpath(&report, "string(/testsuites/@tests)"), "10");
     let sarif: serde_json::Value =
         serde_json::from_slice(&lint(dir.path(), "sarif").stdout).unwrap();
     let results = sarif["runs"][0]["results"].as_array().unwrap();
@@ -367,6 +417,8 @@ fn junit_and_sarif_validate_against_their_schemas() {
     );
     assert!(text(&junit.stdout).contains("<system-out>"));
     assert!(text(&junit.stdout).contains("<error type=\"input\""));
+    assert_junit_counts_match_its_elements(&report);
+    assert_eq!(xpath(&report, "string(/testsuites/@errors)"), "1");
 
     let sarif = bootplate(
         dir.path(),

@@ -544,11 +544,12 @@ async fn a_machine_deployment_rollout(release: CapiRelease) {
 }
 
 /// (c) Scale down to 2, then delete a Machine: nothing is left behind for the removed
-/// Machines (configs, data Secrets, tokens, Nodes) nor the init lock.
+/// Machines (configs, data Secrets, tokens, Nodes) nor the init lock (seen taken, then gone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_scaling_down_and_deleting_a_machine_leave_nothing_behind() {
     let env = CapiEnv::start(Options::default()).await.unwrap();
     publish_shipped_template(&env, "templates/kubeadm-ubuntu-2404.yaml").await;
+    let lock_taken = config_map_seen(&env.client, "gamma-lock");
     create_cluster(&env, "gamma", ControlPlane::Machines, false).await;
     create_control_plane_machine(&env, "gamma", "gamma-cp-0").await;
     create_workers(&env, "gamma", "gamma-md", 4, KUBERNETES_VERSION).await;
@@ -601,11 +602,36 @@ async fn c_scaling_down_and_deleting_a_machine_leave_nothing_behind() {
         node_names, kept,
         "Cluster API removed the Nodes of removed Machines"
     );
+    // The lock existed (its absence below proves nothing otherwise), and is gone.
+    tokio::time::timeout(Duration::from_secs(10), lock_taken)
+        .await
+        .expect("the init lock gamma-lock was never taken")
+        .unwrap();
     let locks: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), NS);
     assert!(
         locks.get_opt("gamma-lock").await.unwrap().is_none(),
         "the init lock is released once the control plane is initialized"
     );
+}
+
+/// A task that ends once ConfigMap `name` of the scenarios' namespace has existed, seen by a
+/// watch that starts now: an object that lives for a moment is still seen.
+fn config_map_seen(client: &kube::Client, name: &str) -> tokio::task::JoinHandle<()> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let objects = watcher(api, config).default_backoff().applied_objects();
+        let mut objects = std::pin::pin!(objects);
+        while let Some(next) = objects.next().await {
+            if next.is_ok() {
+                return;
+            }
+        }
+        panic!("the watch of ConfigMap {name} ended")
+    })
 }
 
 /// (d) A paused Cluster renders nothing until it is unpaused; our Paused condition says so.
@@ -1138,6 +1164,20 @@ async fn g_clusterctl_move_takes_every_object_along_and_rewrites_nothing() {
             .is_empty(),
         "Machines left on the source"
     );
+    // The Ready conditions moved with the configs: only the target's own count shows that its
+    // bootplate reconciled every moved config, so that the writes counted below mean something.
+    let ready = rendered.len() as f64;
+    eventually(
+        "the target's bootplate counts every moved config ready",
+        WAIT,
+        || async {
+            let counted = target
+                .bootplate
+                .metric("bootplate_configs{state=\"ready\"}");
+            (counted == Some(ready)).then_some(())
+        },
+    )
+    .await;
     assert_eq!(
         target
             .bootplate

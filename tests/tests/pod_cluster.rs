@@ -796,8 +796,8 @@ async fn scale(fleet: &Fleet, replicas: u32) {
 }
 
 /// Scenario e: `kubectl rollout restart` of bootplate's Deployment. Both old Pods stop, new ones
-/// take over the Lease; neither old Pod's log nor the new ones' holds a failed reconcile; the
-/// new leader renders nothing again (its metrics count no Secret written and no token made for
+/// take over the Lease; neither old Pod's log nor the new ones' holds a failed reconcile or an
+/// ERROR line, and the new Pods' metrics count no reconcile that ended in an error; the new leader renders nothing again (its metrics count no Secret written and no token made for
 /// the ten ready configs), and renders the one Machine the MachineDeployment then adds.
 async fn scenario_e_a_rollout_restart_hands_over_and_renders_nothing_again(
     cluster: &PodCluster,
@@ -845,6 +845,7 @@ async fn scenario_e_a_rollout_restart_hands_over_and_renders_nothing_again(
     each_machine_running_rendered_once(cluster, fleet, 11).await;
     let (leader, standby) = leader_and_standby(cluster).await;
     assert_rendered_by_the_leader_only(&leader, &standby, 1.0);
+    assert_no_reconcile_errors(&[&leader, &standby]);
     for pod in [leader.0, standby.0] {
         let log = kubectl_text(cluster, &["logs", "-n", BOOTPLATE_NS, pod.as_str()]);
         logs.push((pod, log));
@@ -852,7 +853,22 @@ async fn scenario_e_a_rollout_restart_hands_over_and_renders_nothing_again(
     assert_no_failed_reconcile(&logs);
 }
 
-/// Each (Pod, log) is a JSON log without a failed reconcile.
+/// Each (Pod name, IP) counted no reconcile that ended in an error since it started (its
+/// `bootplate_reconciles_total{result="error"}` series, per controller, absent or 0): a failure
+/// the log words differently is still caught.
+fn assert_no_reconcile_errors(pods: &[&(String, String)]) {
+    for pod in pods {
+        for controller in ["config", "template"] {
+            let series = format!(
+                "bootplate_reconciles_total{{controller=\"{controller}\",result=\"error\"}}"
+            );
+            let errors = pod_metric(pod, &series).unwrap_or(0.0);
+            assert_eq!(errors, 0.0, "{}: {series}", pod.0);
+        }
+    }
+}
+
+/// Each (Pod, log) is a JSON log without a failed reconcile or any line logged at ERROR.
 fn assert_no_failed_reconcile(logs: &[(String, String)]) {
     for (pod, log) in logs {
         assert!(
@@ -861,7 +877,7 @@ fn assert_no_failed_reconcile(logs: &[(String, String)]) {
         );
         let failed: Vec<&str> = log
             .lines()
-            .filter(|l| l.contains("reconcile failed"))
+            .filter(|l| l.contains("reconcile failed") || l.contains("\"level\":\"ERROR\""))
             .collect();
         assert!(
             failed.is_empty(),
@@ -1062,6 +1078,51 @@ fn logs(cluster: &PodCluster, pod: &str) -> String {
     )
 }
 
+/// Every cgroup hierarchy the host has mounted (v1 and v2, wherever mounted), read here from the
+/// mount table rather than from the helper that made the cluster's cgroups: a hierarchy that
+/// helper misses is still checked.
+fn cgroup_mounts() -> Vec<std::path::PathBuf> {
+    cgroup_mounts_in(&std::fs::read_to_string("/proc/self/mountinfo").unwrap())
+}
+
+/// The mount points of cgroup file systems in mount table `table` (`/proc/*/mountinfo`'s form).
+fn cgroup_mounts_in(table: &str) -> Vec<std::path::PathBuf> {
+    let mut mounts: Vec<std::path::PathBuf> = table
+        .lines()
+        .filter_map(|line| {
+            // mountinfo: "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ..."
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            let point = left.split_whitespace().nth(4)?;
+            matches!(fstype, "cgroup" | "cgroup2").then(|| point.into())
+        })
+        .collect();
+    mounts.sort();
+    mounts.dedup();
+    mounts
+}
+
+#[test]
+fn every_cgroup_mount_is_found_whatever_its_place_and_optional_fields() {
+    let table = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime shared:12 - cgroup cgroup rw,cpuset
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 23 0:38 / /run/unified rw,nosuid shared:4 master:1 - cgroup2 cgroup2 rw
+42 23 0:39 / /mnt/cgroup-like rw - ext4 /dev/sda1 rw
+";
+    let found = cgroup_mounts_in(table);
+    let want: Vec<std::path::PathBuf> = [
+        "/run/unified",
+        "/sys/fs/cgroup/cpuset",
+        "/sys/fs/cgroup/systemd",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    assert_eq!(found, want);
+}
+
 /// What a dropped cluster must not leave: its namespace, veth, routes, cgroups, mounts,
 /// directory, or any process started from it.
 fn assert_nothing_left(dir: &std::path::Path, layout: &testenv::pod_cluster::config::Layout) {
@@ -1083,10 +1144,10 @@ fn assert_nothing_left(dir: &std::path::Path, layout: &testenv::pod_cluster::con
         .unwrap();
     let routes = String::from_utf8_lossy(&routes.stdout);
     assert!(!routes.contains(&layout.pod_cidr), "route left: {routes}");
-    for h in ["pids", "memory", "cpu", "unified", "systemd"] {
-        let cg = std::path::Path::new("/sys/fs/cgroup")
-            .join(h)
-            .join(&layout.cgroup);
+    let hierarchies = cgroup_mounts();
+    assert!(!hierarchies.is_empty(), "no cgroup hierarchy is mounted");
+    for h in hierarchies {
+        let cg = h.join(&layout.cgroup);
         assert!(!cg.exists(), "cgroup left: {}", cg.display());
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

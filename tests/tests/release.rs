@@ -1,9 +1,9 @@
-//! `scripts/release.sh`, run as a release manager runs it, and its output read as a platform
-//! team mirroring it would: the checksums verify, the image archive's manifest digest is the one
-//! the components pin and the digest file names, the binaries are static, the metadata maps the
-//! version's series to a contract, and the real clusterctl installs from the output as a local
-//! repository (`generate provider --describe`, with an `images:` mirror override that keeps the
-//! digest). Needs cargo, kubectl, umoci, skopeo and clusterctl.
+//! `scripts/release.sh`, run as a release manager runs it, and its output read as a platform team
+//! mirroring it would: the checksums verify and cover every file, no more, the image archive's
+//! manifest digest is the one the components pin and the digest file names, the binaries are
+//! static, the metadata maps the version's series to a contract, and the real clusterctl installs
+//! from the output as a local repository (`generate provider --describe`, with an `images:` mirror
+//! override that keeps the digest). Needs cargo, kubectl, umoci, skopeo and clusterctl.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -62,6 +62,24 @@ fn manifest_digest(archive: &Path) -> String {
         .to_owned()
 }
 
+/// The files under `dir`, as paths relative to it with `/` between their parts.
+fn files_under(dir: &Path) -> std::collections::BTreeSet<String> {
+    let mut files = std::collections::BTreeSet::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("a release directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).expect("under the release");
+                files.insert(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    files
+}
+
 /// Whether an ELF file asks for a program interpreter (the dynamic loader): PT_INTERP among its
 /// program headers (64-bit little-endian, as every target here is).
 fn has_interpreter(elf: &[u8]) -> bool {
@@ -82,6 +100,19 @@ fn release_output_verifies_and_pins_the_image_it_ships() {
             .current_dir(out),
     );
     let sums = std::fs::read_to_string(out.join("SHA256SUMS")).expect("SHA256SUMS");
+    let summed: std::collections::BTreeSet<String> = sums
+        .lines()
+        .map(|line| match line.split_once("  ") {
+            Some((_, file)) => file.to_owned(),
+            None => panic!("a SHA256SUMS line without a file: {line}"),
+        })
+        .collect();
+    let mut shipped = files_under(out);
+    shipped.remove("SHA256SUMS");
+    assert_eq!(
+        summed, shipped,
+        "SHA256SUMS names every file of the release, no other"
+    );
     let repository = format!("{PROVIDER_LABEL}/{version}");
     for file in [
         format!("bootplate-image-{version}.oci.tar"),
