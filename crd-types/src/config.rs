@@ -7,6 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::secret_ref::SecretKeyRef;
 use crate::template::FileEncoding;
 
 /// The bootstrap configuration of one Machine: which template renders its user-data, and with
@@ -137,19 +138,6 @@ pub struct ConfigFile {
 pub struct FileSource {
     /// A key of a Secret in the config's namespace.
     pub secret: SecretKeyRef,
-}
-
-/// A key of a Secret in the config's own namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SecretKeyRef {
-    /// The Secret's name.
-    pub name: String,
-    /// The key in the Secret's `data`.
-    pub key: String,
-    /// Must be empty or the config's own namespace: Secrets of other namespaces are never read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
 }
 
 /// Observed state of a config, following the Cluster API bootstrap provider contract.

@@ -13,19 +13,21 @@ pub mod network;
 pub mod payload;
 pub mod reference;
 pub mod schema;
+pub mod secret_ref;
 pub mod strict;
 pub mod template;
 
 pub use config::{
     BootStatus, BootplateConfig, BootplateConfigSpec, BootplateConfigStatus,
     BootplateConfigTemplate, BootplateConfigTemplateResource, BootplateConfigTemplateSpec,
-    ConfigFile, ConfigInitialization, FileSource, InPlaceStatus, ObjectMetaTemplate, SecretKeyRef,
-    TemplateKind, TemplateRef,
+    ConfigFile, ConfigInitialization, FileSource, InPlaceStatus, ObjectMetaTemplate, TemplateKind,
+    TemplateRef,
 };
 pub use generator::{
     BootstrapGenerator, ClientConfig, GeneratorSecrets, GeneratorSpec, ServiceReference,
 };
 pub use network::NetworkConfig;
+pub use secret_ref::SecretKeyRef;
 pub use template::{
     BootReports, BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, Compression, Delivery, DropIn, FileEncoding, ItemSchema, OsInfo,

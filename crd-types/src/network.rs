@@ -9,7 +9,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::config::SecretKeyRef;
+use crate::secret_ref::SecretKeyRef;
 
 /// Most registries with mirrors.
 pub const MAX_REGISTRIES: usize = 16;
