@@ -1224,6 +1224,22 @@ fn max_user_data_refuses_renders_a_cloud_would_refuse() {
         over.len() == 1 && over[0].contains("the init render"),
         "{over:?}"
     );
+    // A limit below the stub's size: the stubs of the roles that fetch are over, each said once.
+    let (_, out) = lint_body(dir.path(), &fetched, &["--max-user-data", "1000"]);
+    assert_exit(&out, 1);
+    let stubs: Vec<String> = (text(&out.stdout).lines())
+        .filter(|l| l.contains("fetch stub"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(stubs.len(), 2, "{stubs:?}");
+    for role in ["control-plane-join", "worker"] {
+        assert!(
+            stubs
+                .iter()
+                .any(|l| l.contains(&format!("the {role} fetch stub"))),
+            "{role}: {stubs:?}"
+        );
+    }
     // Hetzner's 32 KiB: only the worker is over. Azure's 65,535 raw bytes: none; OpenStack's
     // 65,535 of base64 at 40 KB raw (about 53 KB of base64): none; with 50 KB raw, the
     // worker's 100 KB is over both, and the control plane's 50 KB over OpenStack's only.
@@ -1373,4 +1389,81 @@ fn alias_bombs_in_input_files_are_refused_at_their_line() {
             );
         }
     }
+}
+
+/// A config with `delivery: Fetch`: the offline render prints what a joining machine receives,
+/// the stub (no private key, no join configuration, under the stub's limit), with a note; with
+/// `--payload` the render it fetches; `init`, which never fetches, has no payload to show.
+#[test]
+fn render_with_fetch_delivery_prints_the_stub_and_with_payload_what_it_fetches() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootplateConfig\nmetadata: {name: cp, namespace: team-a}\nspec:\n  templateRef: {kind: ClusterBootstrapTemplate, name: ubuntu-2404}\n  delivery: Fetch\n",
+    )
+    .unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let machine = "examples/machine-control-plane.yaml";
+    let join = ["--config", config.as_str(), "--role", "control-plane-join"];
+    let stub = render_example(machine, &join);
+    assert_exit(&stub, 0);
+    let user_data = text(&stub.stdout);
+    assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
+    assert!(user_data.len() <= 3072, "{} bytes", user_data.len());
+    assert!(
+        user_data.contains("bootplate-fetch-offline-render"),
+        "{user_data}"
+    );
+    for secret in ["PRIVATE KEY", "JoinConfiguration", "kubeadm join"] {
+        assert!(
+            !user_data.contains(secret),
+            "{secret} in the stub:\n{user_data}"
+        );
+    }
+    let note = text(&stub.stderr);
+    assert!(
+        note.contains("note: delivery: Fetch") && note.contains("--payload"),
+        "{note}"
+    );
+    check_cloud_config(&stub.stdout);
+
+    let payload = render_example(machine, &[&join[..], &["--payload"]].concat());
+    assert_exit(&payload, 0);
+    let fetched = text(&payload.stdout);
+    assert!(fetched.starts_with("#!"), "a script: {fetched}");
+    for part in ["PRIVATE KEY", "JoinConfiguration", "kubeadm join"] {
+        assert!(fetched.contains(part), "{part} not in the payload");
+    }
+
+    let init = render_example(
+        machine,
+        &["--config", &config, "--role", "init", "--payload"],
+    );
+    assert_exit(&init, 2);
+    assert!(
+        text(&init.stderr).contains("--payload: a machine of role init receives its whole render"),
+        "{}",
+        text(&init.stderr)
+    );
+    let out = dir.path().join("out");
+    let all = render_example(
+        machine,
+        &[
+            "--config",
+            &config,
+            "--role",
+            "all",
+            "--payload",
+            "--output",
+            &out.to_string_lossy(),
+        ],
+    );
+    assert_exit(&all, 0);
+    let mut written: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written, ["payload-control-plane-join", "payload-worker"]);
 }

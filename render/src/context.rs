@@ -184,6 +184,24 @@ pub struct JoinInfo {
     pub ca_cert_hashes: Vec<String>,
 }
 
+impl JoinInfo {
+    /// Where a machine joining with this data fetches its render: the same apiserver, CA hash
+    /// and token; the payload named `name`, sealed with `keys`.
+    pub fn fetch_target(
+        &self,
+        name: String,
+        keys: crate::fetch::PayloadKeys,
+    ) -> crate::fetch::Fetch {
+        crate::fetch::Fetch {
+            server: format!("https://{}", self.api_server_endpoint),
+            ca_hash: self.ca_cert_hashes.first().cloned().unwrap_or_default(),
+            token: self.token.clone(),
+            name,
+            keys,
+        }
+    }
+}
+
 impl std::fmt::Debug for JoinInfo {
     // The token is a credential: never print it, even in debug output.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -45,7 +45,7 @@ pub use limit::{GZIP_EXPANSION, Limit, SECRET_LIMIT_BYTES};
 pub use lint::{lint, user_data_problems};
 pub use sample::{
     SAMPLE_CA_HASH, SAMPLE_CLUSTER, SAMPLE_TOKEN, machine_shapes, sample_certificates,
-    sample_context,
+    sample_context, sample_fetching_context,
 };
 pub use user_data::UserDataLimit;
 

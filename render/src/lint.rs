@@ -191,7 +191,8 @@ pub fn user_data_problems(
     let mut problems = Vec::new();
     for role in Role::ALL {
         if t.fetches(&config, role) {
-            // The data Secret holds only the stub, which the render keeps under its own limit.
+            // The data Secret holds the stub: that is what the cloud's limit applies to.
+            problems.extend(stub_problem(t, &config, role, limit));
             continue;
         }
         let Ok(rendered) = t.render(&config, &sample_context(role)) else {
@@ -224,6 +225,33 @@ pub fn user_data_problems(
 }
 
 /// The way out of a user-data cap that fetch delivery gives, for the roles it applies to.
+/// The fetch stub of `role` over `limit`, said at `spec.delivery`: the stub is the user-data
+/// of a machine that fetches (its size mostly the endpoint's and the keys', not the template's).
+fn stub_problem(
+    t: &CompiledTemplate,
+    config: &BootplateConfigSpec,
+    role: Role,
+    limit: &UserDataLimit,
+) -> Option<Problem> {
+    let rendered = t
+        .render(config, &crate::sample_fetching_context(role))
+        .ok()?;
+    let size = limit.exceeded_by(&rendered.data)?;
+    let mut p = Problem::template(
+        "spec.delivery",
+        format!("the {role} fetch stub (its user-data with `delivery: Fetch`) is {size} bytes, over {limit}"),
+    )
+    .with_reason(reason::OUTPUT_TOO_LARGE)
+    .with_code("user-data-too-large");
+    p.role = Some(role);
+    if config.delivery.is_some() {
+        // The config chose the delivery: say it there.
+        p.origin = crate::Origin::Config;
+        p.position = None;
+    }
+    Some(p)
+}
+
 fn fetch_way_out(t: &CompiledTemplate, role: Role) -> String {
     match role {
         Role::Init => {

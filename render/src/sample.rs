@@ -91,6 +91,21 @@ pub fn sample_context(role: Role) -> RenderContext {
     }
 }
 
+/// [`sample_context`] of `role` with a fetch target when `role` joins (`init` does not): the
+/// sample's apiserver, CA hash and token, payload `bootplate-fetch-sample`, fixed keys. What
+/// lint measures as the stub of a template with `delivery: Fetch`.
+pub fn sample_fetching_context(role: Role) -> RenderContext {
+    let mut ctx = sample_context(role);
+    let keys = crate::fetch::PayloadKeys {
+        cipher: [0x5a; 32],
+        mac: [0xa5; 32],
+        iv: [0x3c; 16],
+    };
+    ctx.fetch = (ctx.join.as_ref())
+        .map(|join| join.fetch_target("bootplate-fetch-sample".to_owned(), keys));
+    ctx
+}
+
 /// The Machines the Cluster API contract allows beyond [`sample_context`]'s, for `role`: one
 /// without `spec.version`, one without a failure domain, a cluster whose endpoint is an IPv6
 /// address, and (for workers) an instance of a MachinePool. A template that renders for the

@@ -27,6 +27,10 @@ Examples:
   bootplate render --template t.yaml --machine m.yaml --cluster c.yaml \\
       --set httpProxy=http://proxy:3128 --role all --output out/
 
+With `delivery: Fetch`, a joining machine's user-data is a stub that fetches the render from
+the workload cluster: render prints that stub (its token and keys as thrown away as the
+certificates), and with --payload the render it fetches.
+
 Unless given --token, --ca-cert and --ca-key, the join token is random and the certificates
 (cluster CA, etcd CA, front-proxy CA, service-account key) are generated on the spot and thrown
 away: the output shows what a machine would receive, but cannot join a real cluster. With
@@ -85,6 +89,11 @@ pub struct RenderArgs {
     /// Default: the system's trusted roots.
     #[arg(long, value_name = "FILE")]
     pub generator_ca: Option<PathBuf>,
+    /// With `delivery: Fetch` (the template's or the config's), write the render a machine
+    /// fetches (a script, as the stub runs it) instead of its user-data, the stub. With
+    /// `--role all`, one `payload-ROLE` file per role that fetches (init never does).
+    #[arg(long)]
+    pub payload: bool,
 }
 
 /// `--role`: one role, or all of them.
@@ -120,7 +129,8 @@ pub fn run(args: &RenderArgs) -> ExitCode {
                     .map_err(|e| format!("cannot create {}: {e}", dir.display()))
                     .and_then(|()| {
                         outputs.iter().try_for_each(|(role, data)| {
-                            let path = dir.join(format!("user-data-{role}"));
+                            let kind = if args.payload { "payload" } else { "user-data" };
+                            let path = dir.join(format!("{kind}-{role}"));
                             std::fs::write(&path, data)
                                 .map_err(|e| format!("cannot write {}: {e}", path.display()))
                         })
@@ -246,23 +256,116 @@ fn render(args: &RenderArgs) -> Result<Vec<(Role, Vec<u8>)>, Failure> {
         }
     }
     let generators = Offline::new(&args.generators, args.generator_ca.as_deref())?;
-    roles
-        .into_iter()
-        .map(|role| {
-            // RenderContext::new drops the certificates for a worker and the join data for init.
-            let ctx =
-                RenderContext::new(&cluster, &machine, role, Some(join.clone()), certs.clone());
-            let generated = generators
-                .answer(&compiled, &config, &ctx)
-                .map_err(|(field, e)| {
-                    Failure::Render(format!("{object} {field}: {e} (role {role})"))
-                })?;
-            let rendered = compiled
-                .render_generated(&config, &ctx, &generated)
-                .map_err(|e| Failure::Render(format!("{}{e} (role {role})", at(&e))))?;
-            Ok((role, rendered.data))
-        })
+    let roles = fetching_roles(&compiled, &config, roles, args.payload)?;
+    let shared = Shared {
+        cluster: &cluster,
+        machine: &machine,
+        object: &object,
+        compiled: &compiled,
+        config: &config,
+        join: &join,
+        certs: &certs,
+        generators: &generators,
+        at: &at,
+    };
+    (roles.into_iter())
+        .map(|role| render_role(&shared, role, args.payload))
         .collect()
+}
+
+/// What the render of every role shares.
+struct Shared<'a> {
+    cluster: &'a Cluster,
+    machine: &'a Machine,
+    /// The template, as messages name it.
+    object: &'a str,
+    compiled: &'a CompiledTemplate,
+    config: &'a crd_types::BootplateConfigSpec,
+    join: &'a JoinInfo,
+    certs: &'a Option<Certificates>,
+    generators: &'a Offline,
+    /// Where a render error's culprit is (`FILE:LINE:COL: `).
+    at: &'a dyn Fn(&render::RenderError) -> String,
+}
+
+/// The name the offline stub gives the payload it fetches (the controller's names a config).
+const OFFLINE_PAYLOAD: &str = "bootplate-fetch-offline-render";
+
+/// The roles to render: with `--payload`, those whose machines fetch their render (an error
+/// when none does); without, all of `roles`, with a note on standard error when some of them
+/// receive a fetch stub, which is not the render.
+fn fetching_roles(
+    compiled: &CompiledTemplate,
+    config: &crd_types::BootplateConfigSpec,
+    roles: Vec<Role>,
+    payload: bool,
+) -> Result<Vec<Role>, Failure> {
+    let (fetching, whole): (Vec<Role>, Vec<Role>) = roles
+        .into_iter()
+        .partition(|role| compiled.fetches(config, *role));
+    let names = |roles: &[Role]| {
+        roles
+            .iter()
+            .map(Role::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (payload, fetching.is_empty()) {
+        (true, true) => Err(input(format!(
+            "--payload: a machine of role {} receives its whole render as user-data (the render fetches nothing: `delivery: Fetch` is not set, or the role is init, which never fetches)",
+            names(&whole)
+        ))),
+        (true, false) => Ok(fetching),
+        (false, true) => Ok(whole),
+        (false, false) => {
+            eprintln!(
+                "bootplate render: note: delivery: Fetch: the user-data of role {} is the stub that fetches the render (its keys and token thrown away, as the certificates are); --payload writes the render it fetches",
+                names(&fetching)
+            );
+            let mut all = whole;
+            all.extend(fetching);
+            all.sort_by_key(|role| Role::ALL.iter().position(|r| r == role));
+            Ok(all)
+        }
+    }
+}
+
+/// The user-data of `role`, or with `payload` the render its machine fetches (the stub's
+/// payload, unsealed).
+fn render_role(s: &Shared<'_>, role: Role, payload: bool) -> Result<(Role, Vec<u8>), Failure> {
+    // RenderContext::new drops the certificates for a worker and the join data for init.
+    let mut ctx = RenderContext::new(
+        s.cluster,
+        s.machine,
+        role,
+        Some(s.join.clone()),
+        s.certs.clone(),
+    );
+    if s.compiled.fetches(s.config, role) {
+        let keys = render::fetch::PayloadKeys {
+            cipher: rand::random(),
+            mac: rand::random(),
+            iv: rand::random(),
+        };
+        ctx.fetch = (ctx.join.as_ref()).map(|j| j.fetch_target(OFFLINE_PAYLOAD.to_owned(), keys));
+    }
+    let generated = (s.generators.answer(s.compiled, s.config, &ctx)).map_err(|(field, e)| {
+        Failure::Render(format!("{} {field}: {e} (role {role})", s.object))
+    })?;
+    let rendered = (s.compiled.render_generated(s.config, &ctx, &generated))
+        .map_err(|e| Failure::Render(format!("{}{e} (role {role})", (s.at)(&e))))?;
+    if !payload {
+        return Ok((role, rendered.data));
+    }
+    let sealed = rendered.payload.as_ref().zip(ctx.fetch.as_ref());
+    let plain = sealed.and_then(|(sealed, target)| render::fetch::open(sealed, &target.keys));
+    let plain = plain.ok_or_else(|| {
+        Failure::Render(format!(
+            "{}: the role {role} render holds no payload",
+            s.object
+        ))
+    })?;
+    Ok((role, plain))
 }
 
 /// Applies each `--set NAME=VALUE` to the config's variables, the value read as YAML.
