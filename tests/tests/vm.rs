@@ -128,8 +128,9 @@ fn read_disk(disk: &Path, path: &str) -> Option<String> {
 
 /// plain-linux, rendered for a worker Machine, boots to "cloud-init finished": its script set
 /// the host name to the Machine's name, made the user with sudo and SSH keys and the service
-/// the variables ask for (enabled in systemd's tree), cloud-init recorded no error, and the
-/// Cluster API sentinel was written (copied from /run by the image before it powered off).
+/// the variables ask for (enabled in systemd's tree, and running when cloud-init was done),
+/// cloud-init recorded no error, and the Cluster API sentinel was written (copied from /run by
+/// the image before it powered off).
 #[test]
 fn plain_linux_boots_in_a_vm() {
     let work = tempfile::tempdir().unwrap();
@@ -193,6 +194,14 @@ spec:
         )
         .is_some(),
         "vm-web.service is not enabled"
+    );
+    // Started, and still running when cloud-init was done: its command ran as the unit says.
+    let running = read("/var/lib/bootplate-vm/running-services");
+    assert!(
+        running
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("vm-web.service")),
+        "vm-web.service is not running:\n{running}"
     );
 }
 

@@ -89,7 +89,9 @@ printf '%s\n' 'datasource_list: [NoCloud, None]' 'locale: C.UTF-8' \
   >"$r/etc/cloud/cloud.cfg.d/90-bootplate-vm.cfg"
 # The boot ends when cloud-init's last stage does, whatever the user-data did; what the
 # user-data left in /run (a tmpfs: Cluster API's sentinel) is kept on the disk first, under
-# /var/lib/bootplate-vm/run.
+# /var/lib/bootplate-vm/run, and the services running then are listed in
+# /var/lib/bootplate-vm/running-services (a unit the user-data started is seen to run, not only
+# to be enabled).
 cat >"$r/etc/systemd/system/bootplate-poweroff.service" <<'UNIT'
 [Unit]
 Description=Power off once cloud-init is done (bootplate's VM test)
@@ -100,6 +102,7 @@ Wants=cloud-final.service
 Type=oneshot
 ExecStart=/bin/mkdir -p /var/lib/bootplate-vm/run
 ExecStart=-/bin/cp -a /run/cluster-api /var/lib/bootplate-vm/run/
+ExecStart=-/bin/sh -c 'systemctl list-units --type=service --state=running --no-legend --plain >/var/lib/bootplate-vm/running-services'
 ExecStart=/bin/systemctl --no-block poweroff
 
 [Install]
