@@ -836,8 +836,10 @@ def schema_errors():
 
 
 def check_stages(report, explained):
-    """Each stage's exit status. A cloud-init stage fails when one of its modules does; those
-    are reported by module (check_cloud_init_log), so only the other failures are reported here.
+    """Each stage's exit status, all of them in the report's data. A cloud-init stage fails
+    when one of its modules does; when those are reported (a failed step, a module's failure in
+    cloud-init's log: `explained`), the stage's status is not reported again as a failure; any
+    other non-zero status is, so that no stage crash hides behind an unrelated failure.
     """
     stages = []
     for line in lines(f"{RUN}/stages.tsv"):
@@ -1081,7 +1083,11 @@ def check():
     steps_failed = any(not s["state"].startswith(("ok", "skipped")) for s in steps)
     if k == "cloud-init":
         check_cloud_init_log(report, steps_failed)
-    check_stages(report, explained=bool(report.failures))
+    # A cloud-init stage fails when one of its modules does: explained by a failed step (the
+    # scripts module) or a module's failure found in the log, and by nothing else (a schema
+    # warning or a declaration problem does not make a stage exit non-zero).
+    explained = steps_failed or any(f["step"].startswith("cloud-init module") for f in report.failures)
+    check_stages(report, explained=explained)
     check_files(d, report)
     check_units(d, report, calls)
     check_stubs(report, calls)
