@@ -224,7 +224,6 @@ pub fn user_data_problems(
     problems
 }
 
-/// The way out of a user-data cap that fetch delivery gives, for the roles it applies to.
 /// The fetch stub of `role` over `limit`, said at `spec.delivery`: the stub is the user-data
 /// of a machine that fetches (its size mostly the endpoint's and the keys', not the template's).
 fn stub_problem(
@@ -252,6 +251,7 @@ fn stub_problem(
     Some(p)
 }
 
+/// The way out of a user-data cap that fetch delivery gives, for the roles it applies to.
 fn fetch_way_out(t: &CompiledTemplate, role: Role) -> String {
     match role {
         Role::Init => {
