@@ -404,7 +404,7 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
         if reports {
             context.boot_report = Some(report_target(ctx, scene, &spec, &ca.pem, token));
         }
-        context.fetch = fetches.then(|| fetch_target(scene, &ca, token));
+        context.fetch = fetches.then(|| fetch_target(scene, &join(token)));
         context
     };
     // A trial render with a stand-in token of the same length first, with the parts of the
@@ -486,19 +486,17 @@ fn network_secret_values(
         .collect()
 }
 
-/// Where the machine fetches its render with token `token`, and fresh keys to seal it with.
-fn fetch_target(scene: &Scene<'_>, ca: &certs::CaCert, token: &Token) -> render::fetch::Fetch {
-    render::fetch::Fetch {
-        server: format!("https://{}", scene.endpoint.address()),
-        ca_hash: ca.hash.clone(),
-        token: token.expose(),
-        name: fetch_payload::name(&scene.config.uid().unwrap_or_default()),
-        keys: render::fetch::PayloadKeys {
-            cipher: rand::random(),
-            mac: rand::random(),
-            iv: rand::random(),
-        },
-    }
+/// Where the machine joining with `join` fetches its render, and fresh keys to seal it with.
+fn fetch_target(scene: &Scene<'_>, join: &JoinInfo) -> render::fetch::Fetch {
+    let keys = render::fetch::PayloadKeys {
+        cipher: rand::random(),
+        mac: rand::random(),
+        iv: rand::random(),
+    };
+    join.fetch_target(
+        fetch_payload::name(&scene.config.uid().unwrap_or_default()),
+        keys,
+    )
 }
 
 /// Before the data Secret holds `user_data`: sets up the report objects for the config's new
