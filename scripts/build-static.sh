@@ -25,6 +25,16 @@ case "$triple" in
 esac
 # Built as it ships, by rustc itself: not through a wrapper such as the test run's clippy-driver.
 unset RUSTC_WORKSPACE_WRAPPER
+# Nor with the variables cargo sets for a test that runs this (the images and release tiers do):
+# build scripts that track one of them (ring's tracks CARGO_MANIFEST_DIR) would see it change
+# between a build from a tier and one from ci.sh, and cargo would rebuild them and every crate
+# above them (ring, rustls, kube, the workspace) in both profiles on every run.
+for name in $(compgen -e); do
+  case $name in
+    CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_BIN_* | CARGO_CRATE_NAME | CARGO_PRIMARY_PACKAGE | \
+      CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR) unset "$name" ;;
+  esac
+done
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
   "$cargo" build --locked --profile "$profile" -p "$package" --bin "$binary" --target "$triple" >&2
 target=$("$cargo" metadata --format-version 1 --no-deps --locked |
