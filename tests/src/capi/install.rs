@@ -6,7 +6,8 @@
 //! runs as a process, its certificate comes from [`crate::pki`]). Every object gets the label
 //! `clusterctl init` gives the components it installs.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use base64::Engine as _;
@@ -78,6 +79,14 @@ pub fn for_loopback(object: &mut Value, port: u16, ca_pem: &str) -> anyhow::Resu
 }
 
 pub(crate) fn kustomize(dir: &Path) -> anyhow::Result<String> {
+    // A tier starts many environments from the same few directories (a module's config in the
+    // read-only module cache, the deploy tree of this checkout): each is built once per test
+    // process, not once per environment (a second of CPU each, on a machine the tiers share).
+    static BUILT: std::sync::Mutex<BTreeMap<PathBuf, String>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    if let Some(built) = BUILT.lock().expect("not poisoned").get(dir) {
+        return Ok(built.clone());
+    }
     let out = std::process::Command::new("kubectl")
         .arg("kustomize")
         .arg(dir)
@@ -90,7 +99,12 @@ pub(crate) fn kustomize(dir: &Path) -> anyhow::Result<String> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(String::from_utf8(out.stdout)?)
+    let built = String::from_utf8(out.stdout)?;
+    BUILT
+        .lock()
+        .expect("not poisoned")
+        .insert(dir.to_owned(), built.clone());
+    Ok(built)
 }
 
 /// A CRD whose conversion is a webhook calls the manager's `/convert` on loopback.
