@@ -249,11 +249,12 @@ impl Output {
 
 /// Helpers whose result cannot break out of the syntax it is written into (`shell_quote` but
 /// in a systemd unit, where the line breaks it keeps start a new setting).
-const QUOTING: [&str; 10] = [
+const QUOTING: [&str; 11] = [
     "shell_quote",
     "systemd_quote",
     "systemd_env_quote",
     "yaml_quote",
+    "yaml_quote_jinja",
     "json",
     "base64",
     "gzip_base64",

@@ -38,6 +38,9 @@ pub const MAX_TEXT_COST: u64 = 1 << 26;
 /// The cost all texts of one template may add up to.
 pub const MAX_TEMPLATE_COST: u64 = 1 << 28;
 
+/// The registry name (and field) of a raw template's text.
+const RAW_TEMPLATE: &str = "spec.template";
+
 /// Most partial inclusions one text may expand to (counting inclusions inside included
 /// partials, but not loop iterations). Each inclusion copies the render context, so a template
 /// whose partials include each other ten times over, five levels deep, would spend seconds
@@ -63,6 +66,9 @@ pub(crate) struct Engine {
     prepared: BTreeMap<String, Prepared>,
     /// Compile cost spent so far (see [`MAX_TEXT_COST`]).
     cost: u64,
+    /// A text calls `cloud_init_jinja`: escaping stays on in every text, so that the values
+    /// written after that call are Jinja-escaped (see `jinja.rs`).
+    jinja: bool,
 }
 
 impl Engine {
@@ -80,6 +86,7 @@ impl Engine {
             partial_names: BTreeSet::new(),
             prepared: BTreeMap::new(),
             cost: 0,
+            jinja: false,
         }
     }
 
@@ -101,6 +108,7 @@ impl Engine {
 
     fn compile(&mut self, name: &str, field: &str, text: &str, problems: &mut Vec<Problem>) {
         self.fields.insert(name.to_owned(), field.to_owned());
+        self.jinja |= text.contains("cloud_init_jinja");
         let mustaches = text.matches("{{").count() as u64;
         let cost = mustaches.saturating_mul(text.len() as u64);
         self.cost = self.cost.saturating_add(cost);
@@ -429,10 +437,21 @@ impl Engine {
         crate::helpers::take_refusal();
         let mut out = LimitedOutput::new(budget, capacity);
         let mut rc = RenderContext::new(template.name.as_ref());
-        rc.set_disable_escape(!unit);
+        rc.set_disable_escape(!unit && !self.jinja);
+        crate::jinja::start();
         let result = template.render(&self.registry, ctx, &mut rc, &mut out);
+        let jinja = crate::jinja::finish();
         let buf = out.buf;
         match result {
+            Ok(()) if jinja && (name != RAW_TEMPLATE || !buf.starts_with(crate::jinja::HEADER)) => {
+                Err(FieldError::Failed(
+                    Problem::template(
+                        self.fields.get(name).map_or(name, String::as_str),
+                        "`{{cloud_init_jinja}}` writes the first line of a raw spec.template (cloud-init reads `## template: jinja` there only): write it before anything else",
+                    )
+                    .with_reason(crd_types::conditions::reason::RENDER_FAILED),
+                ))
+            }
             Ok(()) if unit && UNIT_VALUE_BROKEN.take() => {
                 Err(FieldError::Failed(unit_value_problem(name, &self.fields)))
             }
@@ -511,16 +530,18 @@ impl Drop for UnitText {
 }
 
 /// The escape function: handlebars calls it on every value a template writes out (`{{x}}`,
-/// a helper's result), and only while escaping is on, that is in a unit text. It changes
-/// nothing; it notes a value systemd would read as more than one setting, for the engine to
-/// refuse the render. (An escape function cannot fail the render itself.)
+/// a helper's result), and only while escaping is on, that is in a unit text or in a template
+/// that calls `cloud_init_jinja`. In a unit text it notes a value systemd would read as more
+/// than one setting, for the engine to refuse the render (an escape function cannot fail the
+/// render itself); after `{{cloud_init_jinja}}` it Jinja-escapes the value. Otherwise it
+/// changes nothing.
 fn unit_value(value: &str) -> String {
     if UNIT_TEXT.get()
         && (value.chars().any(crate::helpers::unit_breaking) || value.ends_with('\\'))
     {
         UNIT_VALUE_BROKEN.set(true);
     }
-    value.to_owned()
+    crate::jinja::escape_value(value).into_owned()
 }
 
 /// The problem of a unit text that a value broke. The value is the config's doing (its
@@ -816,6 +837,38 @@ mod tests {
             &Context::wraps(data).unwrap(),
             &mut Budget::new(1 << 20),
         )
+    }
+
+    /// After `{{cloud_init_jinja}}` every value is Jinja-escaped, in partials and loops too, but
+    /// the one `yaml_quote_jinja … true` writes; before it (and without it) nothing is.
+    #[test]
+    fn cloud_init_jinja_escapes_every_value_but_the_ones_the_template_asks_for() {
+        let partials = [("p", "p: {{yaml_quote v}}\n")];
+        let text = "{{#if on}}{{cloud_init_jinja}}{{/if}}#cloud-config\nn: {{yaml_quote_jinja v on}}\n{{> p}}{{#each l}}- {{this}}\n{{/each}}{{#if (yaml_quote_jinja v on)}}x: {{yaml_quote v}}{{/if}}\n";
+        let jinja = engine(&partials, text);
+        let data = |on: bool| serde_json::json!({"on": on, "v": "{{ ds.x }}", "l": ["{% a"]});
+        let e = r#""{{ '{' }}{ ds.x }}""#;
+        let expected = format!(
+            "## template: jinja\n#cloud-config\nn: \"{{{{ ds.x }}}}\"\np: {e}\n- {{{{ '{{' }}}}% a\nx: {e}\n"
+        );
+        // (A subexpression's result is written by another helper: escaped.)
+        assert_eq!(render(&jinja, data(true)).ok().unwrap(), expected);
+        let plain =
+            "#cloud-config\nn: \"{{ ds.x }}\"\np: \"{{ ds.x }}\"\n- {% a\nx: \"{{ ds.x }}\"\n";
+        assert_eq!(render(&jinja, data(false)).ok().unwrap(), plain);
+        // Anywhere but first, the header would be text cloud-init does not read.
+        let late = engine(&[], "#cloud-config\n{{cloud_init_jinja}}");
+        let Err(FieldError::Failed(problem)) = render(&late, serde_json::json!({})) else {
+            panic!("a late header renders");
+        };
+        assert!(
+            problem.message.contains("first line"),
+            "{}",
+            problem.message
+        );
+        // A value asked for as Jinja in an output that is not Jinja.
+        let bare = engine(&[], "#cloud-config\nn: {{yaml_quote_jinja v true}}\n");
+        assert!(render(&bare, data(false)).is_err());
     }
 
     #[test]

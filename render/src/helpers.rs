@@ -118,6 +118,39 @@ impl HelperDef for Simple {
     }
 }
 
+/// `yaml_quote_jinja`: as a subexpression its result is a value like any other (escaped where
+/// another helper writes it); written by itself with AS_JINJA true, it is the one value of a
+/// Jinja output the escape function lets through.
+struct QuoteJinja(Simple);
+
+impl HelperDef for QuoteJinja {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        h: &Helper<'rc>,
+        r: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut RenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.0.call_inner(h, r, ctx, rc)
+    }
+
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        h: &Helper<'rc>,
+        r: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut RenderContext<'reg, 'rc>,
+        out: &mut dyn handlebars::Output,
+    ) -> handlebars::HelperResult {
+        let as_jinja = h.param(1).map(PathAndJson::value) == Some(&Value::Bool(true));
+        // Simple's call: its value (an error when the output is not Jinja), then escaped.
+        crate::jinja::arm(as_jinja);
+        let written = self.0.call(h, r, ctx, rc, out);
+        crate::jinja::arm(false);
+        written
+    }
+}
+
 /// How much work (template elements rendered inside loops and partials, see
 /// `engine::charge_steps`) one render may do: enough for loops over thousands of items, small
 /// enough that a render finishes in well under a second.
@@ -182,7 +215,7 @@ impl HelperDef for Step {
 }
 
 /// bootplate's helpers: name, usage, number of parameters, function.
-pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 23] = [
+pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 26] = [
     ("shell_quote", "shell_quote VALUE", 1, shell_quote),
     ("systemd_quote", "systemd_quote VALUE", 1, systemd_quote),
     (
@@ -192,6 +225,13 @@ pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 23] = [
         systemd_env_quote,
     ),
     ("yaml_quote", "yaml_quote VALUE", 1, yaml_quote),
+    (
+        "yaml_quote_jinja",
+        "yaml_quote_jinja VALUE AS_JINJA",
+        2,
+        yaml_quote_jinja,
+    ),
+    ("cloud_init_jinja", "cloud_init_jinja", 0, cloud_init_jinja),
     ("json", "json VALUE", 1, json),
     ("base64", "base64 TEXT", 1, base64),
     ("gzip_base64", "gzip_base64 TEXT", 1, gzip_base64),
@@ -220,6 +260,7 @@ pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 23] = [
     ("url_encode", "url_encode TEXT", 1, url_encode),
     ("octal", "octal TEXT", 1, octal),
     ("concat", "concat TEXT TEXT", 2, concat),
+    ("contains", "contains LIST ITEM", 2, contains),
     ("fail", "fail MESSAGE", 1, fail),
 ];
 
@@ -229,16 +270,18 @@ pub(crate) fn register(registry: &mut Handlebars<'static>) {
     registry.unregister_helper("log");
     registry.register_helper(STEP_HELPER, Box::new(Step));
     for (name, usage, arity, f) in HELPERS {
-        registry.register_helper(
+        let simple = Simple {
             name,
-            Box::new(Simple {
-                name,
-                usage,
-                arity,
-                first_may_be_missing: name == "default",
-                f,
-            }),
-        );
+            usage,
+            arity,
+            first_may_be_missing: name == "default",
+            f,
+        };
+        if name == "yaml_quote_jinja" {
+            registry.register_helper(name, Box::new(QuoteJinja(simple)));
+        } else {
+            registry.register_helper(name, Box::new(simple));
+        }
     }
 }
 
@@ -405,6 +448,45 @@ fn yaml_quote(args: &[&Value]) -> Result<Value, HelperError> {
     let t = text(args[0])?;
     fits(yaml_double_quoted_len(&t))?;
     Ok(Value::String(yaml_double_quoted(&t)))
+}
+
+/// `yaml_quote`, and with AS_JINJA true the result is left for cloud-init's Jinja (the one value
+/// a `{{cloud_init_jinja}}` output does not escape): the template decides where a value may be
+/// Jinja, never the value.
+fn yaml_quote_jinja(args: &[&Value]) -> Result<Value, HelperError> {
+    let as_jinja = match args[1] {
+        Value::Bool(b) => *b,
+        other => {
+            return Err(HelperError::Invalid(format!(
+                "AS_JINJA is true or false, got {}",
+                type_name(other)
+            )));
+        }
+    };
+    if as_jinja && !crate::jinja::is_on() {
+        return Err(HelperError::Invalid(
+            "writes a value for cloud-init's Jinja, but the output is not Jinja: write {{cloud_init_jinja}} first"
+                .to_owned(),
+        ));
+    }
+    yaml_quote(&args[..1])
+}
+
+/// The line `## template: jinja`: cloud-init renders the rest of the output as Jinja, and every
+/// value written after it is escaped (see `jinja.rs`).
+fn cloud_init_jinja(_: &[&Value]) -> Result<Value, HelperError> {
+    Ok(Value::String(crate::jinja::turn_on()))
+}
+
+/// Whether LIST has an item equal to ITEM.
+fn contains(args: &[&Value]) -> Result<Value, HelperError> {
+    match args[0] {
+        Value::Array(items) => Ok(Value::Bool(items.contains(args[1]))),
+        other => Err(HelperError::Invalid(format!(
+            "expects a list, got {}",
+            type_name(other)
+        ))),
+    }
 }
 
 /// The double-quoted YAML scalar of `s`.

@@ -20,6 +20,7 @@ mod formats;
 pub mod generator;
 mod helpers;
 mod inplace;
+pub mod jinja;
 mod limit;
 mod lint;
 pub mod network;

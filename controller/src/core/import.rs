@@ -119,10 +119,84 @@ pub fn machine_deployment_patch(template: &str) -> Value {
     } } } } } })
 }
 
+/// Where the kubeadm bootstrap provider's users write cloud-init Jinja (every field of its
+/// user-data is Jinja), as the field of the KubeadmConfigSpec and the name kubeadm-compat's
+/// `jinja` variable gives it. The first match wins.
+const JINJA_FIELDS: &[(&str, &str)] = &[
+    ("joinConfiguration.nodeRegistration.name", "nodeName"),
+    (
+        "joinConfiguration.nodeRegistration.kubeletExtraArgs",
+        "kubeletExtraArgs",
+    ),
+    ("preKubeadmCommands[", "preCommands"),
+    ("postKubeadmCommands[", "postCommands"),
+    ("bootCommands[", "bootCommands"),
+    ("files[", "files"),
+];
+
+/// The fields of kubeadm-compat's `jinja`: those where the spec at `at` holds a Jinja tag, in
+/// the order of [`JINJA_FIELDS`]. A Jinja tag anywhere else is a lost field: kubeadm-compat
+/// writes that value as it is. The first control plane's configurations are lost whole already.
+fn jinja_fields(source: &Value, at: &str, walk: &mut Walk) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    for path in jinja_paths(source) {
+        if path.starts_with("initConfiguration") || path.starts_with("clusterConfiguration") {
+            continue;
+        }
+        let field = JINJA_FIELDS
+            .iter()
+            .find(|(prefix, _)| path.starts_with(prefix))
+            .filter(|(_, name)| match *name {
+                "files" => path.ends_with(".content"),
+                "kubeletExtraArgs" => !path.ends_with(".name"),
+                _ => true,
+            });
+        match field {
+            Some((_, name)) => found.push(*name),
+            None => walk.lose(
+                format!("{at}.{path}"),
+                "a cloud-init Jinja expression where kubeadm-compat writes the value as it is (it writes Jinja in nodeName, kubeletExtraArgs values, the commands and files' content only)",
+            ),
+        }
+    }
+    JINJA_FIELDS
+        .iter()
+        .map(|(_, name)| *name)
+        .filter(|name| found.contains(name))
+        .collect()
+}
+
+/// The path (`files[0].content`) of every string of `value` that holds a Jinja tag. Walked
+/// with a stack, not recursion: the object's depth is its author's.
+fn jinja_paths(value: &Value) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut stack = vec![(String::new(), value)];
+    while let Some((path, v)) = stack.pop() {
+        match v {
+            Value::String(s) if render::jinja::has_jinja(s) => paths.push(path),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate().rev() {
+                    stack.push((format!("{path}[{i}]"), item));
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map.iter().rev() {
+                    let sep = if path.is_empty() { "" } else { "." };
+                    stack.push((format!("{path}{sep}{key}"), item));
+                }
+            }
+            _ => {}
+        }
+    }
+    paths
+}
+
 /// What the conversion walks: the object's name for messages and the lost fields so far.
 struct Walk {
     object: String,
     lost: Vec<Lost>,
+    /// The spec has `format: ignition` (no Jinja there).
+    ignition: bool,
 }
 
 impl Walk {
@@ -163,6 +237,7 @@ pub fn import(object: &Value) -> Result<Imported, ImportError> {
     let mut walk = Walk {
         object: shown,
         lost: Vec::new(),
+        ignition: false,
     };
     if name.is_empty() {
         return Err(walk.error("metadata.name", "the object has no name"));
@@ -191,6 +266,7 @@ fn convert_spec(
         _ => return Err(walk.error(at, "not an object (a KubeadmConfigSpec)")),
     };
     let ignition = fields.get("format").and_then(Value::as_str) == Some("ignition");
+    walk.ignition = ignition;
     let mut spec = BootplateConfigSpec {
         template_ref: TemplateRef {
             kind: TemplateKind::ClusterBootstrapTemplate,
@@ -213,6 +289,12 @@ fn convert_spec(
     }
     if ignition && let Some(users) = spec.variables.get_mut("users") {
         lose_ignition_user_fields(users, &format!("{at}.users"), walk);
+    }
+    if !ignition {
+        let jinja = jinja_fields(source, at, walk);
+        if !jinja.is_empty() {
+            set(&mut spec.variables, "jinja", json!(jinja));
+        }
     }
     Ok(spec)
 }
@@ -634,9 +716,9 @@ fn convert_node_registration(
         return Ok(());
     }
     match reg["name"].as_str() {
-        Some(name) if name.contains("{{") => walk.lose(
+        Some(name) if walk.ignition && render::jinja::has_jinja(name) => walk.lose(
             format!("{field}.name"),
-            "a cloud-init Jinja expression is not expanded (kubeadm-compat writes plain cloud-config): left out, kubeadm names the node after its host name",
+            "a cloud-init Jinja expression, and Ignition has no Jinja (the provider writes it as it is, and kubeadm refuses that name): left out, kubeadm names the node after its host name",
         ),
         _ => set(vars, "nodeName", reg["name"].clone()),
     }
@@ -762,6 +844,26 @@ mod tests {
                 json!({"format": "cloud-config"}),
                 json!({}),
             ),
+            (
+                "a Jinja node name (AWS, Azure, GCP, OpenStack, Metal3)",
+                json!({"joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}}),
+                json!({"nodeName": "{{ ds.meta_data.local_hostname }}", "jinja": ["nodeName"]}),
+            ),
+            (
+                "Jinja in a flag's value, listed in the template's order",
+                json!({"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": {"provider-id": "metal3://{{ ds.meta_data.providerid }}"}, "name": "{% if 1 %}n{% endif %}"}}}),
+                json!({"kubeletExtraArgs": [{"name": "provider-id", "value": "metal3://{{ ds.meta_data.providerid }}"}], "nodeName": "{% if 1 %}n{% endif %}", "jinja": ["nodeName", "kubeletExtraArgs"]}),
+            ),
+            (
+                "Jinja in commands and file content (vSphere's hostname commands)",
+                json!({"preKubeadmCommands": ["hostnamectl set-hostname \"{{ ds.meta_data.hostname }}\""], "postKubeadmCommands": ["echo {# c #}"], "bootCommands": ["echo {{ v1.region }}"], "files": [{"path": "/etc/h", "content": "{{ ds.meta_data.hostname }}"}]}),
+                json!({"bootCommands": ["echo {{ v1.region }}"], "jinja": ["preCommands", "postCommands", "bootCommands", "files"]}),
+            ),
+            (
+                "braces that are not Jinja",
+                json!({"preKubeadmCommands": ["echo ${A} {a: 1}"]}),
+                json!({}),
+            ),
         ];
         for (name, spec, variables) in cases {
             let imported =
@@ -806,8 +908,16 @@ mod tests {
                 "initConfiguration",
             ),
             (
-                json!({"joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}}),
-                "joinConfiguration.nodeRegistration.name",
+                json!({"users": [{"name": "u", "gecos": "{{ ds.meta_data.instance_id }}"}]}),
+                "users[0].gecos",
+            ),
+            (
+                json!({"files": [{"path": "/a", "content": "x", "owner": "{{ v1.user }}"}]}),
+                "files[0].owner",
+            ),
+            (
+                json!({"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [{"name": "{{ x }}", "value": "1"}]}}}),
+                "joinConfiguration.nodeRegistration.kubeletExtraArgs[0].name",
             ),
             (
                 json!({"joinConfiguration": {"nodeRegistration": {"imagePullSerial": false}}}),
@@ -836,9 +946,12 @@ mod tests {
             (json!({"somethingNew": 1}), "somethingNew"),
         ];
         assert_lost(cases);
-        // A Jinja node name is left out, not carried as text kubeadm would refuse.
-        let jinja = json!({"joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}});
-        assert!(import(&template(jinja)).unwrap().spec.variables.is_empty());
+        // The first control plane's configuration is lost whole, its Jinja not named again.
+        let init =
+            json!({"initConfiguration": {"nodeRegistration": {"name": "{{ local_hostname }}"}}});
+        let imported = import(&template(init)).unwrap();
+        assert_eq!(imported.lost.len(), 1);
+        assert!(imported.spec.variables.is_empty());
     }
 
     fn assert_lost(cases: &[(Value, &str)]) {
@@ -879,8 +992,20 @@ mod tests {
                 json!({"format": "ignition", "users": [{"name": "u", "lockPassword": false}]}),
                 "users[0].lockPassword",
             ),
+            (
+                json!({"format": "ignition", "joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}}),
+                "joinConfiguration.nodeRegistration.name",
+            ),
         ];
         assert_lost(cases);
+        // Ignition has no Jinja: a Jinja node name is left out (kubeadm would refuse it), and
+        // no `jinja` variable is set; Jinja in a command is written as it is, as the provider
+        // writes it.
+        let spec = json!({"format": "ignition", "preKubeadmCommands": ["echo {{ x }}"],
+            "joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}});
+        let imported = import(&template(spec)).unwrap();
+        assert!(imported.spec.variables.is_empty());
+        assert_eq!(imported.spec.pre_commands, ["echo {{ x }}"]);
     }
 
     /// Each case: an object that cannot be imported, and the field the error names.
@@ -1014,6 +1139,40 @@ mod tests {
                 "{kind}"
             );
         }
+    }
+
+    /// The comparison tier's corpus, the providers' templates included: each imports with the
+    /// lost fields it names and no other, and a Jinja node name is carried with `jinja`.
+    #[test]
+    fn the_corpus_imports_with_the_losses_it_names() {
+        let text = shipped("tests/corpus/kubeadm-specs.yaml");
+        let mut jinja = 0;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
+            let name = doc["name"].as_str().unwrap();
+            let config = json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+                "kind": "KubeadmConfig", "metadata": {"name": name}, "spec": doc["spec"]});
+            let imported = import(&config).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let lost: Vec<String> = imported.lost.iter().map(|l| l.field.clone()).collect();
+            let named: Vec<String> = (doc["lost"].as_array().into_iter().flatten())
+                .map(|f| format!("spec.{}", f.as_str().unwrap()))
+                .collect();
+            assert_eq!(lost, named, "{name}");
+            let node = &doc["spec"]["joinConfiguration"]["nodeRegistration"]["name"];
+            if node.as_str().is_some_and(render::jinja::has_jinja) {
+                assert_eq!(imported.spec.variables["nodeName"], *node, "{name}");
+                assert_eq!(
+                    imported.spec.variables["jinja"],
+                    json!(["nodeName"]),
+                    "{name}"
+                );
+                jinja += 1;
+            }
+        }
+        assert_eq!(
+            jinja, 8,
+            "the providers' specs that name the node with Jinja"
+        );
     }
 
     #[test]

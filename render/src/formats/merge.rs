@@ -51,12 +51,25 @@ fn cloud_config(raw: &str, body: &Body) -> Result<String, String> {
     let map = doc
         .as_mapping_mut()
         .ok_or("the raw cloud-config is not a mapping")?;
+    // In a Jinja user-data, what the parts add is text for cloud-init to write as it is.
+    let jinja = raw.starts_with(crate::jinja::HEADER);
+    let literal = |s: &str| {
+        if jinja {
+            crate::jinja::escape(s).into_owned()
+        } else {
+            s.to_owned()
+        }
+    };
     let files = list(map, "write_files")?;
-    files.extend(files_to_write(body, None).iter().map(yaml_file));
+    files.extend(
+        files_to_write(body, None)
+            .iter()
+            .map(|f| yaml_file(f, literal)),
+    );
     let runcmd = list(map, "runcmd")?;
     let added = commands(body)
         .into_iter()
-        .map(|c| format!("(\n{}\n) || exit $?", c.trim_end()).into());
+        .map(|c| literal(&format!("(\n{}\n) || exit $?", c.trim_end())).into());
     let own = std::mem::take(runcmd);
     runcmd.extend(added.chain(own));
     // The raw body's leading comment lines (`#cloud-config` and what it says of itself).
@@ -79,17 +92,17 @@ fn list<'a>(
         .ok_or_else(|| format!("the raw cloud-config's {key} is not a list"))
 }
 
-fn yaml_file(f: &File) -> serde_yaml::Value {
+fn yaml_file(f: &File, literal: impl Fn(&str) -> String) -> serde_yaml::Value {
     let mut m = serde_yaml::Mapping::new();
-    m.insert("path".into(), f.path.clone().into());
-    m.insert("owner".into(), f.owner.clone().into());
+    m.insert("path".into(), literal(&f.path).into());
+    m.insert("owner".into(), literal(&f.owner).into());
     m.insert("permissions".into(), f.permissions.clone().into());
     match f.encoding {
         FileEncoding::Plain => {}
         FileEncoding::Base64 => drop(m.insert("encoding".into(), "b64".into())),
         FileEncoding::GzipBase64 => drop(m.insert("encoding".into(), "gz+b64".into())),
     }
-    m.insert("content".into(), f.content.clone().into());
+    m.insert("content".into(), literal(&f.content).into());
     serde_yaml::Value::Mapping(m)
 }
 

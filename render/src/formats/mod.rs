@@ -173,10 +173,13 @@ pub(crate) fn check_units(body: &Body) -> Result<(), String> {
 pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> {
     match format {
         OutputFormat::CloudConfig => {
-            let first = text.lines().next().unwrap_or("");
+            // cloud-init reads `## template: jinja` on the first line only, and the Jinja it
+            // renders must then start with `#cloud-config`.
+            let body = text.strip_prefix(crate::jinja::HEADER).unwrap_or(text);
+            let first = body.lines().next().unwrap_or("");
             if first.trim_end() != "#cloud-config" {
                 return Err(
-                    "the output is not a cloud-config: its first line must be `#cloud-config`"
+                    "the output is not a cloud-config: its first line must be `#cloud-config` (after `## template: jinja`, its second)"
                         .to_owned(),
                 );
             }
@@ -407,6 +410,9 @@ mod tests {
         let cc = OutputFormat::CloudConfig;
         assert!(check_raw(cc, "#cloud-config\nruncmd: [a]\n").is_ok());
         assert!(check_raw(cc, "#cloud-config\n").is_ok());
+        assert!(check_raw(cc, "## template: jinja\n#cloud-config\nruncmd: [a]\n").is_ok());
+        assert!(check_raw(cc, "#cloud-config\n## template: jinja\n").is_ok());
+        assert!(check_raw(cc, "## template: jinja\nruncmd: [a]\n").is_err());
         assert!(
             check_raw(cc, "runcmd: [a]\n")
                 .unwrap_err()
