@@ -186,3 +186,32 @@ fn every_shipped_template_unchanged_in_place_and_replaced() {
         }
     }
 }
+
+/// A raw `spec.template` without parts has nothing to apply in place: the same output is
+/// unchanged, any other output a replacement.
+#[test]
+fn a_raw_template_without_parts_is_unchanged_or_replaced() {
+    let raw = |command: &str| {
+        let text = format!(
+            "apiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootstrapTemplate\nmetadata: {{name: raw, namespace: a}}\nspec:\n  os: {{name: linux}}\n  format: cloud-config\n  template: |\n    #cloud-config\n    runcmd: [{command}]\n"
+        );
+        template_document(&text)
+    };
+    for (_, r) in judged(&raw("a"), &raw("a")) {
+        assert_eq!(r.verdict, Verdict::Unchanged, "{:?}", r.reason);
+    }
+    for (role, r) in judged(&raw("a"), &raw("b")) {
+        assert_eq!(r.verdict, Verdict::Replacement, "role {role}");
+        let reason = r.reason.unwrap_or_default();
+        assert!(
+            reason.contains("a raw spec.template has no parts"),
+            "{reason}"
+        );
+        assert_eq!(r.parts[0].part, "(output)");
+        assert!(
+            r.parts[0].diff.contains("+runcmd: [b]"),
+            "{}",
+            r.parts[0].diff
+        );
+    }
+}
