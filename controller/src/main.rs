@@ -39,6 +39,10 @@ enum Command {
     /// Check bootplate objects offline (files or directories of a GitOps tree): templates,
     /// configs against their templates, bootstrap references; text, short, JSON, JUnit or SARIF.
     Lint(cli::lint::LintArgs),
+    /// Preview a change offline: two revisions of templates or configs (files or directories)
+    /// rendered for the same machine; per role unchanged, in place or replacement, with the
+    /// diff by part. Exit 3 when a machine would be replaced.
+    Diff(cli::diff::DiffArgs),
     /// Turn KubeadmConfigTemplates and KubeadmConfigs into BootplateConfigTemplates and
     /// BootplateConfigs of the shipped template kubeadm-compat, naming every field not carried.
     Import(cli::import::ImportArgs),
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(*args),
         Command::Render(args) => cli::render::run(&args),
         Command::Lint(args) => cli::lint::run(&args),
+        Command::Diff(args) => cli::diff::run(&args),
         Command::Import(args) => cli::import::run(&args),
         Command::Generator(args) => cli::generator::run(&args),
         Command::Crds { output_dir } => crds(output_dir.as_deref()),

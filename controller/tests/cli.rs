@@ -1,4 +1,4 @@
-//! `bootplate render` and `bootplate lint` as a user runs them: the shipped examples, exit
+//! `bootplate render`, `bootplate lint` and `bootplate diff` as a user runs them: the shipped examples, exit
 //! codes, messages on stderr, and FILE:LINE:COL pointing at the right line.
 
 use std::path::{Path, PathBuf};
@@ -1466,4 +1466,330 @@ fn render_with_fetch_delivery_prints_the_stub_and_with_payload_what_it_fetches()
         .collect();
     written.sort();
     assert_eq!(written, ["payload-control-plane-join", "payload-worker"]);
+}
+
+/// A template with a `Rollout` part and an `InPlace` part (a file, a unit's drop-in reading the
+/// same value, a command), as tests/tests/inplace_capi.rs has it; `{mirror}` and `{runtime}` are
+/// what the revisions change.
+fn diff_template(mirror: &str, runtime: &str) -> String {
+    format!(
+        "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootstrapTemplate
+metadata:
+  name: inplace
+  namespace: team-a
+spec:
+  os: {{name: linux}}
+  format: cloud-config
+  variables:
+    - {{name: mirror, default: \"{mirror}\"}}
+  parts:
+    - name: install
+      commands: [\"echo install runtime {runtime}\"]
+    - name: configure
+      update: InPlace
+      files:
+        - path: /etc/containerd/certs.d/docker.io/hosts.toml
+          content: |
+            server = \"{{{{values.mirror}}}}\"
+      units:
+        - name: containerd.service
+          dropIns: [{{name: 10-mirror.conf, content: \"[Service]\\nEnvironment=MIRROR={{{{values.mirror}}}}\\n\"}}]
+      commands: [\"echo {{{{shell_quote values.mirror}}}}\"]
+"
+    )
+}
+
+/// Writes `files` (name, content) under `dir`.
+fn write_all(dir: &Path, files: &[(&str, &str)]) {
+    for (name, content) in files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+}
+
+fn diff_json(args: &[&str]) -> (Output, serde_json::Value) {
+    let mut all = vec!["diff", "--format", "json"];
+    all.extend_from_slice(args);
+    let out = bootplate(&all);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    (out, report)
+}
+
+/// `bootplate diff`: per role the verdict, what the agent does, the diff by part, and exit codes
+/// a pipeline gates on (0 unchanged or in place, 3 replacement), in every format.
+#[test]
+fn diff_tells_unchanged_in_place_and_replacement_with_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = diff_template("https://mirror-a.example", "2.0");
+    let b = diff_template("https://mirror-b.example", "2.0");
+    let c = diff_template("https://mirror-b.example", "2.1");
+    write_all(
+        dir.path(),
+        &[("a.yaml", &a), ("b.yaml", &b), ("c.yaml", &c)],
+    );
+    let at = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+
+    let (out, report) = diff_json(&[&at("a.yaml"), &at("a.yaml")]);
+    assert_exit(&out, 0);
+    assert_eq!(report["verdict"], "unchanged");
+    let roles = report["objects"][0]["roles"].as_array().unwrap();
+    assert_eq!(roles.len(), 3, "every role of the sample machine");
+    assert!(
+        roles
+            .iter()
+            .all(|r| r["verdict"] == "unchanged" && r["parts"] == serde_json::json!([]))
+    );
+
+    let (out, report) = diff_json(&[&at("a.yaml"), &at("b.yaml")]);
+    assert_exit(&out, 0);
+    assert_eq!(report["verdict"], "in-place");
+    assert_eq!(report["exitCode"], 0);
+    for role in report["objects"][0]["roles"].as_array().unwrap() {
+        assert_eq!(role["verdict"], "in-place", "{role}");
+        assert_eq!(role["inPlaceParts"], serde_json::json!(["configure"]));
+        let agent = &role["agent"];
+        assert_eq!(
+            agent["write"],
+            serde_json::json!([
+                "/etc/containerd/certs.d/docker.io/hosts.toml",
+                "/etc/systemd/system/containerd.service.d/10-mirror.conf"
+            ])
+        );
+        assert_eq!(agent["restart"], serde_json::json!(["containerd.service"]));
+        assert_eq!(agent["runCommandsOf"], serde_json::json!(["configure"]));
+        let part = &role["parts"][0];
+        assert_eq!(
+            (&part["part"], &part["update"]),
+            (&"configure".into(), &"InPlace".into())
+        );
+        let diff = part["diff"].as_str().unwrap();
+        assert!(
+            diff.contains("-    server = \"https://mirror-a.example\"")
+                && diff.contains("+    server = \"https://mirror-b.example\""),
+            "{diff}"
+        );
+    }
+
+    let out = bootplate(&["diff", &at("b.yaml"), &at("c.yaml")]);
+    assert_exit(&out, 3);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("worker: replacement: part `install` changed and is not `update: InPlace`"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("      +    echo install runtime 2.1"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("verdict: replacement"), "{stdout}");
+
+    let out = bootplate(&[
+        "diff",
+        "--format",
+        "markdown",
+        "--role",
+        "worker",
+        &at("a.yaml"),
+        &at("c.yaml"),
+    ]);
+    assert_exit(&out, 3);
+    let markdown = text(&out.stdout);
+    assert!(
+        markdown.starts_with("### bootplate diff: replacement\n"),
+        "{markdown}"
+    );
+    assert!(markdown.contains("| BootstrapTemplate team-a/inplace | worker | **replacement** | replacement: part `install` changed"), "{markdown}");
+    assert!(
+        markdown.contains("<details><summary>") && markdown.contains("```diff\n"),
+        "{markdown}"
+    );
+}
+
+/// Directories are paired by kind, namespace and name: what one side lacks is added or removed;
+/// a config is rendered with its own side's template; --machine picks the roles.
+#[test]
+fn diff_pairs_directories_and_renders_configs_with_their_sides_templates() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = diff_template("https://mirror-a.example", "2.0");
+    let b = diff_template("https://mirror-b.example", "2.0");
+    let other = a.replace("name: inplace", "name: other");
+    let gone = a.replace("name: inplace", "name: gone");
+    let config = "\
+apiVersion: bootstrap.bootplate.dev/v1alpha1
+kind: BootplateConfigTemplate
+metadata: {name: workers, namespace: team-a}
+spec:
+  template:
+    spec:
+      templateRef: {kind: BootstrapTemplate, name: inplace}
+      variables: {mirror: \"https://mirror-config.example\"}
+";
+    let in_place = config.replace("mirror-config", "mirror-config-2");
+    write_all(
+        dir.path(),
+        &[
+            ("old/t.yaml", &a),
+            ("old/sub/gone.yaml", &gone),
+            ("old/sub/config.yaml", config),
+            ("new/t.yaml", &b),
+            ("new/sub/other.yaml", &other),
+            ("new/sub/config.yaml", &in_place),
+        ],
+    );
+    let at = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let machine = [
+        "--machine",
+        "examples/machine-worker.yaml",
+        "--cluster",
+        "examples/cluster.yaml",
+    ];
+    let (old, new) = (at("old"), at("new"));
+    let mut args = vec!["-R", old.as_str(), new.as_str()];
+    args.extend(machine);
+    let (out, report) = diff_json(&args);
+    assert_exit(&out, 0);
+    let objects: Vec<(String, String, Vec<String>)> =
+        (report["objects"].as_array().unwrap().iter())
+            .map(|o| {
+                let roles = (o["roles"].as_array().unwrap().iter())
+                    .map(|r| {
+                        format!(
+                            "{} {}",
+                            r["role"].as_str().unwrap(),
+                            r["verdict"].as_str().unwrap()
+                        )
+                    })
+                    .collect();
+                (
+                    o["name"].as_str().unwrap().to_owned(),
+                    o["presence"].as_str().unwrap().to_owned(),
+                    roles,
+                )
+            })
+            .collect();
+    let row = |name: &str, presence: &str, roles: &[&str]| {
+        (
+            name.to_owned(),
+            presence.to_owned(),
+            roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        objects,
+        [
+            row("workers", "both", &["worker in-place"]),
+            row("other", "added", &[]),
+            row("inplace", "both", &["worker in-place"]),
+            row("gone", "removed", &[]),
+        ]
+    );
+    let config_diff = report["objects"][0]["roles"][0]["parts"][0]["diff"]
+        .as_str()
+        .unwrap();
+    assert!(
+        config_diff.contains("+    server = \"https://mirror-config-2.example\""),
+        "{config_diff}"
+    );
+    // The config's template is looked up on its own side only.
+    let lonely = dir.path().join("lonely.yaml");
+    std::fs::write(&lonely, config).unwrap();
+    let out = bootplate(&["diff", &lonely.to_string_lossy(), &lonely.to_string_lossy()]);
+    assert_exit(&out, 2);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("lonely.yaml:7:")
+            && stderr
+                .contains("BootstrapTemplate `inplace` is not among the files of the old side"),
+        "{stderr}"
+    );
+}
+
+/// Input errors exit 2 naming the file, line and column; a new revision that no longer renders
+/// exits 1; keys and tokens never reach the output.
+#[test]
+fn diff_input_errors_failures_and_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = diff_template("https://mirror-a.example", "2.0");
+    let bad_yaml = a.replace("  format: cloud-config\n", "  format: [cloud-config\n");
+    let unknown_field = a.replace("      update: InPlace\n", "      updates: InPlace\n");
+    let failing = a.replace("echo install runtime 2.0", "echo {{values.typo}}");
+    let keyed = |key: &str| {
+        a.replace(
+            "      commands: [\"echo install runtime 2.0\"]\n",
+            &format!(
+                "      commands: [\"echo install runtime 2.0\"]\n      files:\n        - path: /etc/key.pem\n          content: |\n            -----BEGIN PRIVATE KEY-----\n            {key}\n            -----END PRIVATE KEY-----\n        - path: /etc/join\n          content: \"kubeadm join --token {{{{join.token}}}}\"\n"
+            ),
+        )
+    };
+    let (key_a, key_b) = (keyed("MIIEsecretnumberone"), keyed("MIIEsecretnumbertwo"));
+    write_all(
+        dir.path(),
+        &[
+            ("a.yaml", &a),
+            ("bad.yaml", &bad_yaml),
+            ("unknown.yaml", &unknown_field),
+            ("failing.yaml", &failing),
+            ("key-a.yaml", &key_a),
+            ("key-b.yaml", &key_b),
+        ],
+    );
+    let at = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let out = bootplate(&["diff", &at("a.yaml"), &at("bad.yaml")]);
+    assert_exit(&out, 2);
+    assert!(
+        text(&out.stderr).contains("bad.yaml:9:"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bootplate(&["diff", &at("a.yaml"), &at("unknown.yaml")]);
+    assert_exit(&out, 2);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("unknown.yaml:15:7") && stderr.contains("spec.parts[1].updates"),
+        "{stderr}"
+    );
+    let out = bootplate(&["diff", &at("a.yaml"), &at("failing.yaml")]);
+    assert_exit(&out, 1);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "failing.yaml:13:24: error: spec.parts[0].commands[0]: undefined variable `values.typo`"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        text(&out.stdout).contains("fails to render"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = bootplate(&[
+        "diff",
+        "--role",
+        "worker",
+        &at("key-a.yaml"),
+        &at("key-b.yaml"),
+    ]);
+    assert_exit(&out, 3);
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains("MIIE") && !stdout.contains("BEGIN PRIVATE KEY"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(render::SAMPLE_TOKEN), "{stdout}");
+    assert!(stdout.contains("<bootstrap token>"), "{stdout}");
+    let digests: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("<private key sha256:"))
+        .collect();
+    assert_eq!(
+        digests.len(),
+        2,
+        "a changed key shows as a changed digest: {stdout}"
+    );
+    assert_ne!(digests[0][1..], digests[1][1..]);
 }

@@ -11,6 +11,7 @@
 
 mod analysis;
 mod body;
+mod compare;
 pub mod context;
 mod engine;
 mod error;
@@ -37,6 +38,7 @@ use crd_types::{
 use handlebars::Context;
 use serde_json::{Map, Value};
 
+pub use compare::{CompareError, Comparison, Renders, Revision, compare, comparison_context};
 pub use context::*;
 pub use engine::{MAX_DEPTH, MAX_PARTIAL_EXPANSIONS, MAX_TEMPLATE_COST, MAX_TEXT_COST};
 pub use error::{Origin, Position, Problem, RenderError, Severity};

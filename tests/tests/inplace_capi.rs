@@ -15,6 +15,10 @@
 //! names the part and the step, and the node's file is whole (old or new, never torn).
 //! (d) A node's identity reads its own payload Secret and not another node's.
 //! (e) A file changed by hand on a node is put back by its agent.
+//!
+//! Before each change is applied, `bootplate diff` previews it offline (the template and the old
+//! and the new config template, role worker): in place for (a) and (c), replacement naming part
+//! `install` for (b). What the tier then sees Cluster API and bootplate do is that verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -148,6 +152,43 @@ fn config_name(machine: &DynamicObject) -> String {
         .as_str()
         .unwrap()
         .to_owned()
+}
+
+/// The worker's verdict of `bootplate diff --format json --role worker` between two revisions
+/// of a MachineDeployment's config template, each file holding the template and the revision
+/// (two single files: paired whatever their names). The exit code must be the one the report
+/// states.
+fn previewed(old: &Value, new: &Value) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, config: &Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{}\n---\n{config}\n", template())).unwrap();
+        path
+    };
+    let (old, new) = (write("old.yaml", old), write("new.yaml", new));
+    let out = std::process::Command::new(testenv::controller::binary().unwrap())
+        .args(["diff", "--format", "json", "--role", "worker"])
+        .args([&old, &new])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bootplate diff: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(
+        out.status.code().map(i64::from),
+        report["exitCode"].as_i64(),
+        "{report}"
+    );
+    let objects = report["objects"].as_array().unwrap();
+    let config = objects
+        .iter()
+        .find(|o| o["kind"] == "BootplateConfigTemplate")
+        .unwrap_or_else(|| panic!("the config template's revisions: {report}"));
+    assert_eq!(config["presence"], "both", "{report}");
+    config["roles"][0].clone()
 }
 
 /// Polls `check` every second until it returns `Some`; on timeout panics with `what` and
@@ -399,12 +440,17 @@ async fn in_place_update(
     disks: &BTreeMap<String, NodeDisk>,
     secret_versions: &BTreeMap<String, String>,
 ) {
-    apply(
-        env,
-        &config_templates(),
-        config_template("a-v2", json!({"mirror": "https://mirror-b.example"})),
-    )
-    .await;
+    let v1 = config_template("a-v1", json!({"mirror": "https://mirror-a.example"}));
+    let v2 = config_template("a-v2", json!({"mirror": "https://mirror-b.example"}));
+    let preview = previewed(&v1, &v2);
+    assert_eq!(preview["verdict"], "in-place", "{preview}");
+    assert_eq!(preview["inPlaceParts"], json!(["configure"]), "{preview}");
+    assert_eq!(
+        preview["agent"]["restart"],
+        json!(["containerd.service"]),
+        "{preview}"
+    );
+    apply(env, &config_templates(), v2).await;
     let old_sets: BTreeSet<String> = before.values().map(machine_set_of).collect();
     switch_template(env, "a", "a-v2").await;
     let after = wait_for(
@@ -525,15 +571,15 @@ async fn failed_step(
     failing: &BTreeMap<String, DynamicObject>,
     disks: &BTreeMap<String, NodeDisk>,
 ) {
-    apply(
-        env,
-        &config_templates(),
-        config_template(
-            "c-v2",
-            json!({"mirror": "https://mirror-c.example", "failStep": true}),
-        ),
-    )
-    .await;
+    let v2 = config_template(
+        "c-v2",
+        json!({"mirror": "https://mirror-c.example", "failStep": true}),
+    );
+    let v1 = config_template("c-v1", json!({"mirror": "https://mirror-a.example"}));
+    let preview = previewed(&v1, &v2);
+    assert_eq!(preview["verdict"], "in-place", "{preview}");
+    assert_eq!(preview["inPlaceParts"], json!(["configure"]), "{preview}");
+    apply(env, &config_templates(), v2).await;
     switch_template(env, "c", "c-v2").await;
     let (name, machine) = failing.iter().next().unwrap();
     let config_name = config_name(machine);
@@ -599,15 +645,16 @@ async fn failed_step(
 
 /// (b) A change to the `Rollout` part: Cluster API replaces the Machines.
 async fn rollout(env: &CapiEnv, before: &BTreeMap<String, DynamicObject>) {
-    apply(
-        env,
-        &config_templates(),
-        config_template(
-            "a-v3",
-            json!({"mirror": "https://mirror-b.example", "runtime": "2.1"}),
-        ),
-    )
-    .await;
+    let v2 = config_template("a-v2", json!({"mirror": "https://mirror-b.example"}));
+    let v3 = config_template(
+        "a-v3",
+        json!({"mirror": "https://mirror-b.example", "runtime": "2.1"}),
+    );
+    let preview = previewed(&v2, &v3);
+    assert_eq!(preview["verdict"], "replacement", "{preview}");
+    let reason = preview["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("part `install` changed"), "{preview}");
+    apply(env, &config_templates(), v3).await;
     let answers_before = hook_answers(env);
     switch_template(env, "a", "a-v3").await;
     let old = uids(before);

@@ -374,6 +374,27 @@ pub fn template(file: &YamlFile, index: usize) -> Result<(String, TemplateSpec),
     Ok((name, spec))
 }
 
+/// The spec of config document `index` of `file` (a BootplateConfig, or a
+/// BootplateConfigTemplate's `spec.template.spec`), strictly decoded, and where it sits.
+pub fn config_spec(
+    file: &YamlFile,
+    index: usize,
+) -> Result<(crd_types::BootplateConfigSpec, &'static str), Vec<Diagnostic>> {
+    Ok(match kind(&file.documents[index]) {
+        "BootplateConfig" => (
+            file.decode::<crd_types::BootplateConfig>(index)?.spec,
+            "spec",
+        ),
+        _ => (
+            file.decode::<crd_types::BootplateConfigTemplate>(index)?
+                .spec
+                .template
+                .spec,
+            "spec.template.spec",
+        ),
+    })
+}
+
 /// A config read for `--config`: its spec, where that spec sits in the file (`spec`, or
 /// `spec.template.spec` in a `BootplateConfigTemplate`), and the file for locating problems.
 pub struct ConfigInput {
@@ -392,19 +413,7 @@ impl ConfigInput {
         if !problems.is_empty() {
             return Err(problems.into());
         }
-        let (spec, spec_path) = match kind(&file.documents[index]) {
-            "BootplateConfig" => (
-                file.decode::<crd_types::BootplateConfig>(index)?.spec,
-                "spec",
-            ),
-            _ => (
-                file.decode::<crd_types::BootplateConfigTemplate>(index)?
-                    .spec
-                    .template
-                    .spec,
-                "spec.template.spec",
-            ),
-        };
+        let (spec, spec_path) = config_spec(&file, index)?;
         Ok(ConfigInput {
             spec,
             file,

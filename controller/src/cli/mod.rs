@@ -1,4 +1,4 @@
-//! The offline commands: `bootplate render`, `bootplate lint` and `bootplate import`. They
+//! The offline commands: `bootplate render`, `bootplate lint`, `bootplate diff` and `bootplate import`. They
 //! read YAML files, use the
 //! render engine exactly as the controller does, and talk to no cluster (only to the generators
 //! given with `--generator`, and with `lint --kubeconfig`, read-only, to the cluster that holds
@@ -6,10 +6,11 @@
 //! that holds the KubeadmConfigTemplate to import). And `bootplate generator serve`, the reference generator.
 //!
 //! Exit codes: 0 success, 1 the template failed (render or lint), 2 bad usage or unreadable
-//! input (clap's usage errors exit with 2 too).
+//! input (clap's usage errors exit with 2 too); `diff` adds 3, a machine would be replaced.
 
 pub mod cluster;
 pub mod diagnostic;
+pub mod diff;
 pub mod generator;
 pub mod import;
 pub mod input;

@@ -195,15 +195,15 @@ fn input(message: String) -> Failure {
 
 /// Reads the one object of `kinds` in `path`, strictly (every other document of the file must
 /// be of `kinds` too).
-fn read_object<T: serde::de::DeserializeOwned>(
+pub(super) fn read_object<T: serde::de::DeserializeOwned>(
     path: &Path,
     kinds: &[&str],
-) -> Result<(YamlFile, usize, T), Failure> {
+) -> Result<(YamlFile, usize, T), ReadError> {
     let file = YamlFile::read(path)?;
     let index = file.find(kinds)?;
     let problems = file.check_kinds(kinds);
     if !problems.is_empty() {
-        return Err(ReadError::Problems(problems).into());
+        return Err(ReadError::Problems(problems));
     }
     let object = file.decode(index).map_err(ReadError::Problems)?;
     Ok((file, index, object))
@@ -490,7 +490,13 @@ fn located(
 /// nothing is read from a cluster offline.
 fn read_config(path: &Path) -> Result<ConfigInput, Failure> {
     let mut input = ConfigInput::read(path)?;
-    let spec = &mut input.spec;
+    offline_spec(&mut input.spec);
+    Ok(input)
+}
+
+/// `spec` as the offline commands render it: a placeholder for each file read from a Secret,
+/// a sample certificate for the network input's Secrets.
+pub(super) fn offline_spec(spec: &mut crd_types::BootplateConfigSpec) {
     for f in &mut spec.files {
         if let (None, Some(from)) = (&f.content, &f.content_from) {
             f.content = Some(format!(
@@ -504,7 +510,6 @@ fn read_config(path: &Path) -> Result<ConfigInput, Failure> {
     if let Some(network) = spec.network.as_mut() {
         render::network::with_sample_secrets(network);
     }
-    Ok(input)
 }
 
 fn valid_token(t: &str) -> bool {

@@ -1,13 +1,13 @@
 //! The renders a hook compares: a config spec rendered for one machine's view, the template read
-//! from the apiserver. Both renders of a comparison get the same stand-ins for what is the same
-//! for both (the token, the CA hash, certificates), so only what the spec or template change
-//! moves shows as a difference. No generator is called: a generated part counts as changed
-//! when the request it would send changes (`CompiledTemplate::comparison_stand_ins`).
+//! from the apiserver. The comparison itself is `render::compare`, the one `bootplate diff` and
+//! the admission webhook use: both renders get the same stand-ins for what is the same for both
+//! (the token, the CA hash, certificates, generated parts), so only what the spec or template
+//! change moves shows as a difference.
 
 use crd_types::capi::{Cluster, Machine};
-use crd_types::{BootplateConfig, BootplateConfigSpec, Role};
+use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec};
 use kube::{Api, Client};
-use render::{CompiledTemplate, JoinInfo, PartsRender, RenderContext, UpdatePlan};
+use render::{CompiledTemplate, Revision, UpdatePlan};
 
 /// A machine as the renders see it.
 pub(crate) struct MachineView {
@@ -29,22 +29,41 @@ pub(crate) async fn plan(
         .get(cluster_name)
         .await
         .map_err(|e| format!("cannot read Cluster {}/{cluster_name}: {e}", view.namespace))?;
-    let old = parts(client, view, &cluster, current).await?;
-    let new = parts(client, view, &cluster, desired).await?;
-    match (old, new) {
-        (Some(old), Some(new)) => Ok(new.update_from(&old)),
-        _ if current == desired => Ok(UpdatePlan::Unchanged),
-        _ => Err("a template with a raw spec.template has no parts to update in place".into()),
-    }
+    let old = side(client, view, current).await?;
+    let new = side(client, view, desired).await?;
+    let context = render::comparison_context(&cluster, &view.machine, view.role);
+    tokio::task::spawn_blocking(move || {
+        let compile = |(display, template, _): &Side| {
+            CompiledTemplate::compile(display, template).map_err(|e| e.to_string())
+        };
+        let (old_compiled, new_compiled) = (compile(&old)?, compile(&new)?);
+        render::compare(
+            Revision {
+                template: &old_compiled,
+                config: &old.2,
+            },
+            Revision {
+                template: &new_compiled,
+                config: &new.2,
+            },
+            &context,
+        )
+        .map(|c| c.plan)
+        .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| format!("the render did not finish: {e}"))?
 }
 
-/// The render of `spec` for `view`, split by part; `None` for a raw template.
-async fn parts(
+/// A spec's template (as messages name it, and its spec) and the spec with its files resolved.
+type Side = (String, TemplateSpec, BootplateConfigSpec);
+
+/// The template `spec` references and `spec` with its `contentFrom` files read, for `view`.
+async fn side(
     client: &Client,
     view: &MachineView,
-    cluster: &Cluster,
     spec: &BootplateConfigSpec,
-) -> Result<Option<PartsRender>, String> {
+) -> Result<Side, String> {
     let template_ref = &spec.template_ref;
     let (display, template) =
         crate::webhook::referenced_template(client, &view.namespace, template_ref)
@@ -60,21 +79,5 @@ async fn parts(
     let spec = crate::k8s::files::resolve(client, &config)
         .await
         .map_err(|e| e.to_string())?;
-    let endpoint = render::ClusterInfo::from_cluster(cluster).control_plane_endpoint;
-    let join = JoinInfo {
-        token: render::SAMPLE_TOKEN.into(),
-        api_server_endpoint: endpoint.address(),
-        ca_cert_hashes: vec![render::SAMPLE_CA_HASH.into()],
-    };
-    let certs = Some(render::sample_certificates());
-    let context = RenderContext::new(cluster, &view.machine, view.role, Some(join), certs);
-    tokio::task::spawn_blocking(move || {
-        let compiled = CompiledTemplate::compile(&display, &template).map_err(|e| e.to_string())?;
-        let generated = compiled.comparison_stand_ins(&spec, &context);
-        compiled
-            .render_parts(&spec, &context, &generated)
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| format!("the render did not finish: {e}"))?
+    Ok((display, template, spec))
 }

@@ -209,35 +209,25 @@ enum Unjudged {
 }
 
 /// How a machine of `role` rendered from the old spec gets to the new one, both rendered with
-/// the same sample machine. A raw `spec.template` has no parts: any difference rolls out.
+/// the same sample machine, by the comparison the in-place hooks and `bootplate diff` make
+/// (`render::compare`).
 fn update_plan(
     (old_compiled, old_sample): (&render::CompiledTemplate, &BootplateConfigSpec),
     (new_compiled, new_sample): (&render::CompiledTemplate, &BootplateConfigSpec),
     role: Role,
 ) -> Result<UpdatePlan, Unjudged> {
-    let ctx = render::sample_context(role);
-    // No generator is called at admission: their parts count as changed when their requests do.
-    let old_generated = old_compiled.comparison_stand_ins(old_sample, &ctx);
-    let new_generated = new_compiled.comparison_stand_ins(new_sample, &ctx);
-    let old_failed =
-        |e: render::RenderError| Unjudged::Old(format!("the old spec does not render: {e}"));
-    let old_parts =
-        (old_compiled.render_parts(old_sample, &ctx, &old_generated)).map_err(old_failed)?;
-    let new_parts = (new_compiled.render_parts(new_sample, &ctx, &new_generated))
-        .map_err(|_| Unjudged::NewSpec)?;
-    match (old_parts, new_parts) {
-        (Some(old), Some(new)) => Ok(new.update_from(&old)),
-        _ => {
-            let old = old_compiled.render(old_sample, &ctx).map_err(old_failed)?;
-            let new = (new_compiled.render(new_sample, &ctx)).map_err(|_| Unjudged::NewSpec)?;
-            Ok(if old.data == new.data {
-                UpdatePlan::Unchanged
-            } else {
-                UpdatePlan::Rollout {
-                    reason: "a raw spec.template has no parts, so every change to its output needs a new machine".to_owned(),
-                }
-            })
-        }
+    let old = render::Revision {
+        template: old_compiled,
+        config: old_sample,
+    };
+    let new = render::Revision {
+        template: new_compiled,
+        config: new_sample,
+    };
+    match render::compare(old, new, &render::sample_context(role)) {
+        Ok(comparison) => Ok(comparison.plan),
+        Err(e @ render::CompareError::Old(_)) => Err(Unjudged::Old(e.to_string())),
+        Err(render::CompareError::New(_)) => Err(Unjudged::NewSpec),
     }
 }
 

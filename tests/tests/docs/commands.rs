@@ -32,6 +32,9 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/benchmarks.md", "cargo bench -p bootplate-render --bench render -- --warm-up-time 2 --measurement-time 5", Help),
     ("docs/benchmarks.md", "time cargo test -p bootplate --test boot", Help),
     ("docs/benchmarks.md", "bootplate lint examples/ubuntu-2404.yaml", Run),
+    ("docs/changing-templates.md", "bootplate diff templates/kubeadm-ubuntu-2404.yaml templates/kubeadm-ubuntu-2404.yaml", Run),
+    ("docs/changing-templates.md", "bootplate diff --format markdown -R templates templates", Run),
+    ("docs/changing-templates.md", "bootplate diff --format json --role worker --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml templates/kubeadm-debian-12.yaml templates/kubeadm-debian-12.yaml", Run),
     ("docs/benchmarks.md", "bootplate render --template examples/ubuntu-2404.yaml --machine examples/machine-worker.yaml --cluster examples/cluster.yaml", Run),
     // The alias bombs are refused (exit 1): their flags are checked.
     ("docs/benchmarks.md", "bootplate lint tests/corpus/yaml-alias-bomb-10k.yaml", Help),
