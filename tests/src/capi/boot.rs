@@ -224,7 +224,7 @@ fn check_stub(stub: &KubeadmBoot, expected: &Expected) -> Result<(), String> {
     let hash = expected.ca_hash()?;
     if !stub.ca_cert_hashes.contains(&hash) {
         return Err(format!(
-            "the fetch stub's CA hash {:?} does not pin the Cluster's CA ({hash})",
+            "the fetch stub's CA hash {:?} does not pin the cluster CA ({hash})",
             stub.ca_cert_hashes
         ));
     }

@@ -223,7 +223,8 @@ impl KubeadmConfig {
             let pinned = (hashes.as_array().into_iter().flatten()).any(|h| h == hash.as_str());
             if !pinned {
                 return Err(format!(
-                    "caCertHashes {hashes} do not pin the Cluster's CA ({hash})"
+                    "caCertHashes {hashes} do not pin the cluster CA (the {}-ca Secret's, {hash})",
+                    expected.cluster
                 ));
             }
         }
@@ -589,7 +590,7 @@ mod tests {
                 continue;
             }
             case.join.ca_cert_hashes = vec![format!("sha256:{}", "0".repeat(64))];
-            refused(&label, &case, "do not pin the Cluster's CA");
+            refused(&label, &case, "do not pin the cluster CA");
         }
     }
 
