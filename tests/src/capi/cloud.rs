@@ -52,6 +52,10 @@ pub const NO_NODE_LABEL: &str = "test.bootplate.dev/no-node";
 /// A Machine (or MachineDeployment template) with this label is no Kubernetes node: its
 /// user-data need not join a cluster, and the cloud boots it without checking a join.
 pub const PLAIN_MACHINE_LABEL: &str = "test.bootplate.dev/plain-machine";
+/// A Machine with this label boots on its host ([`super::hosts`]) even when its user-data
+/// fails the cloud's check: for the drills that prove what the real kubeadm does with such a
+/// user-data (it refuses a CA it does not pin, and the boot report says so).
+pub const UNCHECKED_BOOT_LABEL: &str = "test.bootplate.dev/unchecked-boot";
 
 /// The kinds the test providers serve (`DevMachinePool` is played in [`super::pool`]):
 /// (group, kind, plural).
@@ -484,11 +488,15 @@ async fn boot_on_host(
     user_data: &[u8],
 ) -> anyhow::Result<()> {
     let name = capi_machine.name_any();
+    let labels = capi_machine.labels();
     let mut role = BootRole::Worker;
-    if hosts.state_of(&name).is_none() && !capi_machine.labels().contains_key(PLAIN_MACHINE_LABEL) {
+    if hosts.state_of(&name).is_none() && !labels.contains_key(PLAIN_MACHINE_LABEL) {
         let expected = expected(config, capi_machine).await?;
-        if let Err(refusal) = boot::check_render(&String::from_utf8_lossy(user_data), &expected) {
-            return refuse(api, machine, &refusal).await;
+        let checked = boot::check_render(&String::from_utf8_lossy(user_data), &expected);
+        if let Err(refusal) = checked.as_ref()
+            && !labels.contains_key(UNCHECKED_BOOT_LABEL)
+        {
+            return refuse(api, machine, refusal).await;
         }
         role = expected.role;
     }
