@@ -1916,8 +1916,9 @@ fn doctored_template(name: &str, from: &str, to: &str) -> Value {
 
 /// (k) The cloud boots a machine only from user-data that would join. Beside a worker of the
 /// shipped template, which runs, workers whose templates render a token the workload apiserver
-/// does not know, CA hashes that do not pin the cluster CA, or a control-plane join stay
-/// unprovisioned: their DevMachines say why, Cluster API gives them no Node.
+/// does not know, CA hashes that do not pin the cluster CA, a control-plane join, another
+/// endpoint, another node name or no `kubeadm join` stay unprovisioned: their DevMachines say
+/// why, Cluster API gives them no Node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k_a_machine_whose_user_data_would_not_join_is_not_booted() {
     let env = CapiEnv::start(Options::default()).await.unwrap();
@@ -1941,6 +1942,24 @@ async fn k_a_machine_whose_user_data_would_not_join_is_not_booted() {
             "{{#if (eq machine.role \"control-plane-join\")}}\n            controlPlane:",
             "{{#if (eq machine.role \"worker\")}}\n            controlPlane:".to_owned(),
             "makes the machine control-plane-join, its Machine should be worker",
+        ),
+        (
+            "bad-endpoint",
+            "apiServerEndpoint: {{yaml_quote join.apiServerEndpoint}}",
+            "apiServerEndpoint: \"api.elsewhere.example.com:6443\"".to_owned(),
+            "apiServerEndpoint is \"api.elsewhere.example.com:6443\", the Cluster's",
+        ),
+        (
+            "bad-node-name",
+            "name: {{yaml_quote machine.name}}",
+            "name: \"another-node\"".to_owned(),
+            "nodeRegistration.name is \"another-node\"",
+        ),
+        (
+            "no-join",
+            "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml",
+            "kubeadm version".to_owned(),
+            "runs no `kubeadm join --config FILE`",
         ),
     ];
     let templates =

@@ -188,7 +188,7 @@ async fn a_whole_control_plane_under_cluster_api() {
         pause: &pause,
     };
     for name in CONTROL_PLANE {
-        create_control_plane_machine(&env, name, TEMPLATE_NAME, spec).await;
+        create_control_plane_machine(&env, (name, &[]), TEMPLATE_NAME, spec).await;
     }
     create_workers(&env, spec).await;
 
@@ -283,7 +283,7 @@ async fn init_machine_deleted_before_it_finishes(
         .delete(&format!("{CLUSTER}-lock"), &Default::default())
         .await
         .unwrap();
-    create_control_plane_machine(env, REPLACEMENT, TEMPLATE_NAME, spec).await;
+    create_control_plane_machine(env, (REPLACEMENT, &[]), TEMPLATE_NAME, spec).await;
     live_control_plane(&first)
 }
 
@@ -387,7 +387,10 @@ async fn a_control_plane_join_with_a_wrong_ca_adds_no_member(
         .await
         .unwrap();
     let machine = "whole-cp-wrong-ca";
-    create_control_plane_machine(env, machine, &name, spec).await;
+    // The cloud would refuse to boot it (its hash pins no cluster CA): the drill is what the
+    // real kubeadm does with it.
+    let unchecked = [testenv::capi::cloud::UNCHECKED_BOOT_LABEL];
+    create_control_plane_machine(env, (machine, &unchecked), &name, spec).await;
     let failed = testenv::eventually("the wrong-CA join's boot", SCENARIO_WAIT, || async {
         match hosts.state_of(machine)? {
             HostState::Failed(why) => Some(why),
@@ -412,11 +415,11 @@ async fn a_control_plane_join_with_a_wrong_ca_adds_no_member(
     );
 }
 
-/// Control-plane Machine `name` with its BootplateConfig (the scenario's variables) rendered
-/// from ClusterBootstrapTemplate `template`.
+/// Control-plane Machine `name` (with `labels`, each `true`) with its BootplateConfig (the
+/// scenario's variables) rendered from ClusterBootstrapTemplate `template`.
 async fn create_control_plane_machine(
     env: &testenv::capi::CapiEnv,
-    name: &str,
+    (name, labels): (&str, &[&str]),
     template: &str,
     spec: MachineSpec<'_>,
 ) {
@@ -430,6 +433,9 @@ async fn create_control_plane_machine(
         .unwrap();
     let mut machine = objects::control_plane_machine(name, CLUSTER);
     machine["spec"]["version"] = json!(spec.version);
+    for label in labels {
+        machine["metadata"]["labels"][*label] = json!("true");
+    }
     env.apply(&objects::machine_resource(), machine)
         .await
         .unwrap();

@@ -1,10 +1,10 @@
 //! What a machine's first boot takes from its user-data, and the checks the test cloud makes
-//! before it lets a machine join: the kubeadm configuration the cloud-config writes (the role it
-//! makes the machine take, the join token, the CA hashes, the CA certificate of an `init`), the
-//! token tried against the workload apiserver as kubeadm's discovery would, the CA hashes and
-//! certificate compared with the cluster CA, the role compared with the one the Machine should
-//! have. Both bootplate's shipped templates and the kubeadm bootstrap provider write the kubeadm
-//! configuration to the same files, so the same reading serves both.
+//! before it lets a machine join: the user-data read as the machine runs it and checked against
+//! its Machine, Cluster and the Cluster's CA Secrets ([`super::boot_check`]), and, where the
+//! cloud plays the kubelets, the join token tried against the workload apiserver as kubeadm's
+//! discovery would and an `init` machine's CA compared with the workload apiserver's. Both
+//! bootplate's shipped templates and the kubeadm bootstrap provider write kubeadm
+//! configurations that kubeadm reads the same way, so the same reading serves both.
 
 use std::fmt;
 
@@ -14,17 +14,18 @@ use kube::{Api, Client};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::boot_check::{self, Expected};
 use super::cloud::{self, CloudConfig};
+use super::user_data::UserData;
 
-/// The file a joining machine's kubeadm configuration is written to.
-const JOIN_CONFIG: &str = "/run/kubeadm/kubeadm-join-config.yaml";
-/// The file the first control-plane machine's kubeadm configuration is written to.
-const INIT_CONFIG: &str = "/run/kubeadm/kubeadm.yaml";
+/// The files the kubeadm configuration is written to when no command names one (a joining
+/// machine's, the first control-plane machine's), as both providers write them.
+const KUBEADM_CONFIGS: [&str; 2] = [
+    "/run/kubeadm/kubeadm-join-config.yaml",
+    "/run/kubeadm/kubeadm.yaml",
+];
 /// Where a control-plane machine's user-data puts the cluster CA certificate.
 const CA_CERT: &str = "/etc/kubernetes/pki/ca.crt";
-/// The most user-data the cloud reads: a cloud's limit is tens of KB; a render beyond this is
-/// refused before it is parsed.
-const MAX_USER_DATA: usize = 1 << 20;
 
 /// The part a kubeadm machine plays, as its user-data makes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,30 +67,34 @@ pub struct KubeadmBoot {
     pub ca_cert_hashes: Vec<String>,
     /// The cluster CA certificate (PEM) a control-plane machine is given.
     pub ca_cert: Option<String>,
+    /// The workload apiserver a fetch stub fetches its render from (`https://host:port`).
+    pub server: Option<String>,
 }
 
 impl KubeadmBoot {
-    /// Reads a cloud-config or Ignition user-data. An error when the cloud cannot read it.
+    /// Reads a cloud-config, Ignition or script user-data, or a fetch stub. An error when the
+    /// cloud cannot read it.
     pub fn read(user_data: &str) -> Result<KubeadmBoot, String> {
-        if user_data.len() > MAX_USER_DATA {
-            return Err(format!("the user-data is {} bytes", user_data.len()));
-        }
         if let Some(boot) = Self::read_fetch_stub(user_data) {
             return Ok(boot);
         }
-        let files = WrittenFiles::read(user_data)?;
+        Self::of(&UserData::read(user_data)?)
+    }
+
+    /// What `data` tells its machine: the configuration the first `kubeadm init|join` it runs
+    /// names, else the file either provider writes it to.
+    fn of(data: &UserData) -> Result<KubeadmBoot, String> {
         let mut boot = KubeadmBoot {
-            ca_cert: files.content(CA_CERT)?,
+            ca_cert: data.file(CA_CERT)?,
             ..KubeadmBoot::default()
         };
-        for path in [INIT_CONFIG, JOIN_CONFIG] {
-            // Ignition cannot write below /run: there the bootstrap script writes the file.
-            let content = match files.content(path)? {
-                Some(content) => Some(content),
-                None => files.written_by_script(path),
-            };
-            if let Some(content) = content {
+        let named = boot_check::kubeadm_commands(data)
+            .into_iter()
+            .map(|c| c.config);
+        for path in named.chain(KUBEADM_CONFIGS.map(str::to_owned)) {
+            if let Some(content) = data.file(&path)? {
                 boot.read_kubeadm_config(&content)?;
+                break;
             }
         }
         Ok(boot)
@@ -129,8 +134,13 @@ impl KubeadmBoot {
             .nth(1)?
             .split(')')
             .next()?;
+        // `NAME='value'` at the start of a word (the first variable starts a line).
         let value = |name: &str| -> Option<String> {
-            let after = user_data.split(&format!(" {name}='")).nth(1)?;
+            let pattern = format!("{name}='");
+            let (at, _) = user_data.match_indices(&pattern).find(|(at, _)| {
+                (user_data[..*at].chars().next_back()).is_none_or(char::is_whitespace)
+            })?;
+            let after = &user_data[at + pattern.len()..];
             Some(after.split('\'').next()?.to_owned())
         };
         Some(KubeadmBoot {
@@ -142,6 +152,7 @@ impl KubeadmBoot {
             token: value("T"),
             ca_cert_hashes: value("H").into_iter().collect(),
             ca_cert: None,
+            server: value("S"),
         })
     }
 
@@ -149,117 +160,6 @@ impl KubeadmBoot {
     pub fn token_id(&self) -> Option<&str> {
         Some(self.token.as_deref()?.split_once('.')?.0)
     }
-}
-
-/// The files a user-data writes: a cloud-config's `write_files` or an Ignition config's
-/// `storage.files`.
-enum WrittenFiles {
-    CloudConfig(Value),
-    Ignition(Value),
-}
-
-impl WrittenFiles {
-    fn read(user_data: &str) -> Result<WrittenFiles, String> {
-        if user_data.trim_start().starts_with('{') {
-            let config = serde_json::from_str(user_data)
-                .map_err(|e| format!("the user-data is no Ignition config: {e}"))?;
-            return Ok(WrittenFiles::Ignition(config));
-        }
-        let config = serde_yaml::from_str(user_data)
-            .map_err(|e| format!("the user-data is no cloud-config: {e}"))?;
-        Ok(WrittenFiles::CloudConfig(config))
-    }
-
-    /// The content of the file written to `path`, decoded.
-    fn content(&self, path: &str) -> Result<Option<String>, String> {
-        let files = match self {
-            WrittenFiles::CloudConfig(c) => &c["write_files"],
-            WrittenFiles::Ignition(c) => &c["storage"]["files"],
-        };
-        let Some(file) = (files.as_array().into_iter())
-            .flatten()
-            .find(|f| f["path"] == path)
-        else {
-            return Ok(None);
-        };
-        let bytes = if matches!(self, WrittenFiles::Ignition(_)) {
-            ignition_contents(&file["contents"])
-        } else {
-            cloud_config_content(file)
-        }
-        .map_err(|e| format!("{path}: {e}"))?;
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|e| format!("{path}: not UTF-8: {e}"))
-    }
-}
-
-impl WrittenFiles {
-    /// The text a script among the written files writes to `path` with a quoted here-document
-    /// (`cat >PATH <<'MARK'` up to the line `MARK`), as the Flatcar template's bootstrap script
-    /// does for the kubeadm configuration.
-    fn written_by_script(&self, path: &str) -> Option<String> {
-        let files = match self {
-            WrittenFiles::CloudConfig(c) => &c["write_files"],
-            WrittenFiles::Ignition(c) => &c["storage"]["files"],
-        };
-        let opening = format!("cat >{path} <<'");
-        (files.as_array().into_iter().flatten()).find_map(|file| {
-            let path = file["path"].as_str()?;
-            let text = self.content(path).ok()??;
-            here_document(&text, &opening)
-        })
-    }
-}
-
-/// The body of the first here-document in `script` whose line starts with `opening` (which
-/// ends with the quote before the delimiter).
-fn here_document(script: &str, opening: &str) -> Option<String> {
-    let mut lines = script.lines();
-    let mark = lines.find_map(|l| {
-        let rest = l.trim_start().strip_prefix(opening)?;
-        Some(rest.strip_suffix('\'')?.to_owned())
-    })?;
-    let mut body = String::new();
-    for line in lines {
-        if line.trim_end() == mark {
-            return Some(body);
-        }
-        body.push_str(line);
-        body.push('\n');
-    }
-    None
-}
-
-fn cloud_config_content(file: &Value) -> Result<Vec<u8>, String> {
-    let content = file["content"].as_str().unwrap_or_default();
-    match file["encoding"].as_str() {
-        None | Some("text/plain") => Ok(content.as_bytes().to_vec()),
-        Some("b64" | "base64") => base64_decode(content),
-        Some(other) => Err(format!("the cloud does not read encoding {other}")),
-    }
-}
-
-/// An Ignition file's `contents`: a data URL, percent-encoded or base64, not compressed.
-fn ignition_contents(contents: &Value) -> Result<Vec<u8>, String> {
-    if let Some(compression) = contents["compression"].as_str().filter(|c| !c.is_empty()) {
-        return Err(format!("the cloud does not read compression {compression}"));
-    }
-    let source = contents["source"].as_str().unwrap_or_default();
-    if let Some(data) = source.strip_prefix("data:;base64,") {
-        return base64_decode(data);
-    }
-    let data = source
-        .strip_prefix("data:,")
-        .ok_or("the cloud reads only data URLs")?;
-    Ok(percent_encoding::percent_decode_str(data).collect())
-}
-
-fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .map_err(|e| format!("not base64: {e}"))
 }
 
 /// The join token (`<id>.<secret>`) in a kubeadm user-data, if it holds one.
@@ -277,7 +177,9 @@ pub struct BootRecord {
     pub role: Option<BootRole>,
     /// The ID of the join token it joined with.
     pub token_id: Option<String>,
-    /// Whom the workload apiserver took that token for (`system:bootstrap:<id>`).
+    /// Whom the workload apiserver took that token for (`system:bootstrap:<id>`), as it said:
+    /// to the cloud trying the token (a machine without a host), or in the username of the
+    /// CSR the machine's kubelet made with it (a machine on a host).
     pub authenticated_as: Option<String>,
 }
 
@@ -288,35 +190,79 @@ impl BootRecord {
     }
 }
 
-/// Checks the user-data of a machine that should take role `expected`: a refusal (why the
-/// machine would not join, naming no secret) or what it booted with.
-pub async fn check(
-    config: &CloudConfig,
-    user_data: &str,
-    expected: BootRole,
-) -> Result<BootRecord, String> {
-    let boot = KubeadmBoot::read(user_data)?;
+/// The checks that need no apiserver: a render through [`boot_check::check`]; a fetch stub,
+/// whose render stays sealed until its machine fetches it, by its role, the server it fetches
+/// from and the CA it pins. A refusal (naming no secret) or what the machine boots with.
+pub fn check_render(user_data: &str, expected: &Expected) -> Result<KubeadmBoot, String> {
+    let boot = match KubeadmBoot::read_fetch_stub(user_data) {
+        Some(stub) => {
+            check_stub(&stub, expected)?;
+            stub
+        }
+        None => {
+            let data = UserData::read(user_data)?;
+            boot_check::check(&data, expected)?;
+            KubeadmBoot::of(&data)?
+        }
+    };
     let role = boot
         .role
         .ok_or("the user-data writes no kubeadm configuration")?;
-    if role != expected {
+    if role != expected.role {
         return Err(format!(
-            "the user-data makes the machine {role}, its Machine should be {expected}"
+            "the user-data makes the machine {role}, its Machine should be {}",
+            expected.role
         ));
     }
-    if role == BootRole::Init {
+    if role != BootRole::Init && boot.token_id().is_none() {
+        return Err("the user-data holds no join token".into());
+    }
+    Ok(boot)
+}
+
+fn check_stub(stub: &KubeadmBoot, expected: &Expected) -> Result<(), String> {
+    let hash = expected.ca_hash()?;
+    if !stub.ca_cert_hashes.contains(&hash) {
+        return Err(format!(
+            "the fetch stub's CA hash {:?} does not pin the cluster CA ({hash})",
+            stub.ca_cert_hashes
+        ));
+    }
+    let server = stub.server.as_deref().unwrap_or_default();
+    let endpoint = server
+        .strip_prefix("https://")
+        .map(|s| s.trim_end_matches('/'));
+    if endpoint != Some(expected.endpoint.as_str()) {
+        return Err(format!(
+            "the fetch stub fetches from {server:?}, the Cluster's controlPlaneEndpoint is {}",
+            expected.endpoint
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the user-data of a machine the cloud boots without a host, playing its kubelet:
+/// [`check_render`], then the workload apiserver the cloud plays must be the Cluster's (its CA
+/// is the Cluster's), and a joining machine's token must be one it takes for
+/// `system:bootstrap:<id>`. A refusal or what the machine booted with.
+pub async fn check(
+    config: &CloudConfig,
+    user_data: &str,
+    expected: &Expected,
+) -> Result<BootRecord, String> {
+    let boot = check_render(user_data, expected)?;
+    if expected.ca_hash()? != config.cluster_ca.ca_hash() {
+        return Err(format!(
+            "the {}-ca Secret is not the CA of the workload apiserver",
+            expected.cluster
+        ));
+    }
+    if expected.role == BootRole::Init {
         return check_init(config, &boot);
     }
     let (Some(token), Some(token_id)) = (boot.token.as_deref(), boot.token_id()) else {
         return Err("the user-data holds no join token".into());
     };
-    let expected_hash = config.cluster_ca.ca_hash();
-    if !boot.ca_cert_hashes.contains(&expected_hash) {
-        return Err(format!(
-            "caCertHashes {:?} do not pin the cluster CA ({expected_hash})",
-            boot.ca_cert_hashes
-        ));
-    }
     let authenticated_as = authenticate(config, token).await;
     if authenticated_as.as_deref() != Some(&format!("system:bootstrap:{token_id}")) {
         return Err(format!(
@@ -324,7 +270,7 @@ pub async fn check(
         ));
     }
     Ok(BootRecord {
-        role: Some(role),
+        role: Some(expected.role),
         token_id: Some(token_id.to_owned()),
         authenticated_as,
     })
@@ -365,19 +311,6 @@ pub(super) async fn authenticate(config: &CloudConfig, token: &str) -> Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_file_a_script_writes_is_read_from_its_here_document() {
-        let script = "install -d /run/kubeadm\n(\n  cat >/run/kubeadm/kubeadm.yaml <<'END'\nkind: InitConfiguration\nEND\n)\n";
-        let body = here_document(script, "cat >/run/kubeadm/kubeadm.yaml <<'");
-        assert_eq!(body.as_deref(), Some("kind: InitConfiguration\n"));
-        assert_eq!(here_document(script, "cat >/run/other <<'"), None);
-        let unterminated = "cat >/run/kubeadm/kubeadm.yaml <<'END'\nkind: x\n";
-        assert_eq!(
-            here_document(unterminated, "cat >/run/kubeadm/kubeadm.yaml <<'"),
-            None
-        );
-    }
 
     fn cloud_config(files: &str) -> String {
         format!("#cloud-config\nwrite_files:\n{files}runcmd: []\n")
@@ -420,17 +353,5 @@ mod tests {
             join_token(&cloud_config(JOIN)).as_deref(),
             Some("abcdef.0123456789abcdef")
         );
-    }
-
-    #[test]
-    fn what_the_cloud_cannot_read_is_an_error() {
-        for user_data in [
-            "not: [yaml".to_owned(),
-            cloud_config("- path: /run/kubeadm/kubeadm.yaml\n  encoding: gz+b64\n  content: x\n"),
-            r#"{"storage": {"files": [{"path": "/run/kubeadm/kubeadm.yaml", "contents": {"source": "https://x"}}]}}"#.to_owned(),
-            "a".repeat(MAX_USER_DATA + 1),
-        ] {
-            assert!(KubeadmBoot::read(&user_data).is_err(), "{user_data:.60}");
-        }
     }
 }

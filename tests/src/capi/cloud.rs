@@ -5,15 +5,20 @@
 //! control-plane provider stand-in (`DevControlPlane`) that reports the control plane initialized
 //! and owns the `<cluster>-ca` and `<cluster>-kubeconfig` Secrets, as KubeadmControlPlane does.
 //!
-//! A machine boots only from user-data that would join ([`super::boot::check`]): the role its
-//! kubeadm configuration makes it take is the one its Machine should have (`init` for the first
-//! control-plane machine of a Cluster whose control plane is not initialized, `control-plane-join`
-//! for the other control-plane machines, `worker` for the rest), a joining machine's token is
-//! taken by the workload apiserver for `system:bootstrap:<id>` and its CA hashes pin the cluster
-//! CA, an `init` machine is given the cluster CA. Otherwise the machine stays unprovisioned, its
-//! `Ready` condition False with reason `BootRefused` and a message that says why; what a machine
-//! booted with is recorded in its `status.boot` ([`super::boot::BootRecord`]). A Machine labelled
-//! [`PLAIN_MACHINE_LABEL`] is no Kubernetes node: it boots whatever its user-data is.
+//! A machine boots only from user-data that would join as its Machine should
+//! ([`super::boot::check_render`], [`super::boot_check`]): read as the machine reads it, it runs
+//! `kubeadm init` (the first control-plane machine of a Cluster whose control plane is not
+//! initialized) or `kubeadm join` (`control-plane-join` for the other control-plane machines,
+//! `worker` for the rest) on a configuration it writes that names the Machine's node, the
+//! Cluster's endpoint and CA, and a control-plane machine is given the Cluster's key pairs. Where
+//! the cloud plays the kubelets, a joining machine's token must also be taken by the workload
+//! apiserver for `system:bootstrap:<id>`, and an `init` machine's CA be the workload apiserver's
+//! ([`super::boot::check`]); on hosts ([`super::hosts`]) the boot proof runs the user-data as the
+//! Machine's role and the record holds whom the apiserver took the kubelet's CSR from.
+//! Otherwise the machine stays unprovisioned, its `Ready` condition False with reason
+//! `BootRefused` and a message that says why; what a machine booted with is recorded in its
+//! `status.boot` ([`super::boot::BootRecord`]). A Machine labelled [`PLAIN_MACHINE_LABEL`] is no
+//! Kubernetes node: it boots whatever its user-data is.
 //!
 //! It only writes its own kinds, Secrets a control-plane provider owns and Nodes: never a Cluster
 //! API object. Cluster API learns everything from these through its contracts.
@@ -32,6 +37,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::boot::{self, BootRecord, BootRole};
+use super::boot_check::{self, Expected};
 use crate::pki::TestCa;
 
 /// The API group of the test infrastructure provider's kinds.
@@ -46,6 +52,10 @@ pub const NO_NODE_LABEL: &str = "test.bootplate.dev/no-node";
 /// A Machine (or MachineDeployment template) with this label is no Kubernetes node: its
 /// user-data need not join a cluster, and the cloud boots it without checking a join.
 pub const PLAIN_MACHINE_LABEL: &str = "test.bootplate.dev/plain-machine";
+/// A Machine with this label boots on its host ([`super::hosts`]) even when its user-data
+/// fails the cloud's check: for the drills that prove what the real kubeadm does with such a
+/// user-data (it refuses a CA it does not pin, and the boot report says so).
+pub const UNCHECKED_BOOT_LABEL: &str = "test.bootplate.dev/unchecked-boot";
 
 /// The kinds the test providers serve (`DevMachinePool` is played in [`super::pool`]):
 /// (group, kind, plural).
@@ -441,16 +451,16 @@ async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyh
         // the instance runs, there is nothing to boot again.
         return report_provisioned(&api, &machine, None, LOOPBACK).await;
     }
+    let plain = capi_machine.labels().contains_key(PLAIN_MACHINE_LABEL);
     if let Some(hosts) = &config.hosts {
-        let host = hosts.boot(&capi_machine.name_any(), &user_data.0);
-        return report_host(&api, (&machine, &capi_machine), &user_data.0, host).await;
+        return boot_on_host(config, hosts, (&api, &machine, &capi_machine), &user_data.0).await;
     }
-    let record = if capi_machine.labels().contains_key(PLAIN_MACHINE_LABEL) {
+    let record = if plain {
         BootRecord::default()
     } else {
         let user_data = String::from_utf8_lossy(&user_data.0);
-        let expected = expected_role(config, &capi_machine).await?;
-        match boot::check(config, &user_data, expected).await {
+        let expected = expected(config, &capi_machine).await?;
+        match boot::check(config, &user_data, &expected).await {
             Ok(record) => record,
             Err(refusal) => return refuse(&api, &machine, &refusal).await,
         }
@@ -468,13 +478,40 @@ async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyh
 /// The address of a machine with no host of its own.
 const LOOPBACK: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
 
+/// Boots `machine` on a host of its own once its user-data passes [`boot::check_render`]
+/// against what its Machine should be (the boot proof then runs it as that role); reports what
+/// the host does ([`report_host`]).
+async fn boot_on_host(
+    config: &CloudConfig,
+    hosts: &std::sync::Arc<super::hosts::Hosts>,
+    (api, machine, capi_machine): (&Api<DynamicObject>, &DynamicObject, &DynamicObject),
+    user_data: &[u8],
+) -> anyhow::Result<()> {
+    let name = capi_machine.name_any();
+    let labels = capi_machine.labels();
+    let mut role = BootRole::Worker;
+    if hosts.state_of(&name).is_none() && !labels.contains_key(PLAIN_MACHINE_LABEL) {
+        let expected = expected(config, capi_machine).await?;
+        let checked = boot::check_render(&String::from_utf8_lossy(user_data), &expected);
+        if let Err(refusal) = checked.as_ref()
+            && !labels.contains_key(UNCHECKED_BOOT_LABEL)
+        {
+            return refuse(api, machine, refusal).await;
+        }
+        role = expected.role;
+    }
+    let host = hosts.boot(&name, user_data, role);
+    report_host(hosts, (api, machine, capi_machine), user_data, host).await
+}
+
 /// What `host` (the real host of `machine`, booted with `user_data`) is doing, reported as an
 /// infrastructure provider reports its instance: nothing while it boots, `Ready=False` when its
 /// boot failed, provisioned with its address and provider ID once it booted. Its boot record
-/// is what the user-data joined with: a join token the real cluster took, as the join passed.
+/// is what the workload apiserver saw: the username of the CSR its kubelet made to join (none
+/// for an `init` machine, whose kubelet kubeadm gives a certificate itself).
 async fn report_host(
-    api: &Api<DynamicObject>,
-    (machine, capi_machine): (&DynamicObject, &DynamicObject),
+    hosts: &super::hosts::Hosts,
+    (api, machine, capi_machine): (&Api<DynamicObject>, &DynamicObject, &DynamicObject),
     user_data: &[u8],
     host: super::hosts::HostState,
 ) -> anyhow::Result<()> {
@@ -486,16 +523,35 @@ async fn report_host(
     };
     let boot = boot::KubeadmBoot::read(&String::from_utf8_lossy(user_data))
         .map_err(|e| anyhow::anyhow!("reading the user-data: {e}"))?;
-    let token_id = boot
-        .token
-        .as_deref()
-        .and_then(|t| t.split_once('.'))
-        .map(|(id, _)| id.to_owned());
-    let record = BootRecord {
+    let mut record = BootRecord {
         role: boot.role,
-        authenticated_as: token_id.as_ref().map(|id| format!("system:bootstrap:{id}")),
-        token_id,
+        ..BootRecord::default()
     };
+    if boot.token.is_some() {
+        // The workload cluster is given to the cloud once its `init` machine booted.
+        let Some(workload) = hosts.workload() else {
+            return Ok(());
+        };
+        let Some(username) = kubelet_csr_user(&workload, &capi_machine.name_any()).await? else {
+            return refuse(
+                api,
+                machine,
+                "its kubelet made no CSR with a bootstrap token",
+            )
+            .await;
+        };
+        let token_id = username
+            .strip_prefix("system:bootstrap:")
+            .map(str::to_owned);
+        if token_id.as_deref() != boot.token_id() {
+            let refusal = format!(
+                "its kubelet's CSR was made as {username}, not with the token of its user-data"
+            );
+            return refuse(api, machine, &refusal).await;
+        }
+        record.token_id = token_id;
+        record.authenticated_as = Some(username);
+    }
     let provider_id = format!(
         "dev:///{}/{}",
         capi_machine.namespace().unwrap_or_default(),
@@ -508,6 +564,38 @@ async fn report_host(
     )
     .await?;
     report_provisioned(api, machine, Some(&record), address).await
+}
+
+/// The user the workload apiserver took the kubelet of node `node` for when it asked for its
+/// client certificate with a bootstrap token: the username of the kubelet-client CSR whose
+/// subject is `system:node:<node>`, made by a `system:bootstrap:` user.
+async fn kubelet_csr_user(workload: &Client, node: &str) -> anyhow::Result<Option<String>> {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    let csrs: Api<CertificateSigningRequest> = Api::all(workload.clone());
+    let subject = format!("system:node:{node}");
+    for csr in csrs.list(&ListParams::default()).await? {
+        let spec = csr.spec;
+        let username = spec.username.unwrap_or_default();
+        if spec.signer_name == "kubernetes.io/kube-apiserver-client-kubelet"
+            && username.starts_with("system:bootstrap:")
+            && csr_common_name(&spec.request.0).as_deref() == Some(subject.as_str())
+        {
+            return Ok(Some(username));
+        }
+    }
+    Ok(None)
+}
+
+/// The subject's common name of a PEM certificate request.
+fn csr_common_name(pem: &[u8]) -> Option<String> {
+    use x509_parser::prelude::FromDer as _;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let (_, request) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
+            .ok()?;
+    let subject = &request.certification_request_info.subject;
+    let name = subject.iter_common_name().next()?.as_str().ok()?;
+    Some(name.to_owned())
 }
 
 /// Reports `machine` provisioned at `address` (with what it booted with, when it booted just
@@ -555,18 +643,14 @@ fn ready_condition(status: &str, reason: &str, message: &str) -> Value {
     })
 }
 
-/// The role `machine` should boot with: a worker unless it is a control-plane machine; the
-/// first control-plane machine (while its Cluster reports no initialized control plane) inits.
-async fn expected_role(config: &CloudConfig, machine: &DynamicObject) -> anyhow::Result<BootRole> {
-    if !machine
-        .labels()
-        .contains_key("cluster.x-k8s.io/control-plane")
-    {
-        return Ok(BootRole::Worker);
-    }
+/// What `machine`'s user-data must do ([`boot_check::Expected`]): its role (a worker unless it
+/// is a control-plane machine; the first control-plane machine, while its Cluster reports no
+/// initialized control plane, inits), its name, its Cluster's endpoint and CA certificates.
+async fn expected(config: &CloudConfig, machine: &DynamicObject) -> anyhow::Result<Expected> {
+    let namespace = machine.namespace().unwrap_or_default();
     let clusters: Api<DynamicObject> = Api::namespaced_with(
         config.management.clone(),
-        &machine.namespace().unwrap_or_default(),
+        &namespace,
         &capi_resource("Cluster", "clusters"),
     );
     let name = machine.data["spec"]["clusterName"]
@@ -577,10 +661,41 @@ async fn expected_role(config: &CloudConfig, machine: &DynamicObject) -> anyhow:
     let initialized = status["initialization"]["controlPlaneInitialized"] == json!(true)
         || (status["conditions"].as_array().into_iter().flatten())
             .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True");
-    Ok(if initialized {
+    let role = if !machine
+        .labels()
+        .contains_key("cluster.x-k8s.io/control-plane")
+    {
+        BootRole::Worker
+    } else if initialized {
         BootRole::ControlPlaneJoin
     } else {
         BootRole::Init
+    };
+    let endpoint = &cluster.data["spec"]["controlPlaneEndpoint"];
+    let host = endpoint["host"].as_str().unwrap_or_default();
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let secrets: Api<Secret> = Api::namespaced(config.management.clone(), &namespace);
+    let mut certs = Vec::new();
+    for (suffix, _, _) in boot_check::KEY_PAIRS {
+        let secret = secrets.get_opt(&format!("{name}-{suffix}")).await?;
+        let cert = (secret.and_then(|s| s.data)).and_then(|d| d.get("tls.crt").cloned());
+        if let Some(cert) = cert {
+            certs.push((
+                suffix.to_owned(),
+                String::from_utf8_lossy(&cert.0).into_owned(),
+            ));
+        }
+    }
+    Ok(Expected {
+        role,
+        machine: machine.name_any(),
+        cluster: name.to_owned(),
+        endpoint: format!("{host}:{}", endpoint["port"]),
+        certs,
     })
 }
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::Client;
 
-use super::boot::{BootRole, KubeadmBoot};
+use super::boot::BootRole;
 use crate::endpoint::Endpoint;
 use crate::node::{Node, NodeSpec};
 
@@ -80,8 +80,10 @@ impl Hosts {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Machine `machine`'s host: started with `user_data` when it has none yet.
-    pub fn boot(self: &Arc<Self>, machine: &str, user_data: &[u8]) -> HostState {
+    /// Machine `machine`'s host: started with `user_data` when it has none yet, its boot proof
+    /// told `role`, the role the Machine should have (not the one the user-data names: a
+    /// user-data that makes another role must fail the proof).
+    pub fn boot(self: &Arc<Self>, machine: &str, user_data: &[u8], role: BootRole) -> HostState {
         let mut state = self.state();
         if let Some(host) = state.hosts.get(machine) {
             return host.clone();
@@ -89,7 +91,7 @@ impl Hosts {
         state.hosts.insert(machine.to_owned(), HostState::Booting);
         let (hosts, machine, user_data) = (self.clone(), machine.to_owned(), user_data.to_vec());
         std::thread::spawn(move || {
-            let result = hosts.run(&machine, &user_data);
+            let result = hosts.run(&machine, &user_data, role);
             let mut state = hosts.state();
             let host = match result {
                 Ok(node) => {
@@ -104,13 +106,8 @@ impl Hosts {
         HostState::Booting
     }
 
-    /// Starts a node, boots it with `user_data` and checks its boot proof.
-    fn run(&self, machine: &str, user_data: &[u8]) -> anyhow::Result<Node> {
-        let text = String::from_utf8_lossy(user_data);
-        let role = KubeadmBoot::read(&text)
-            .map_err(|e| anyhow::anyhow!("{machine}'s user-data: {e}"))?
-            .role
-            .unwrap_or(BootRole::Worker);
+    /// Starts a node, boots it with `user_data` as `role` and checks its boot proof.
+    fn run(&self, machine: &str, user_data: &[u8], role: BootRole) -> anyhow::Result<Node> {
         let _one_at_a_time = (role != BootRole::Worker)
             .then(|| self.control_plane.lock().unwrap_or_else(|e| e.into_inner()));
         let mut node = Node::new()?;

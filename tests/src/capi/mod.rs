@@ -8,6 +8,7 @@
 //! Cluster API does all of that here.
 
 pub mod boot;
+pub mod boot_check;
 pub mod bootplate;
 pub mod cloud;
 pub mod clusterctl;
@@ -18,6 +19,7 @@ pub mod kubeadm_bootstrap;
 pub mod objects;
 pub mod pool;
 pub mod token_watch;
+pub mod user_data;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
