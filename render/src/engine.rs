@@ -849,7 +849,7 @@ mod tests {
         let data = |on: bool| serde_json::json!({"on": on, "v": "{{ ds.x }}", "l": ["{% a"]});
         let e = r#""{{ '{' }}{ ds.x }}""#;
         let expected = format!(
-            "## template: jinja\n#cloud-config\nn: \"{{{{ ds.x }}}}\"\np: {e}\n- {{{{ '{{' }}}}% a\nx: {e}\n"
+            "## template: jinja\n#cloud-config\nn: '{{{{ ds.x }}}}'\np: {e}\n- {{{{ '{{' }}}}% a\nx: {e}\n"
         );
         // (A subexpression's result is written by another helper: escaped.)
         assert_eq!(render(&jinja, data(true)).ok().unwrap(), expected);

@@ -469,7 +469,36 @@ fn yaml_quote_jinja(args: &[&Value]) -> Result<Value, HelperError> {
                 .to_owned(),
         ));
     }
-    yaml_quote(&args[..1])
+    if !as_jinja {
+        return yaml_quote(&args[..1]);
+    }
+    match args[0] {
+        Value::String(text) => jinja_yaml_quoted(text).map(Value::String),
+        _ => yaml_quote(&args[..1]),
+    }
+}
+
+/// A YAML scalar holding `text` as cloud-init's Jinja must read it: Jinja runs on the raw text
+/// before YAML is parsed, so the expression must stand in the output byte for byte, with no
+/// escape that YAML would undo afterwards (a double-quoted `\"` breaks the expression). Single
+/// quotes when the text has none, else double quotes when it has neither `"` nor `\`.
+fn jinja_yaml_quoted(text: &str) -> Result<String, HelperError> {
+    if text.chars().any(char::is_control) {
+        return Err(HelperError::Invalid(
+            "a value for cloud-init's Jinja holds a control character (a line break or a tab)"
+                .to_owned(),
+        ));
+    }
+    if !text.contains('\'') {
+        return Ok(format!("'{text}'"));
+    }
+    if !text.contains('"') && !text.contains('\\') {
+        return Ok(format!("\"{text}\""));
+    }
+    Err(HelperError::Invalid(
+        "a value for cloud-init's Jinja holds both quote characters (or ' and a backslash): YAML cannot quote it without escapes that would reach Jinja"
+            .to_owned(),
+    ))
 }
 
 /// The line `## template: jinja`: cloud-init renders the rest of the output as Jinja, and every
@@ -1416,5 +1445,35 @@ mod tests {
     fn log_is_not_available() {
         let err = render("{{log \"x\"}}", json!({})).unwrap_err();
         assert!(err.contains("log"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod jinja_quote_tests {
+    use super::jinja_yaml_quoted;
+
+    /// Each Jinja value stands in the output byte for byte, in the quotes YAML then reads it
+    /// with; what no quoting can carry verbatim is refused.
+    #[test]
+    fn jinja_values_are_quoted_without_escapes() {
+        let cases: [(&str, Option<&str>); 5] = [
+            (
+                "{{ ds.meta_data.local_hostname }}",
+                Some("'{{ ds.meta_data.local_hostname }}'"),
+            ),
+            (
+                r#"{{ ds.meta_data["local_hostname"] }}"#,
+                Some(r#"'{{ ds.meta_data["local_hostname"] }}'"#),
+            ),
+            (
+                "{{ ds.meta_data['local_hostname'] }}",
+                Some(r#""{{ ds.meta_data['local_hostname'] }}""#),
+            ),
+            (r#"{{ v['a'] ~ "b" }}"#, None),
+            ("{{ a }}\n{{ b }}", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(jinja_yaml_quoted(text).ok().as_deref(), expected, "{text}");
+        }
     }
 }
