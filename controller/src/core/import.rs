@@ -844,6 +844,15 @@ mod tests {
                 json!({"format": "cloud-config"}),
                 json!({}),
             ),
+        ];
+        assert_carried(cases);
+    }
+
+    /// Each case: cloud-init Jinja where the kubeadm provider's users write it, carried with the
+    /// `jinja` variable naming its fields.
+    #[test]
+    fn jinja_fields_become_variables() {
+        let cases: &[(&str, Value, Value)] = &[
             (
                 "a Jinja node name (AWS, Azure, GCP, OpenStack, Metal3)",
                 json!({"joinConfiguration": {"nodeRegistration": {"name": "{{ ds.meta_data.local_hostname }}"}}}),
@@ -865,6 +874,10 @@ mod tests {
                 json!({}),
             ),
         ];
+        assert_carried(cases);
+    }
+
+    fn assert_carried(cases: &[(&str, Value, Value)]) {
         for (name, spec, variables) in cases {
             let imported =
                 import(&template(spec.clone())).unwrap_or_else(|e| panic!("{name}: {e}"));
