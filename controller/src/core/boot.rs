@@ -254,13 +254,13 @@ fn from_report(machine: &str, report: Report) -> View {
 /// Secrets are redacted on the machine, which knows them.
 fn redact(tail: &[String]) -> Vec<String> {
     tail.iter()
-        .map(|line| render::generator::redact(&redact_tokens(line), &[]))
+        .map(|line| render::generator::redact(&redact_tokens(line, "<redacted>"), &[]))
         .collect()
 }
 
 /// `line` with every bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`, not part of a longer word)
-/// replaced.
-fn redact_tokens(line: &str) -> String {
+/// replaced by `with`.
+pub fn redact_tokens(line: &str, with: &str) -> String {
     const LEN: usize = 6 + 1 + 16;
     let token_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     let word_char = |b: u8| b.is_ascii_alphanumeric();
@@ -277,7 +277,7 @@ fn redact_tokens(line: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if is_token_at(i) {
-            out.push_str("<redacted>");
+            out.push_str(with);
             i += LEN;
         } else {
             // Copy up to the next byte that may start a token (an ASCII boundary).

@@ -15,3 +15,6 @@ pub(crate) mod skip;
 pub(crate) mod status;
 pub mod token;
 pub(crate) mod write;
+
+/// The offline diff masks tokens as the boot failure events do.
+pub use boot::redact_tokens;

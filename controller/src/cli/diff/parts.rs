@@ -178,8 +178,6 @@ static PEM: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(r"(?s)-----BEGIN ([A-Z0-9 ]+)-----.*?-----END [A-Z0-9 ]+-----")
         .expect("a valid pattern")
 });
-static TOKEN: LazyLock<regex::Regex> =
-    LazyLock::new(|| regex::Regex::new(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b").expect("a valid pattern"));
 
 /// `text` with every PEM block replaced by its type and a digest of the block, and every
 /// bootstrap token by `<bootstrap token>`.
@@ -187,7 +185,7 @@ pub fn mask(text: &str) -> String {
     let pem = PEM.replace_all(text, |c: &regex::Captures<'_>| {
         format!("<{} {}>", c[1].to_lowercase(), digest(c[0].as_bytes()))
     });
-    TOKEN.replace_all(&pem, "<bootstrap token>").into_owned()
+    bootplate::core::redact_tokens(&pem, "<bootstrap token>")
 }
 
 /// What bootplate-agent does on a node that goes from the payload of `old` to that of `new`
