@@ -77,6 +77,8 @@ pub(crate) struct Caches {
     pub generators: Arc<Generators>,
     /// Boot reports, one listing per workload cluster.
     pub boot_reports: Arc<BootReports>,
+    /// Each workload cluster's shared report grant and policy, and whether it enforces it.
+    pub footprint: Arc<crate::k8s::footprint::Shared>,
 }
 
 impl Caches {
@@ -126,6 +128,8 @@ pub struct Context {
     pub generators: Arc<Generators>,
     /// Each workload cluster's boot reports as last listed.
     pub boot_reports: Arc<BootReports>,
+    /// Each workload cluster's shared report grant and policy.
+    pub footprint: Arc<crate::k8s::footprint::Shared>,
     /// What the last render of each config (by UID) did, to skip the work when nothing
     /// changed since (see `core::skip`).
     pub rendered: Mutex<ByConfig<Record>>,
@@ -182,6 +186,7 @@ impl Context {
             ca_hashes: caches.ca_hashes,
             generators: caches.generators,
             boot_reports: caches.boot_reports,
+            footprint: caches.footprint,
             rendered: Default::default(),
             tokens_deleted: Default::default(),
             locks_released: Default::default(),

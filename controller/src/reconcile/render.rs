@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::context::{Context, config_key};
 use super::generate::{Calls, Phase};
+use crate::core::footprint;
 use crate::core::gate;
 use crate::core::network::{self as network_view, View as NetworkView};
 use crate::core::outcome::{self, RenderFacts};
@@ -25,6 +26,7 @@ use crate::core::write::{self, Plan, Written};
 use crate::error::{Error, Result};
 use crate::k8s::certs::CaCert;
 use crate::k8s::data_secret::{self, Provenance};
+use crate::k8s::footprint as k8s_footprint;
 use crate::k8s::templates::{self, ResolvedTemplate};
 use crate::k8s::{boot_report, certs, fetch_payload, files, init_lock, tokens};
 
@@ -421,7 +423,7 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let context = with_report(context(Some(join(&token))), &token);
     generated.extend(generators.run(&context, Phase::AfterToken).await?);
     let user_data = render(&context, &generated, false)?;
-    set_up_channels(ctx, scene, &token, reports && created, &user_data).await?;
+    set_up_channels(ctx, scene, &token, (reports, created), &user_data).await?;
     Ok(Made {
         user_data,
         fetch: fetches,
@@ -458,11 +460,14 @@ fn report_target(
         .filter_map(|(_, resolved)| resolved.content.clone())
         .collect();
     from_secrets.extend(network_secret_values(&scene.config.spec, spec));
+    let (uid, cluster_uid) = (scene.config.uid(), scene.cluster.uid());
+    let (uid, cluster_uid) = (uid.unwrap_or_default(), cluster_uid.unwrap_or_default());
     BootReport {
         server: format!("https://{}", scene.endpoint.address()),
         ca_pem: ca_pem.to_owned(),
         namespace: token::NAMESPACE.to_owned(),
-        name: boot_report::name(&scene.config.uid().unwrap_or_default()),
+        name: boot_report::name(&uid),
+        metadata: boot_report::machine_metadata(&uid, &cluster_uid, token),
         token: token.expose(),
         secrets: from_secrets,
         min_interval_seconds: ctx.settings.boot_report_interval.as_secs() as u32,
@@ -499,35 +504,57 @@ fn fetch_target(scene: &Scene<'_>, join: &JoinInfo) -> render::fetch::Fetch {
     )
 }
 
-/// Before the data Secret holds `user_data`: sets up the report objects for the config's new
-/// token (`new_report`), and stores the sealed render a fetch stub reads (every render: its
-/// keys are new each time).
+/// Before the data Secret holds `user_data`: converges the workload cluster to what the
+/// config's footprint needs for it (`core::footprint`): the shared report grant and policy or
+/// the per-machine report objects for a new token, the sealed render a fetch stub reads (every
+/// render: its keys are new each time).
 async fn set_up_channels(
     ctx: &Context,
     scene: &Scene<'_>,
     token: &Token,
-    new_report: bool,
+    (reports, created): (bool, bool),
     user_data: &render::Rendered,
 ) -> Result<()> {
-    if !new_report && user_data.payload.is_none() {
+    let facts = footprint::Facts {
+        role: scene.role,
+        pool: scene.subject.is_pool(),
+        reports,
+        fetch: user_data.payload.is_some(),
+        stage: footprint::Stage::Rendered,
+        admission: footprint::Admission::Missing,
+        token_scoped: token.scoped,
+        token_new: created,
+        token_exists: true,
+    };
+    let best = footprint::plan(&footprint::Facts {
+        admission: footprint::Admission::Enforced,
+        ..facts
+    });
+    if best.report == footprint::Report::None && !best.payload {
         return Ok(());
     }
     let namespace = scene.config.namespace().unwrap_or_default();
     let cluster = scene.cluster.name_any();
     let workload = ctx.workload_client(&namespace, &cluster).await?;
-    let uid = scene.config.uid().unwrap_or_default();
-    if new_report {
-        let cluster_uid = scene.cluster.uid().unwrap_or_default();
-        boot_report::set_up(&workload, (&uid, &cluster_uid), token)
-            .await
-            .map_err(|e| naming_workload(e, &namespace, &cluster))?;
-    }
-    if let Some(sealed) = &user_data.payload {
-        fetch_payload::store(&workload, &uid, token, sealed)
-            .await
-            .map_err(|e| naming_workload(e, &namespace, &cluster))?;
-    }
+    let render = k8s_footprint::Render {
+        config_uid: &scene.config.uid().unwrap_or_default(),
+        cluster_uid: &scene.cluster.uid().unwrap_or_default(),
+        token,
+        sealed: user_data.payload.as_ref(),
+    };
+    let key = (namespace.clone(), cluster.clone());
+    let recheck = shared_recheck(ctx);
+    k8s_footprint::set_up((&workload, &key, recheck), &ctx.footprint, facts, &render)
+        .await
+        .map_err(|e| naming_workload(e, &namespace, &cluster))?;
     Ok(())
+}
+
+/// How long a workload cluster's shared report objects are trusted as they were made before
+/// they are made current again: ten report intervals (100 s by default), so one deleted or
+/// edited is put back within that of the next render that needs it.
+fn shared_recheck(ctx: &Context) -> std::time::Duration {
+    ctx.settings.boot_report_interval * 10
 }
 
 /// Writes the data Secret as needed and publishes the render's Event.
