@@ -10,7 +10,8 @@
 //!   patch one that exists, or create a Secret;
 //! - the shared objects deleted or edited are put back by the next render that needs them;
 //! - on a workload apiserver that does not serve ValidatingAdmissionPolicy
-//!   (`--runtime-config=admissionregistration.k8s.io/v1/validatingadmissionpolicies=false`) the
+//!   (`--runtime-config=admissionregistration.k8s.io/v1/validatingadmissionpolicies=false`, its
+//!   admission plugin disabled) the
 //!   controller falls back to the per-machine Role, RoleBinding and report: the same refusals
 //!   hold, by RBAC, and no shared grant exists.
 
@@ -31,8 +32,12 @@ use testenv::{ApiServer, eventually};
 use super::boot_report::{cluster, publish_failing_template, shell_value};
 
 const SHARED: &str = "bootplate-boot-reports";
-const UNSERVED: &str =
-    "--runtime-config=admissionregistration.k8s.io/v1/validatingadmissionpolicies=false";
+/// The API switched off, and its admission plugin with it (the plugin's informer would wait
+/// for the API forever and the apiserver never be ready), as on an apiserver older than 1.30.
+const UNSERVED: [&str; 2] = [
+    "--runtime-config=admissionregistration.k8s.io/v1/validatingadmissionpolicies=false",
+    "--disable-admission-plugins=ValidatingAdmissionPolicy",
+];
 
 /// Sends `body` (JSON) to `path` of the workload apiserver as `token` with `method` and
 /// `content_type`; returns the HTTP status.
@@ -288,7 +293,7 @@ async fn without_the_policy_api_each_machine_gets_its_own_grant() {
     let ca = TestCa::new("kubernetes");
     let (management, workload) = tokio::join!(
         ApiServer::start(),
-        ApiServer::start_for_joins_with(&ca, &[UNSERVED])
+        ApiServer::start_for_joins_with(&ca, &UNSERVED)
     );
     let env = capi_env::with_clusters(management.unwrap(), workload.unwrap()).await;
     publish_failing_template(&env.client).await;
