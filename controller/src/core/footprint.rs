@@ -176,112 +176,24 @@ mod tests {
         };
         // (case, facts changed, stage, plan)
         type Case<'a> = (&'a str, &'a dyn Fn(&mut Facts), Stage, Plan);
+        // One case a line: the table reads as a table.
+        #[rustfmt::skip]
         let cases: [Case<'_>; 15] = [
-            (
-                "shipped",
-                &|_| {},
-                Stage::Rendered,
-                set_up(MachineCreates, false, false),
-            ),
-            (
-                "control-plane join",
-                &|f| f.role = Role::ControlPlaneJoin,
-                Stage::Rendered,
-                set_up(MachineCreates, false, false),
-            ),
-            (
-                "fetch",
-                &|f| f.fetch = true,
-                Stage::Rendered,
-                set_up(MachineCreates, false, true),
-            ),
-            (
-                "fetch, token reused: a new payload",
-                &|f| {
-                    f.fetch = true;
-                    f.token_new = false
-                },
-                Stage::Rendered,
-                set_up(MachineCreates, false, true),
-            ),
-            (
-                "no policy",
-                &|f| f.admission = Admission::Missing,
-                Stage::Rendered,
-                set_up(PerMachine, true, false),
-            ),
-            (
-                "no policy, token reused: made with it",
-                &|f| {
-                    f.admission = Admission::Missing;
-                    f.token_new = false
-                },
-                Stage::Rendered,
-                set_up(PerMachine, false, false),
-            ),
-            (
-                "token from before the shared way",
-                &|f| f.token_scoped = false,
-                Stage::Rendered,
-                set_up(PerMachine, true, false),
-            ),
-            (
-                "reports off",
-                &|f| f.reports = false,
-                Stage::Rendered,
-                set_up(NoReport, false, false),
-            ),
-            (
-                "reports off, fetch",
-                &|f| {
-                    f.reports = false;
-                    f.fetch = true
-                },
-                Stage::Rendered,
-                set_up(NoReport, false, true),
-            ),
-            (
-                "init",
-                &|f| f.role = Role::Init,
-                Stage::Rendered,
-                set_up(NoReport, false, false),
-            ),
-            (
-                "pool",
-                &|f| f.pool = true,
-                Stage::Rendered,
-                set_up(NoReport, false, false),
-            ),
-            (
-                "joined: the token only",
-                &|f| f.fetch = true,
-                Stage::Joined,
-                Plan {
-                    delete_token: true,
-                    ..NOTHING
-                },
-            ),
-            (
-                "joined, token gone (a restart)",
-                &|f| f.token_exists = false,
-                Stage::Joined,
-                NOTHING,
-            ),
-            (
-                "deleted: the token only",
-                &|f| f.admission = Admission::Missing,
-                Stage::Deleted,
-                Plan {
-                    delete_token: true,
-                    ..NOTHING
-                },
-            ),
-            (
-                "deleted, token gone",
-                &|f| f.token_exists = false,
-                Stage::Deleted,
-                NOTHING,
-            ),
+            ("shipped", &|_| {}, Stage::Rendered, set_up(MachineCreates, false, false)),
+            ("control-plane join", &|f| f.role = Role::ControlPlaneJoin, Stage::Rendered, set_up(MachineCreates, false, false)),
+            ("fetch", &|f| f.fetch = true, Stage::Rendered, set_up(MachineCreates, false, true)),
+            ("fetch, token reused: a new payload", &|f| { f.fetch = true; f.token_new = false }, Stage::Rendered, set_up(MachineCreates, false, true)),
+            ("no policy", &|f| f.admission = Admission::Missing, Stage::Rendered, set_up(PerMachine, true, false)),
+            ("no policy, token reused: made with it", &|f| { f.admission = Admission::Missing; f.token_new = false }, Stage::Rendered, set_up(PerMachine, false, false)),
+            ("token from before the shared way", &|f| f.token_scoped = false, Stage::Rendered, set_up(PerMachine, true, false)),
+            ("reports off", &|f| f.reports = false, Stage::Rendered, set_up(NoReport, false, false)),
+            ("reports off, fetch", &|f| { f.reports = false; f.fetch = true }, Stage::Rendered, set_up(NoReport, false, true)),
+            ("init", &|f| f.role = Role::Init, Stage::Rendered, set_up(NoReport, false, false)),
+            ("pool", &|f| f.pool = true, Stage::Rendered, set_up(NoReport, false, false)),
+            ("joined: the token only", &|f| f.fetch = true, Stage::Joined, Plan { delete_token: true, ..NOTHING }),
+            ("joined, token gone (a restart)", &|f| f.token_exists = false, Stage::Joined, NOTHING),
+            ("deleted: the token only", &|f| f.admission = Admission::Missing, Stage::Deleted, Plan { delete_token: true, ..NOTHING }),
+            ("deleted, token gone", &|f| f.token_exists = false, Stage::Deleted, NOTHING),
         ];
         for (case, change, stage, want) in cases {
             assert_eq!(plan_of(change, stage), want, "{case}");
