@@ -216,7 +216,8 @@ where
 /// for `token` (just created): server-side applied, so a config's later token takes them over.
 pub(crate) async fn set_up(
     workload: &Client,
-    (config_uid, cluster_uid): (&str, &str),
+    config_uid: &str,
+    cluster_uid: &str,
     token: &Token,
 ) -> Result<()> {
     let object = name(config_uid);

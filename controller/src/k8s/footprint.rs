@@ -32,7 +32,7 @@ use tracing::{info, warn};
 use crate::core::footprint::{self, Admission, Facts, Plan, Report, Stage};
 use crate::core::token::{CONFIG_GROUP_PREFIX, NAMESPACE, REPORTS_GROUP, Token};
 use crate::error::{Error, Result, is_not_found};
-use crate::k8s::boot_report::{self, PREFIX};
+use crate::k8s::boot_report::{self, ClusterKey, PREFIX};
 use crate::labels;
 
 /// The name of every shared object.
@@ -128,9 +128,6 @@ pub(crate) fn shared_role_binding() -> RoleBinding {
     }))
     .expect("the binding is well-formed")
 }
-
-/// A workload cluster, as `(namespace, name)` of its Cluster.
-pub(crate) type ClusterKey = (String, String);
 
 /// What is known of each workload cluster's shared objects: when they were last made current,
 /// and whether the policy is enforced. Behind an async lock per cluster: the configs rendering
@@ -289,10 +286,19 @@ pub(crate) struct Render<'a> {
     pub sealed: Option<&'a render::fetch::Sealed>,
 }
 
+/// The workload cluster a config's footprint is in.
+pub(crate) struct Workload<'a> {
+    pub client: &'a Client,
+    /// Its Cluster, as `(namespace, name)`.
+    pub cluster: &'a ClusterKey,
+    /// How long its shared objects are trusted as last made before they are made current again.
+    pub recheck: Duration,
+}
+
 /// Before a data Secret holds a render: what `plan` asks for the config (`facts` without the
 /// workload cluster's admission; it is asked only when the report would use it).
 pub(crate) async fn set_up(
-    (workload, key, recheck): (&Client, &ClusterKey, Duration),
+    in_cluster: &Workload<'_>,
     shared: &Shared,
     mut facts: Facts,
     render: &Render<'_>,
@@ -300,17 +306,20 @@ pub(crate) async fn set_up(
     // The workload cluster is asked only when the machine would write under the policy.
     facts.admission = Admission::Enforced;
     if footprint::plan(&facts).report == Report::MachineCreates {
-        facts.admission = shared.admission(workload, key, recheck).await?;
+        facts.admission = shared
+            .admission(in_cluster.client, in_cluster.cluster, in_cluster.recheck)
+            .await?;
     }
     let plan = footprint::plan(&facts);
     if plan.report_objects {
-        let ids = (render.config_uid, render.cluster_uid);
-        boot_report::set_up(workload, ids, render.token).await?;
+        let (config, cluster) = (render.config_uid, render.cluster_uid);
+        boot_report::set_up(in_cluster.client, config, cluster, render.token).await?;
     }
     if plan.payload
         && let Some(sealed) = render.sealed
     {
-        super::fetch_payload::store(workload, render.config_uid, render.token, sealed).await?;
+        let client = in_cluster.client;
+        super::fetch_payload::store(client, render.config_uid, render.token, sealed).await?;
     }
     Ok(plan)
 }

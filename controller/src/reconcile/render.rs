@@ -423,7 +423,7 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let context = with_report(context(Some(join(&token))), &token);
     generated.extend(generators.run(&context, Phase::AfterToken).await?);
     let user_data = render(&context, &generated, false)?;
-    set_up_channels(ctx, scene, &token, (reports, created), &user_data).await?;
+    set_up_channels(ctx, scene, &token, reports, created, &user_data).await?;
     Ok(Made {
         user_data,
         fetch: fetches,
@@ -512,7 +512,8 @@ async fn set_up_channels(
     ctx: &Context,
     scene: &Scene<'_>,
     token: &Token,
-    (reports, created): (bool, bool),
+    reports: bool,
+    token_new: bool,
     user_data: &render::Rendered,
 ) -> Result<()> {
     let facts = footprint::Facts {
@@ -523,7 +524,7 @@ async fn set_up_channels(
         stage: footprint::Stage::Rendered,
         admission: footprint::Admission::Missing,
         token_scoped: token.scoped,
-        token_new: created,
+        token_new,
         token_exists: true,
     };
     let best = footprint::plan(&footprint::Facts {
@@ -542,9 +543,12 @@ async fn set_up_channels(
         token,
         sealed: user_data.payload.as_ref(),
     };
-    let key = (namespace.clone(), cluster.clone());
-    let recheck = shared_recheck(ctx);
-    k8s_footprint::set_up((&workload, &key, recheck), &ctx.footprint, facts, &render)
+    let in_cluster = k8s_footprint::Workload {
+        client: &workload,
+        cluster: &(namespace.clone(), cluster.clone()),
+        recheck: shared_recheck(ctx),
+    };
+    k8s_footprint::set_up(&in_cluster, &ctx.footprint, facts, &render)
         .await
         .map_err(|e| naming_workload(e, &namespace, &cluster))?;
     Ok(())
