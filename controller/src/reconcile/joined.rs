@@ -56,7 +56,7 @@ pub(crate) async fn clean_up(
         && !ctx.lock_released(&uid)
     {
         match init_lock::release(&ctx.client, cluster).await {
-            Ok(()) => ctx.mark_lock_released(uid.clone()),
+            Ok(()) => ctx.mark_lock_released(&uid),
             Err(e) => failure = Some(e),
         }
     }
@@ -107,9 +107,13 @@ async fn delete_tokens(
         .map_err(|e| super::render::naming_workload(e, &namespace, &cluster_name))?;
     for _ in 0..deleted {
         ctx.metrics.token("deleted");
-        info!("bootstrap token deleted: the Machine has joined");
     }
-    ctx.mark_tokens_deleted(uid.to_owned());
-    ctx.forget_joined(uid);
+    if deleted > 0 {
+        info!(
+            tokens = deleted,
+            "bootstrap tokens deleted: the Machine has joined"
+        );
+    }
+    ctx.mark_tokens_deleted(uid);
     Ok(())
 }

@@ -231,7 +231,7 @@ async fn decide_role(
     let uid = config.uid().unwrap_or_default();
     if role::release_init_lock(role, initialized) && !ctx.lock_released(&uid) {
         init_lock::release(&ctx.client, cluster).await?;
-        ctx.mark_lock_released(uid);
+        ctx.mark_lock_released(&uid);
     }
     Ok(role)
 }
@@ -291,8 +291,8 @@ fn inputs_digest(
 /// its data Secret.
 pub(crate) fn last_render(ctx: &Context, config: &BootplateConfig) -> Option<LastRender> {
     let uid = config.uid()?;
-    if let Some(record) = ctx.rendered.lock().expect("lock").get(&uid) {
-        return Some(LastRender::remembered(record));
+    if let Some(last) = ctx.last_rendered(&uid, |record| record.map(LastRender::remembered)) {
+        return Some(last);
     }
     let namespace = config.namespace().unwrap_or_default();
     let secret = ctx.stores.secret(&namespace, &config.name_any())?;
@@ -632,7 +632,7 @@ async fn record_init_handed_out(ctx: &Context, scene: &Scene<'_>) -> Result<()> 
         return Ok(());
     }
     init_lock::record_handed_out(&ctx.client, scene.cluster, machine).await?;
-    ctx.mark_init_handed_out(uid);
+    ctx.mark_init_handed_out(&uid);
     Ok(())
 }
 
@@ -676,12 +676,13 @@ async fn write_data_secret(
     let namespace = config.namespace().unwrap_or_default();
     let stored = ctx.stores.secret_version(&namespace, &config.name_any());
     let plan = config.uid().map_or(Plan::Write, |uid| {
-        let records = ctx.rendered.lock().expect("lock");
-        let last = records.get(&uid).map(|r| Written {
-            digest: &r.secret_digest,
-            version: r.secret_version.as_deref(),
-        });
-        write::plan(digest, stored.as_deref(), last)
+        ctx.last_rendered(&uid, |record| {
+            let last = record.map(|r| Written {
+                digest: &r.secret_digest,
+                version: r.secret_version.as_deref(),
+            });
+            write::plan(digest, stored.as_deref(), last)
+        })
     });
     match plan {
         Plan::Keep(version) => return Ok((false, version)),
