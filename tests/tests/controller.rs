@@ -193,9 +193,14 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
         assert_eq!(s("token-secret"), secret_part);
         assert_eq!(s("usage-bootstrap-signing"), "true");
         assert_eq!(s("usage-bootstrap-authentication"), "true");
+        // kubeadm's join group, the boot reports' group and the group naming its config (the
+        // report admission policy holds the token to that config's report).
         assert_eq!(
             s("auth-extra-groups"),
-            "system:bootstrappers:kubeadm:default-node-token"
+            format!(
+                "system:bootstrappers:kubeadm:default-node-token,system:bootstrappers:bootplate:reports,system:bootstrappers:bootplate:config:{}",
+                config.uid().unwrap()
+            )
         );
         let expiry: k8s_openapi::jiff::Timestamp = s("expiration").parse().unwrap();
         let left = expiry
