@@ -47,6 +47,11 @@ pub struct BootReport {
     pub namespace: String,
     /// The ConfigMap's name.
     pub name: String,
+    /// The ConfigMap's `metadata` as JSON (its name, namespace, labels and owner): each report
+    /// is a server-side apply of the whole object, so the machine creates its report where the
+    /// workload cluster lets it (a shared grant held to its own name by an admission policy),
+    /// and patches one made for it elsewhere.
+    pub metadata: String,
     /// The machine's bootstrap token, `<id>.<secret>`.
     pub token: String,
     /// Other values the machine was given from Secrets: redacted from the reported output

@@ -43,6 +43,7 @@ fn report() -> BootReport {
         ca_pem: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----".into(),
         namespace: "kube-system".into(),
         name: "bootplate-boot-uid".into(),
+        metadata: r#"{"name":"bootplate-boot-uid","namespace":"kube-system"}"#.into(),
         token: SAMPLE_TOKEN.into(),
         secrets: vec![format!("{SECRET_VALUE}\n")],
         min_interval_seconds: 0,

@@ -54,6 +54,24 @@ pub fn kube_version() -> anyhow::Result<String> {
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// The workload cluster's garbage collector (kube-controller-manager with that one controller)
+/// for `apiserver`, stopped on drop: bootplate deletes a joined machine's token, the collector
+/// what the token owns.
+pub fn garbage_collector(apiserver: &ApiServer) -> anyhow::Result<Process> {
+    let kubeconfig = apiserver.kubeconfig_path()?;
+    Process::spawn(
+        "kube-controller-manager",
+        Command::new(tools::path("kube-controller-manager")?)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--controllers=garbagecollector")
+            .arg("--leader-elect=false")
+            .arg("--use-service-account-credentials=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg("--secure-port=0"),
+        &apiserver.dir().join("garbage-collector.log"),
+    )
+}
+
 /// The control-plane side of real joins for one apiserver, stopped on drop.
 pub struct JoinServices {
     _controller_manager: Process,
@@ -76,7 +94,9 @@ impl JoinServices {
             "kube-controller-manager",
             Command::new(tools::path("kube-controller-manager")?)
                 .arg(format!("--kubeconfig={}", admin_kubeconfig.display()))
-                .arg("--controllers=csrapproving,csrsigning,bootstrapsigner")
+                // The garbage collector too: what bootplate makes for a machine is owned by its
+                // token and goes with it, never deleted by request.
+                .arg("--controllers=csrapproving,csrsigning,bootstrapsigner,garbagecollector")
                 .arg(format!("--cluster-signing-cert-file={}", ca_crt.display()))
                 .arg(format!("--cluster-signing-key-file={}", ca_key.display()))
                 .arg("--leader-elect=false")

@@ -123,6 +123,19 @@ impl ApiServer {
         Self::start_with(false, Some(ca), &joins::APISERVER_FLAGS).await
     }
 
+    /// [`ApiServer::start_for_joins`] with more flags (`--runtime-config=...` to serve less).
+    pub async fn start_for_joins_with(
+        ca: &pki::TestCa,
+        flags: &[&str],
+    ) -> anyhow::Result<ApiServer> {
+        let all: Vec<&str> = joins::APISERVER_FLAGS
+            .iter()
+            .chain(flags)
+            .copied()
+            .collect();
+        Self::start_with(false, Some(ca), &all).await
+    }
+
     /// [`ApiServer::start`] with an audit log of every request (metadata level, one JSON line
     /// per request when it completes; watches also when they start) at [`ApiServer::audit_log`]:
     /// the benchmarks count the requests of one user from it.

@@ -193,9 +193,14 @@ async fn renders_a_cluster_of_three_control_planes_and_five_workers() {
         assert_eq!(s("token-secret"), secret_part);
         assert_eq!(s("usage-bootstrap-signing"), "true");
         assert_eq!(s("usage-bootstrap-authentication"), "true");
+        // kubeadm's join group, the boot reports' group and the group naming its config (the
+        // report admission policy holds the token to that config's report).
         assert_eq!(
             s("auth-extra-groups"),
-            "system:bootstrappers:kubeadm:default-node-token"
+            format!(
+                "system:bootstrappers:kubeadm:default-node-token,system:bootstrappers:bootplate:reports,system:bootstrappers:bootplate:config:{}",
+                config.uid().unwrap()
+            )
         );
         let expiry: k8s_openapi::jiff::Timestamp = s("expiration").parse().unwrap();
         let left = expiry
@@ -895,11 +900,13 @@ impl Untouched {
     }
 }
 
-/// A restart after joins writes nothing to the workload cluster. The joined machines' tokens
-/// were deleted (with their boot report objects) before the restart; the restarted process
-/// runs the join clean-up again (its memory of it is gone, the tokens could still be live)
-/// and finds no token, so it deletes nothing more: before, every joined machine cost a DELETE
-/// of each report object, answered 404. The workload apiserver's audit log is the evidence.
+/// A restart after joins writes nothing to the workload cluster. The workload apiserver enforces
+/// ValidatingAdmissionPolicy, so the reports take the shared way: the cluster holds one report
+/// grant for all its machines, each token carries its config's group, and bootplate writes no
+/// per-machine object (the machine creates its own report; these machines do not boot). The
+/// joined machines' tokens are deleted; the restarted process runs the join clean-up again (its
+/// memory of it is gone, the tokens could still be live), finds no token and deletes nothing
+/// more. The workload apiserver's audit log is the evidence.
 #[tokio::test]
 async fn a_restart_after_joins_writes_nothing_to_the_workload_cluster() {
     let (management, workload) = tokio::join!(ApiServer::start(), ApiServer::start_audited());
@@ -917,24 +924,11 @@ async fn a_restart_after_joins_writes_nothing_to_the_workload_cluster() {
         env.machine("j1", name, false, cluster_template("reports"))
             .await;
     }
-    let reports: Api<ConfigMap> = Api::namespaced(env.workload_client.clone(), "kube-system");
-    let mut report_names = Vec::new();
+    let mut config_uids = Vec::new();
     for name in names {
-        let uid = env.wait_ready(name).await.uid().unwrap();
-        report_names.push(format!("bootplate-boot-{uid}"));
+        config_uids.push(env.wait_ready(name).await.uid().unwrap());
     }
-    // Each report is owned by its token's Secret, by UID: the workload cluster's garbage
-    // collector deletes it with the token (a wrong UID would have it deleted at once).
-    let token_uids: Vec<String> = env.tokens().await.iter().filter_map(|t| t.uid()).collect();
-    for report in &report_names {
-        let report = reports.get(report).await.expect("the report is set up");
-        let owner = &report.owner_references()[0];
-        assert_eq!(owner.kind, "Secret");
-        assert!(
-            token_uids.contains(&owner.uid),
-            "{owner:?} is a token's Secret"
-        );
-    }
+    assert_shared_report_grant(&env, &config_uids).await;
     for name in names {
         env.set_node_ref(name).await;
     }
@@ -946,12 +940,6 @@ async fn a_restart_after_joins_writes_nothing_to_the_workload_cluster() {
             .then_some(())
     })
     .await;
-    for report in &report_names {
-        assert!(
-            reports.get_opt(report).await.unwrap().is_none(),
-            "{report} deleted"
-        );
-    }
     controller.terminate().unwrap();
     let log = env.workload.audit_log();
     let before = std::fs::metadata(&log).unwrap().len() as usize;
@@ -976,6 +964,69 @@ async fn a_restart_after_joins_writes_nothing_to_the_workload_cluster() {
         .map(|entry| format!("{} {}", entry["verb"], entry["requestURI"]))
         .collect();
     assert!(writes.is_empty(), "writes after the restart: {writes:#?}");
+}
+
+/// The workload cluster holds the shared report grant (the admission policy, its binding, the
+/// Role and its RoleBinding, once), each config's token names the config in its groups, and no
+/// report, Role or RoleBinding was made for a machine.
+async fn assert_shared_report_grant(env: &testenv::capi_env::Env, config_uids: &[String]) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let shared = "bootplate-boot-reports";
+    let client = &env.workload_client;
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .get(shared)
+        .await
+        .expect("the report admission policy is in place");
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .get(shared)
+        .await
+        .expect("the report admission policy is bound");
+    let roles: Api<Role> = Api::namespaced(client.clone(), "kube-system");
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), "kube-system");
+    roles.get(shared).await.expect("the shared report Role");
+    let binding = bindings.get(shared).await.expect("the shared RoleBinding");
+    let subjects = binding.subjects.unwrap_or_default();
+    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    assert_eq!(subjects[0].name, "system:bootstrappers:bootplate:reports");
+    let per_machine = |name: &str| name.starts_with("bootplate-boot-") && name != shared;
+    let made_for_machines: Vec<String> = (roles.list(&Default::default()).await.unwrap().items)
+        .iter()
+        .map(|r| r.name_any())
+        .chain(
+            (bindings.list(&Default::default()).await.unwrap().items)
+                .iter()
+                .map(|b| b.name_any()),
+        )
+        .chain(
+            (Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items)
+                .iter()
+                .map(|c| c.name_any()),
+        )
+        .filter(|name| per_machine(name))
+        .collect();
+    assert!(
+        made_for_machines.is_empty(),
+        "per-machine objects: {made_for_machines:?}"
+    );
+    let groups: Vec<String> = (env.tokens().await.iter())
+        .filter(|t| t.name_any().starts_with("bootstrap-token-"))
+        .filter_map(|t| t.data.as_ref()?.get("auth-extra-groups").cloned())
+        .map(|groups| String::from_utf8_lossy(&groups.0).into_owned())
+        .collect();
+    for uid in config_uids {
+        let group = format!("system:bootstrappers:bootplate:config:{uid}");
+        assert!(
+            groups.iter().any(|g| g.split(',').any(|g| g == group)),
+            "a token carries {group}: {groups:?}"
+        );
+    }
 }
 
 async fn event_count(env: &testenv::capi_env::Env) -> usize {

@@ -4,6 +4,7 @@
 pub(crate) mod blocked;
 pub(crate) mod boot;
 pub mod cached_secret;
+pub(crate) mod footprint;
 pub(crate) mod gate;
 pub mod import;
 pub(crate) mod inplace;

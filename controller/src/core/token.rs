@@ -15,6 +15,12 @@ pub const NAMESPACE: &str = "kube-system";
 pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 /// The group kubeadm's join RBAC is bound to.
 pub const GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// The group the shared boot report grant is bound to (`k8s::footprint`): only tokens made by
+/// a controller that also puts the report admission policy in place carry it.
+pub const REPORTS_GROUP: &str = "system:bootstrappers:bootplate:reports";
+/// The prefix of the group naming a token's config (its UID follows): the admission policy
+/// lets a token write only the report of that config.
+pub const CONFIG_GROUP_PREFIX: &str = "system:bootstrappers:bootplate:config:";
 /// The longest `--bootstrap-token-ttl`: a token is a credential that lets anyone holding it join
 /// a node to the cluster; one that outlives a week is one nobody remembers to revoke.
 pub const LONGEST_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -34,6 +40,9 @@ pub struct Token {
     /// The UID of the workload cluster's Secret that holds it, when known (the owner of the
     /// objects made for it); not part of the token's identity.
     pub(crate) secret_uid: Option<String>,
+    /// Its Secret carries its config's group ([`extra_groups`]): the machine may write its
+    /// report under the shared grant.
+    pub(crate) scoped: bool,
 }
 
 impl PartialEq for Token {
@@ -63,6 +72,7 @@ impl Token {
             id: pick(6),
             secret: pick(16),
             secret_uid: None,
+            scoped: false,
         }
     }
 
@@ -80,6 +90,7 @@ impl Token {
             id,
             secret,
             secret_uid: None,
+            scoped: false,
         }
     }
 
@@ -89,6 +100,7 @@ impl Token {
             id: "000000".into(),
             secret: "0000000000000000".into(),
             secret_uid: None,
+            scoped: false,
         }
     }
 
@@ -101,6 +113,30 @@ impl Token {
     pub fn expose(&self) -> String {
         format!("{}.{}", self.id, self.secret)
     }
+}
+
+/// The `auth-extra-groups` of config `config_uid`'s tokens: kubeadm's join group, and, when the
+/// UID can be part of a group name (the token authenticator refuses a token whose groups do not
+/// match `system:bootstrappers:[a-z0-9:-]*`), the shared report group and the config's own.
+pub(crate) fn extra_groups(config_uid: &str) -> String {
+    match config_group(config_uid) {
+        Some(own) => format!("{GROUP},{REPORTS_GROUP},{own}"),
+        None => GROUP.to_owned(),
+    }
+}
+
+/// The group naming config `config_uid`, when its UID fits in a group name.
+pub(crate) fn config_group(config_uid: &str) -> Option<String> {
+    let fits = !config_uid.is_empty()
+        && config_uid.len() <= 200
+        && (config_uid.bytes()).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !config_uid.ends_with('-');
+    fits.then(|| format!("{CONFIG_GROUP_PREFIX}{config_uid}"))
+}
+
+/// Whether the `auth-extra-groups` value `groups` names config `config_uid`.
+pub(crate) fn names_config(groups: &str, config_uid: &str) -> bool {
+    config_group(config_uid).is_some_and(|own| groups.split(',').any(|g| g.trim() == own))
 }
 
 /// A token ID (6 characters of `[a-z0-9]`) derived from the config's UID. Token IDs are the
@@ -309,6 +345,25 @@ pub(crate) fn may_be_live(after: AfterJoin, now: Timestamp) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token names its config in a group the authenticator accepts; a UID that cannot be
+    /// part of a group name leaves the token with kubeadm's group only (per-machine reports).
+    #[test]
+    fn a_token_names_its_config_in_a_group() {
+        let uid = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
+        let groups = extra_groups(uid);
+        assert_eq!(
+            groups,
+            format!("{GROUP},{REPORTS_GROUP},{CONFIG_GROUP_PREFIX}{uid}")
+        );
+        assert!(names_config(&groups, uid));
+        assert!(!names_config(&groups, "1b4e28ba"));
+        assert!(!names_config(GROUP, uid));
+        for odd in ["", "UPPER", "a_b", "ends-", &"a".repeat(201)] {
+            assert_eq!(extra_groups(odd), GROUP, "{odd:?}");
+            assert!(!names_config(&extra_groups(odd), odd));
+        }
+    }
 
     fn now() -> Timestamp {
         Timestamp::from_second(1_800_000_000).unwrap()

@@ -2,14 +2,16 @@
 //! its report into, `kube-system/bootplate-boot-<config UID>`, and the Role and RoleBinding
 //! that let the machine's bootstrap token, and only it, write that one ConfigMap.
 //!
-//! RBAC enforces it: the Role grants `get` and `patch` on that name only
-//! (`resourceNames`), bound to the token's user `system:bootstrap:<token ID>`. Any other
-//! token is refused by the apiserver (403). The ConfigMap is created by bootplate (a
-//! `create` cannot be limited by name), so the machine never needs more.
+//! Where the workload cluster enforces a ValidatingAdmissionPolicy, the machine creates its
+//! report itself under a grant shared by all machines (`k8s::footprint`), and none of these
+//! per-machine objects is made. Elsewhere (the fallback) RBAC enforces it: the Role grants
+//! `get` and `patch` on that name only (`resourceNames`), bound to the token's user
+//! `system:bootstrap:<token ID>`; any other token is refused (403). The ConfigMap is then
+//! created by bootplate (RBAC cannot limit a `create` by name).
 //!
-//! The three objects carry an ownerReference to the token's Secret: the workload cluster's
-//! garbage collector deletes them with the token (also when its token cleaner removes an
-//! expired one), and bootplate deletes them by the config's label when it deletes the token.
+//! Every report and its objects carry an ownerReference to the token's Secret: the workload
+//! cluster's garbage collector deletes them with the token (when bootplate deletes it after the
+//! join, or the token cleaner an expired one). Nothing of it is deleted by request.
 //!
 //! Reads are coalesced: one listing per workload cluster per interval, shared by all its
 //! configs and scoped to its Cluster's reports ([`Reports`]), and only while some config of
@@ -22,17 +24,35 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::core::boot::{MAX_ENCODED, REPORT_KEY};
 use crate::core::token::{NAMESPACE, Token};
-use crate::error::{Error, Result, is_not_found};
+use crate::error::{Error, Result};
 use crate::labels;
+
+/// What a report's name starts with; the config's UID follows.
+pub(crate) const PREFIX: &str = "bootplate-boot-";
 
 /// The name of the report objects of config `config_uid`.
 pub(crate) fn name(config_uid: &str) -> String {
-    format!("bootplate-boot-{config_uid}")
+    format!("{PREFIX}{config_uid}")
+}
+
+/// The report's metadata as the machine applies it with each report (JSON): its name, the
+/// labels the listing selects and the config's, owned by `token`'s Secret, so the garbage
+/// collector removes it with the token. A token whose Secret is not known yet (the trial
+/// render's stand-in) gets a stand-in UID of the same length.
+pub(crate) fn machine_metadata(config_uid: &str, cluster_uid: &str, token: &Token) -> String {
+    let stand_in = "00000000-0000-0000-0000-000000000000";
+    let target = Target {
+        config_uid,
+        token_id: &token.id,
+        token_uid: token.secret_uid.as_deref().unwrap_or(stand_in),
+    };
+    let metadata = config_map(&target, cluster_uid).metadata;
+    serde_json::to_string(&metadata).expect("metadata serializes")
 }
 
 /// Who the objects are for: the config and its token.
@@ -196,7 +216,8 @@ where
 /// for `token` (just created): server-side applied, so a config's later token takes them over.
 pub(crate) async fn set_up(
     workload: &Client,
-    (config_uid, cluster_uid): (&str, &str),
+    config_uid: &str,
+    cluster_uid: &str,
     token: &Token,
 ) -> Result<()> {
     let object = name(config_uid);
@@ -206,44 +227,6 @@ pub(crate) async fn set_up(
     })
     .await
     .map_err(workload_error)
-}
-
-/// Deletes the report objects of config `config_uid` (with its tokens). Returns how many were
-/// there.
-pub(crate) async fn delete(workload: &Client, config_uid: &str) -> Result<usize> {
-    delete_granted::<ConfigMap>(workload, &name(config_uid))
-        .await
-        .map_err(workload_error)
-}
-
-/// Deletes the RoleBinding, the Role and the `K` named `object` in [`NAMESPACE`]. Returns how
-/// many were there.
-pub(crate) async fn delete_granted<K>(workload: &Client, object: &str) -> kube::Result<usize>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
-{
-    let objects: Api<K> = Api::namespaced(workload.clone(), NAMESPACE);
-    let roles: Api<Role> = Api::namespaced(workload.clone(), NAMESPACE);
-    let bindings: Api<RoleBinding> = Api::namespaced(workload.clone(), NAMESPACE);
-    let params = DeleteParams::default();
-    let results = [
-        bindings.delete(object, &params).await.map(drop),
-        roles.delete(object, &params).await.map(drop),
-        objects.delete(object, &params).await.map(drop),
-    ];
-    let mut deleted = 0;
-    for result in results {
-        match result {
-            Ok(()) => deleted += 1,
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(deleted)
 }
 
 /// A report as a listing holds it: the encoded report, or `None` for one too large to keep (the

@@ -4,8 +4,9 @@
 //!
 //! The same per-machine trust and lifecycle as the boot report's objects (see
 //! [`super::boot_report`]): RBAC with `resourceNames`, bound to `system:bootstrap:<token ID>`;
-//! owned by the token's Secret (the workload cluster's garbage collector deletes them with an
-//! expired token) and deleted by bootplate with the token, once the Machine joined. The
+//! owned by the token's Secret: the workload cluster's garbage collector deletes them with the
+//! token (bootplate deletes the token once the Machine joined; the token cleaner an expired
+//! one), and bootplate deletes none of them by request. The
 //! payload is sealed with keys only the machine's user-data holds: whoever reads Secrets in
 //! `kube-system` sees ciphertext.
 
@@ -14,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use render::fetch::{IV_KEY, MAC_KEY, PAYLOAD_KEY, Sealed};
 
-use super::boot_report::{Grant, Target, delete_granted, grant, meta_named};
+use super::boot_report::{Grant, Target, grant, meta_named};
 use crate::error::{Error, Result};
 use crate::labels;
 
@@ -75,19 +76,6 @@ pub(crate) async fn store(
     })
     .await
     .map_err(workload_error)
-}
-
-/// Deletes the payload objects of config `config_uid` (with its tokens). Returns how many were
-/// there.
-pub(crate) async fn delete(workload: &Client, config_uid: &str) -> Result<usize> {
-    delete_granted::<Secret>(workload, &name(config_uid))
-        .await
-        .map_err(|e| {
-            Error::waiting(
-                crd_types::conditions::reason::BOOTSTRAP_TOKEN_ERROR,
-                format!("workload cluster: cannot delete the fetched render: {e}"),
-            )
-        })
 }
 
 #[cfg(test)]

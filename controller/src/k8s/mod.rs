@@ -7,6 +7,7 @@ pub(crate) mod data_secret;
 pub mod events;
 pub(crate) mod fetch_payload;
 pub(crate) mod files;
+pub(crate) mod footprint;
 pub(crate) mod init_lock;
 pub mod node_payload;
 pub(crate) mod status;

@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostPa
 use kube::{Api, Client, ResourceExt};
 
 use crate::core::token::{
-    self, Found, GROUP, NAMESPACE, PoolToken, SECRET_TYPE, Token, TokenAction, Verdict,
+    self, Found, NAMESPACE, PoolToken, SECRET_TYPE, Token, TokenAction, Verdict,
 };
 use crate::error::{Error, Result, is_conflict, is_not_found};
 use crate::labels;
@@ -173,6 +173,9 @@ fn stored_token(secret: &Secret) -> Option<Token> {
         string_data(secret, "token-secret")?,
     );
     token.secret_uid = secret.uid();
+    let groups = string_data(secret, "auth-extra-groups").unwrap_or_default();
+    let config_uid = secret.labels().get(labels::TOKEN_CONFIG_UID);
+    token.scoped = config_uid.is_some_and(|uid| token::names_config(&groups, uid));
     Some(token)
 }
 
@@ -214,6 +217,7 @@ async fn create(
     let created = api.create(&PostParams::default(), &secret).await?;
     let mut token = token;
     token.secret_uid = created.uid();
+    token.scoped = token::config_group(config_uid).is_some();
     Ok((token, TokenAction::Created, expires))
 }
 
@@ -287,7 +291,7 @@ fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: S
         ("expiration", expiration),
         ("usage-bootstrap-signing", "true".into()),
         ("usage-bootstrap-authentication", "true".into()),
-        ("auth-extra-groups", GROUP.into()),
+        ("auth-extra-groups", token::extra_groups(config_uid)),
         ("description", format!("bootplate token for {config_key}")),
     ]
     .into_iter()
@@ -313,41 +317,6 @@ fn token_secret(token: &Token, config_uid: &str, config_key: &str, expiration: S
     }
 }
 
-/// What was made beside a config's token, to be deleted with it (`true` also when not known).
-pub(crate) struct Made {
-    /// Its boot report objects.
-    pub reports: bool,
-    /// Its sealed render (its data Secret is a fetch stub).
-    pub fetched: bool,
-}
-
-/// Deletes the config's tokens (the Machine joined, or the config is gone) and with them what
-/// was `made` beside them: its boot report objects and its sealed render. Returns how many
-/// tokens.
-///
-/// With no token left there is nothing to delete: those objects are deleted before the
-/// tokens, and are owned by the token's Secret, so the workload cluster's garbage collector
-/// removed them if the token went another way. A clean-up run again (a restarted controller)
-/// is then one listing, no writes.
-pub(crate) async fn delete(workload: &Client, config_uid: &str, made: Made) -> Result<usize> {
-    let api: Api<Secret> = Api::namespaced(workload.clone(), NAMESPACE);
-    let existing = api
-        .list_metadata(&ListParams::default().labels(&selector(config_uid)))
-        .await
-        .map_err(workload_error)?;
-    if existing.items.is_empty() {
-        return Ok(0);
-    }
-    if made.reports {
-        super::boot_report::delete(workload, config_uid).await?;
-    }
-    if made.fetched {
-        super::fetch_payload::delete(workload, config_uid).await?;
-    }
-    let names = existing.items.into_iter().filter_map(|s| s.metadata.name);
-    delete_named(&api, names).await
-}
-
 /// Deletes the tokens with IDs `ids` (a MachinePool's replaced tokens, once its data Secret
 /// holds the new one). Returns how many were still there.
 pub(crate) async fn delete_ids(workload: &Client, ids: &[String]) -> Result<usize> {
@@ -355,7 +324,10 @@ pub(crate) async fn delete_ids(workload: &Client, ids: &[String]) -> Result<usiz
     delete_named(&api, ids.iter().map(|id| id_secret_name(id))).await
 }
 
-async fn delete_named(api: &Api<Secret>, names: impl Iterator<Item = String>) -> Result<usize> {
+pub(crate) async fn delete_named(
+    api: &Api<Secret>,
+    names: impl Iterator<Item = String>,
+) -> Result<usize> {
     let mut deleted = 0;
     for name in names {
         match api.delete(&name, &DeleteParams::default()).await {

@@ -77,6 +77,8 @@ pub(crate) struct Caches {
     pub generators: Arc<Generators>,
     /// Boot reports, one listing per workload cluster.
     pub boot_reports: Arc<BootReports>,
+    /// Each workload cluster's shared report grant and policy, and whether it enforces it.
+    pub footprint: Arc<crate::k8s::footprint::Shared>,
 }
 
 impl Caches {
@@ -108,6 +110,27 @@ pub enum Topic {
     Boot,
 }
 
+/// What this process remembers of one config between reconciles. A restart forgets it all:
+/// each field is a shortcut that the objects in the clusters can answer again.
+#[derive(Debug, Default)]
+pub struct ConfigMemory {
+    /// What its last render did, to skip the work when nothing changed since (`core::skip`).
+    rendered: Option<Record>,
+    /// What it was last told, by topic: a reconcile can read a status older than the previous
+    /// reconcile's write (the cache lags the apiserver), and must not tell the same again.
+    told: Told<Topic>,
+    /// Since when its Machine has been seen joined with its tokens not yet deleted (a token
+    /// waits for the machine's last boot report at most a grace after that).
+    joined_since: Option<Instant>,
+    /// This process deleted its tokens after the join: the reconciles that Machine updates
+    /// trigger do not look for them again.
+    tokens_deleted: bool,
+    /// It released its Cluster's init lock.
+    lock_released: bool,
+    /// The init lock records its `init` data as handed out.
+    init_handed_out: bool,
+}
+
 /// Shared state of the reconcilers.
 pub struct Context {
     /// Client of the management cluster.
@@ -126,24 +149,11 @@ pub struct Context {
     pub generators: Arc<Generators>,
     /// Each workload cluster's boot reports as last listed.
     pub boot_reports: Arc<BootReports>,
-    /// What the last render of each config (by UID) did, to skip the work when nothing
-    /// changed since (see `core::skip`).
-    pub rendered: Mutex<ByConfig<Record>>,
-    /// Configs (by UID) of joined Machines whose bootstrap tokens this process deleted, so
-    /// the reconciles that Machine updates trigger do not look for them again.
-    tokens_deleted: Mutex<ByConfig<()>>,
-    /// Configs (by UID) that released their Cluster's init lock, so they do not again.
-    locks_released: Mutex<ByConfig<()>>,
-    /// Configs (by UID) whose `init` data the init lock records as handed out.
-    init_handed_out: Mutex<ByConfig<()>>,
-    /// What each config (by UID) was last told, by topic: a digest of the Event's text. A
-    /// reconcile can read a status older than the previous reconcile's write (the cache lags
-    /// the apiserver), and must not tell the same again.
-    told: Mutex<Told<Topic>>,
-    /// Configs (by UID) of joined Machines whose tokens are not deleted yet: since when this
-    /// process has seen them joined (a token waits for the machine's last boot report at most
-    /// a grace after that). Dropped with the token.
-    joined_seen: Mutex<ByConfig<Instant>>,
+    /// Each workload cluster's shared report grant and policy.
+    pub footprint: Arc<crate::k8s::footprint::Shared>,
+    /// What this process remembers of each config (by UID) between reconciles, one record a
+    /// config, dropped with it.
+    memory: Mutex<ByConfig<ConfigMemory>>,
     /// Consecutive failed reconciles per config (by UID), for the retry delay.
     pub failures: crate::reconcile::retry::Failures,
     /// Consecutive `GeneratorFailed` results per config (by UID), for the retry delay.
@@ -182,12 +192,8 @@ impl Context {
             ca_hashes: caches.ca_hashes,
             generators: caches.generators,
             boot_reports: caches.boot_reports,
-            rendered: Default::default(),
-            tokens_deleted: Default::default(),
-            locks_released: Default::default(),
-            init_handed_out: Default::default(),
-            told: Default::default(),
-            joined_seen: Default::default(),
+            footprint: caches.footprint,
+            memory: Default::default(),
             failures: Default::default(),
             generator_failures: Default::default(),
             recorder,
@@ -220,92 +226,91 @@ impl Context {
             .await
     }
 
+    /// What config `uid`'s memory answers to `read` (a default memory when there is none).
+    fn recall<R>(&self, uid: &str, read: impl FnOnce(&ConfigMemory) -> R) -> R {
+        match self.memory.lock().expect("lock").get(uid) {
+            Some(memory) => read(memory),
+            None => read(&ConfigMemory::default()),
+        }
+    }
+
+    /// Changes config `uid`'s memory with `change` (pruned of configs gone when it grows).
+    fn note<R>(&self, uid: &str, change: impl FnOnce(&mut ConfigMemory) -> R) -> R {
+        let mut memory = self.memory.lock().expect("lock");
+        memory.update(uid, change, || self.live_configs())
+    }
+
     /// Remembers a config's last render.
     pub fn remember(&self, uid: String, record: Record) {
-        self.rendered
-            .lock()
-            .expect("lock")
-            .insert(uid, record, || self.live_configs());
+        self.note(&uid, |m| m.rendered = Some(record));
+    }
+
+    /// What config `uid`'s last render in this process was, through `read`.
+    pub(crate) fn last_rendered<R>(&self, uid: &str, read: impl FnOnce(Option<&Record>) -> R) -> R {
+        self.recall(uid, |m| read(m.rendered.as_ref()))
     }
 
     /// Whether this process deleted the tokens of config `uid` after its Machine joined.
     pub fn tokens_deleted(&self, uid: &str) -> bool {
-        noted(&self.tokens_deleted, uid)
+        self.recall(uid, |m| m.tokens_deleted)
     }
 
-    /// Notes that the tokens of config `uid` are deleted.
-    pub fn mark_tokens_deleted(&self, uid: String) {
-        self.note(&self.tokens_deleted, uid);
+    /// Notes that the tokens of config `uid` are deleted (and forgets when its Machine was seen
+    /// joined: that wait is over).
+    pub fn mark_tokens_deleted(&self, uid: &str) {
+        self.note(uid, |m| {
+            m.tokens_deleted = true;
+            m.joined_since = None;
+        });
     }
 
     /// Whether config `uid` released its Cluster's init lock.
     pub fn lock_released(&self, uid: &str) -> bool {
-        noted(&self.locks_released, uid)
+        self.recall(uid, |m| m.lock_released)
     }
 
     /// Notes that config `uid` released its Cluster's init lock.
-    pub fn mark_lock_released(&self, uid: String) {
-        self.note(&self.locks_released, uid);
+    pub fn mark_lock_released(&self, uid: &str) {
+        self.note(uid, |m| m.lock_released = true);
     }
 
     /// Whether the init lock already records that config `uid` was handed its `init` data.
     pub fn init_handed_out(&self, uid: &str) -> bool {
-        noted(&self.init_handed_out, uid)
+        self.recall(uid, |m| m.init_handed_out)
     }
 
     /// Notes that the init lock records config `uid`'s `init` data as handed out.
-    pub fn mark_init_handed_out(&self, uid: String) {
-        self.note(&self.init_handed_out, uid);
-    }
-
-    /// Adds config `uid` to one of the per-config memories of things done once (pruned of
-    /// configs gone when it grows).
-    fn note(&self, set: &Mutex<ByConfig<()>>, uid: String) {
-        set.lock()
-            .expect("lock")
-            .insert(uid, (), || self.live_configs());
+    pub fn mark_init_handed_out(&self, uid: &str) {
+        self.note(uid, |m| m.init_handed_out = true);
     }
 
     /// Whether config `uid` was not yet told `text` about `topic` (and notes that it now is):
     /// the Events and counts that go once per change ask this after their status check.
     pub fn first_telling(&self, uid: &str, topic: Topic, text: &str) -> bool {
-        let mut told = self.told.lock().expect("lock");
-        told.first(uid, topic, text, || self.live_configs())
+        self.note(uid, |m| m.told.first(topic, text))
     }
 
     /// Forgets what config `uid` was told about `topic` (what it was told no longer holds, so
     /// the same told again is news).
     pub fn forget_told(&self, uid: &str, topic: Topic) {
-        let mut told = self.told.lock().expect("lock");
-        told.forget(uid, topic, || self.live_configs());
+        self.note(uid, |m| m.told.forget(topic));
     }
 
     /// How long ago this process first saw config `uid`'s Machine joined, its token not yet
     /// deleted (zero the first time).
     pub(crate) fn joined_for(&self, uid: &str) -> Duration {
-        let mut seen = self.joined_seen.lock().expect("lock");
-        match seen.get(uid) {
+        self.note(uid, |m| match m.joined_since {
             Some(since) => since.elapsed(),
             None => {
-                seen.insert(uid.to_owned(), Instant::now(), || self.live_configs());
+                m.joined_since = Some(Instant::now());
                 Duration::ZERO
             }
-        }
-    }
-
-    /// Forgets when config `uid`'s Machine was seen joined (its token is gone).
-    pub(crate) fn forget_joined(&self, uid: &str) {
-        self.joined_seen.lock().expect("lock").remove(uid);
+        })
     }
 
     /// Forgets everything remembered of config `uid` (it is being deleted).
     pub fn forget_config(&self, uid: &str) {
-        self.rendered.lock().expect("lock").remove(uid);
-        self.told.lock().expect("lock").remove(uid);
-        self.joined_seen.lock().expect("lock").remove(uid);
-        self.tokens_deleted.lock().expect("lock").remove(uid);
-        self.locks_released.lock().expect("lock").remove(uid);
-        self.init_handed_out.lock().expect("lock").remove(uid);
+        self.memory.lock().expect("lock").remove(uid);
         self.failures.succeeded(uid);
         self.generator_failures.succeeded(uid);
         self.generators.forget_config(uid);
@@ -337,9 +342,4 @@ impl Context {
         self.stores.wait_until_ready().await;
         let _ = self.mark_synced.send(true);
     }
-}
-
-/// Whether config `uid` is in one of the per-config memories of things done once.
-fn noted(set: &Mutex<ByConfig<()>>, uid: &str) -> bool {
-    set.lock().expect("lock").contains(uid)
 }

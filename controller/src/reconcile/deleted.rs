@@ -25,8 +25,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tracing::{info, warn};
 
 use super::context::{Context, config_key};
+use crate::core::footprint::Stage;
 use crate::core::shard::{Departure, departure};
-use crate::k8s::{node_payload, tokens};
+use crate::k8s::{footprint, node_payload};
 
 /// What is left to know of a deleted config: where its tokens are and which are its.
 #[derive(Debug)]
@@ -88,12 +89,8 @@ pub(crate) async fn clean_up_deleted(
 }
 
 async fn delete_tokens(ctx: &Context, config: &DeletedConfig, workload: &kube::Client) {
-    // What was made beside its token is not known any more: all of it goes too.
-    let made = tokens::Made {
-        reports: true,
-        fetched: true,
-    };
-    match tokens::delete(workload, &config.uid, made).await {
+    // What was made beside its token goes with it through the garbage collector.
+    match footprint::tear_down(workload, &config.uid, Stage::Deleted).await {
         Ok(0) => {}
         Ok(count) => {
             for _ in 0..count {

@@ -19,10 +19,11 @@ use tracing::info;
 use super::boot::{Looked, Subject};
 use super::context::Context;
 use crate::core::boot as core_boot;
+use crate::core::footprint::Stage;
 use crate::core::role;
 use crate::core::token::{self, AfterJoin};
 use crate::error::{Error, Result};
-use crate::k8s::{init_lock, tokens};
+use crate::k8s::{footprint, init_lock};
 
 /// What the clean-up found and did.
 pub(crate) struct Joined {
@@ -55,7 +56,7 @@ pub(crate) async fn clean_up(
         && !ctx.lock_released(&uid)
     {
         match init_lock::release(&ctx.client, cluster).await {
-            Ok(()) => ctx.mark_lock_released(uid.clone()),
+            Ok(()) => ctx.mark_lock_released(&uid),
             Err(e) => failure = Some(e),
         }
     }
@@ -67,7 +68,6 @@ pub(crate) async fn clean_up(
     let (mut boot, mut wait) = (None, None);
     if token::may_be_live(after, Timestamp::now()) {
         let subject = super::render::joined_boot_subject(ctx, config, machine, cluster, role);
-        let reports = subject.is_some();
         if let Some(subject) = subject
             && let Some(looked) = super::boot::last_look(ctx, config, &subject).await
         {
@@ -75,7 +75,7 @@ pub(crate) async fn clean_up(
             boot = Some(Box::new((subject, looked)));
         }
         if wait.is_none()
-            && let Err(e) = delete_tokens(ctx, config, cluster, (&uid, reports)).await
+            && let Err(e) = delete_tokens(ctx, config, cluster, &uid).await
         {
             ctx.metrics.token("error");
             failure = Some(e);
@@ -91,29 +91,29 @@ pub(crate) async fn clean_up(
     }
 }
 
-/// Deletes the config's tokens in the workload cluster, and the boot report objects with them
-/// when its template `reports` (else they were never made, or, for a template that stopped
-/// reporting since the render, the garbage collector removes them with the token).
+/// Deletes the config's tokens in the workload cluster: what was made for its machine (report,
+/// grants, sealed render) goes with them through the garbage collector (`k8s::footprint`).
 async fn delete_tokens(
     ctx: &Context,
     config: &BootplateConfig,
     cluster: &Cluster,
-    (uid, reports): (&str, bool),
+    uid: &str,
 ) -> Result<()> {
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let workload = ctx.workload_client(&namespace, &cluster_name).await?;
-    // A data Secret the cache does not hold (yet) may be a fetching machine's.
-    let fetched = (ctx.stores.secret(&namespace, &config.name_any())).is_none_or(|s| s.fetches);
-    let made = tokens::Made { reports, fetched };
-    let deleted = tokens::delete(&workload, uid, made)
+    let deleted = footprint::tear_down(&workload, uid, Stage::Joined)
         .await
         .map_err(|e| super::render::naming_workload(e, &namespace, &cluster_name))?;
     for _ in 0..deleted {
         ctx.metrics.token("deleted");
-        info!("bootstrap token deleted: the Machine has joined");
     }
-    ctx.mark_tokens_deleted(uid.to_owned());
-    ctx.forget_joined(uid);
+    if deleted > 0 {
+        info!(
+            tokens = deleted,
+            "bootstrap tokens deleted: the Machine has joined"
+        );
+    }
+    ctx.mark_tokens_deleted(uid);
     Ok(())
 }

@@ -29,11 +29,6 @@ impl<V> ByConfig<V> {
         self.entries.get(uid)
     }
 
-    /// Whether config `uid` has an entry.
-    pub fn contains(&self, uid: &str) -> bool {
-        self.entries.contains_key(uid)
-    }
-
     /// Forgets config `uid`.
     pub fn remove(&mut self, uid: &str) {
         self.entries.remove(uid);
@@ -49,6 +44,31 @@ impl<V> ByConfig<V> {
     /// entries of the UIDs `live` returns (the configs cached now).
     pub fn insert(&mut self, uid: String, value: V, live: impl FnOnce() -> HashSet<String>) {
         self.entries.insert(uid, value);
+        self.prune(live);
+    }
+
+    /// Changes the entry of config `uid` (a default one if it has none) with `change`, and
+    /// returns what `change` returns. `live`: as for [`ByConfig::insert`].
+    pub fn update<R>(
+        &mut self,
+        uid: &str,
+        change: impl FnOnce(&mut V) -> R,
+        live: impl FnOnce() -> HashSet<String>,
+    ) -> R
+    where
+        V: Default,
+    {
+        if let Some(entry) = self.entries.get_mut(uid) {
+            return change(entry);
+        }
+        let mut entry = V::default();
+        let result = change(&mut entry);
+        self.entries.insert(uid.to_owned(), entry);
+        self.prune(live);
+        result
+    }
+
+    fn prune(&mut self, live: impl FnOnce() -> HashSet<String>) {
         if self.entries.len() > self.prune_at {
             let live = live();
             self.entries.retain(|uid, _| live.contains(uid));
@@ -57,58 +77,34 @@ impl<V> ByConfig<V> {
     }
 }
 
-/// What each config was last told, by topic: a digest of the text (8 bytes, whatever its
+/// What one config was last told, by topic: a digest of the text (8 bytes, whatever its
 /// length). Telling again what a config was last told about a topic is not news.
 #[derive(Debug)]
-pub struct Told<T>(ByConfig<Vec<(T, u64)>>);
+pub struct Told<T>(Vec<(T, u64)>);
 
 impl<T> Default for Told<T> {
     fn default() -> Self {
-        Told(ByConfig::default())
+        Told(Vec::new())
     }
 }
 
 impl<T: Copy + PartialEq> Told<T> {
-    /// Whether config `uid` was last told something other than `text` about `topic` (or
-    /// nothing); notes `text` as told. `live`: as for [`ByConfig::insert`].
-    pub fn first(
-        &mut self,
-        uid: &str,
-        topic: T,
-        text: &str,
-        live: impl FnOnce() -> HashSet<String>,
-    ) -> bool {
+    /// Whether the config was last told something other than `text` about `topic` (or
+    /// nothing); notes `text` as told.
+    pub fn first(&mut self, topic: T, text: &str) -> bool {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         let digest = BuildHasherDefault::<DefaultHasher>::default().hash_one(text);
-        let mut topics = self.0.get(uid).cloned().unwrap_or_default();
-        if topics.contains(&(topic, digest)) {
+        if self.0.contains(&(topic, digest)) {
             return false;
         }
-        topics.retain(|(t, _)| *t != topic);
-        topics.push((topic, digest));
-        self.0.insert(uid.to_owned(), topics, live);
+        self.0.retain(|(t, _)| *t != topic);
+        self.0.push((topic, digest));
         true
     }
 
-    /// Forgets what config `uid` was told about `topic`.
-    pub fn forget(&mut self, uid: &str, topic: T, live: impl FnOnce() -> HashSet<String>) {
-        let Some(topics) = self.0.get(uid) else {
-            return;
-        };
-        let kept: Vec<_> = (topics.iter())
-            .filter(|(t, _)| *t != topic)
-            .copied()
-            .collect();
-        if kept.is_empty() {
-            self.0.remove(uid);
-        } else {
-            self.0.insert(uid.to_owned(), kept, live);
-        }
-    }
-
-    /// Forgets config `uid`.
-    pub fn remove(&mut self, uid: &str) {
-        self.0.remove(uid);
+    /// Forgets what the config was told about `topic`.
+    pub fn forget(&mut self, topic: T) {
+        self.0.retain(|(t, _)| *t != topic);
     }
 }
 
@@ -138,7 +134,7 @@ mod tests {
         // 200 insertions past the floor: a handful of listings, not one per insertion.
         assert!((1..=5).contains(&listings), "{listings} listings");
         memory.remove("live-0");
-        assert!(!memory.contains("live-0"));
+        assert!(memory.get("live-0").is_none());
     }
 
     /// Each step: (config, topic, text, `Some(text)` told or `None` forgotten) and whether it
@@ -157,18 +153,18 @@ mod tests {
             ("a", 1, Some("proxy ignored"), true),
             ("a", 2, Some("proxy ignored"), false),
         ];
-        let mut told = Told::default();
+        let mut told: ByConfig<Told<u8>> = ByConfig::default();
         for (i, (uid, topic, text, news)) in steps.iter().enumerate() {
             let got = match text {
-                Some(text) => told.first(uid, *topic, text, HashSet::new),
+                Some(text) => told.update(uid, |t| t.first(*topic, text), HashSet::new),
                 None => {
-                    told.forget(uid, *topic, HashSet::new);
+                    told.update(uid, |t| t.forget(*topic), HashSet::new);
                     false
                 }
             };
             assert_eq!(got, *news, "step {i}");
         }
         told.remove("a");
-        assert!(told.first("a", 2, "proxy ignored", HashSet::new));
+        assert!(told.update("a", |t| t.first(2, "proxy ignored"), HashSet::new));
     }
 }

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::context::{Context, config_key};
 use super::generate::{Calls, Phase};
+use crate::core::footprint;
 use crate::core::gate;
 use crate::core::network::{self as network_view, View as NetworkView};
 use crate::core::outcome::{self, RenderFacts};
@@ -25,6 +26,7 @@ use crate::core::write::{self, Plan, Written};
 use crate::error::{Error, Result};
 use crate::k8s::certs::CaCert;
 use crate::k8s::data_secret::{self, Provenance};
+use crate::k8s::footprint as k8s_footprint;
 use crate::k8s::templates::{self, ResolvedTemplate};
 use crate::k8s::{boot_report, certs, fetch_payload, files, init_lock, tokens};
 
@@ -229,7 +231,7 @@ async fn decide_role(
     let uid = config.uid().unwrap_or_default();
     if role::release_init_lock(role, initialized) && !ctx.lock_released(&uid) {
         init_lock::release(&ctx.client, cluster).await?;
-        ctx.mark_lock_released(uid);
+        ctx.mark_lock_released(&uid);
     }
     Ok(role)
 }
@@ -289,8 +291,8 @@ fn inputs_digest(
 /// its data Secret.
 pub(crate) fn last_render(ctx: &Context, config: &BootplateConfig) -> Option<LastRender> {
     let uid = config.uid()?;
-    if let Some(record) = ctx.rendered.lock().expect("lock").get(&uid) {
-        return Some(LastRender::remembered(record));
+    if let Some(last) = ctx.last_rendered(&uid, |record| record.map(LastRender::remembered)) {
+        return Some(last);
     }
     let namespace = config.namespace().unwrap_or_default();
     let secret = ctx.stores.secret(&namespace, &config.name_any())?;
@@ -421,7 +423,7 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let context = with_report(context(Some(join(&token))), &token);
     generated.extend(generators.run(&context, Phase::AfterToken).await?);
     let user_data = render(&context, &generated, false)?;
-    set_up_channels(ctx, scene, &token, reports && created, &user_data).await?;
+    set_up_channels(ctx, scene, &token, reports, created, &user_data).await?;
     Ok(Made {
         user_data,
         fetch: fetches,
@@ -458,11 +460,14 @@ fn report_target(
         .filter_map(|(_, resolved)| resolved.content.clone())
         .collect();
     from_secrets.extend(network_secret_values(&scene.config.spec, spec));
+    let (uid, cluster_uid) = (scene.config.uid(), scene.cluster.uid());
+    let (uid, cluster_uid) = (uid.unwrap_or_default(), cluster_uid.unwrap_or_default());
     BootReport {
         server: format!("https://{}", scene.endpoint.address()),
         ca_pem: ca_pem.to_owned(),
         namespace: token::NAMESPACE.to_owned(),
-        name: boot_report::name(&scene.config.uid().unwrap_or_default()),
+        name: boot_report::name(&uid),
+        metadata: boot_report::machine_metadata(&uid, &cluster_uid, token),
         token: token.expose(),
         secrets: from_secrets,
         min_interval_seconds: ctx.settings.boot_report_interval.as_secs() as u32,
@@ -499,35 +504,61 @@ fn fetch_target(scene: &Scene<'_>, join: &JoinInfo) -> render::fetch::Fetch {
     )
 }
 
-/// Before the data Secret holds `user_data`: sets up the report objects for the config's new
-/// token (`new_report`), and stores the sealed render a fetch stub reads (every render: its
-/// keys are new each time).
+/// Before the data Secret holds `user_data`: converges the workload cluster to what the
+/// config's footprint needs for it (`core::footprint`): the shared report grant and policy or
+/// the per-machine report objects for a new token, the sealed render a fetch stub reads (every
+/// render: its keys are new each time).
 async fn set_up_channels(
     ctx: &Context,
     scene: &Scene<'_>,
     token: &Token,
-    new_report: bool,
+    reports: bool,
+    token_new: bool,
     user_data: &render::Rendered,
 ) -> Result<()> {
-    if !new_report && user_data.payload.is_none() {
+    let facts = footprint::Facts {
+        role: scene.role,
+        pool: scene.subject.is_pool(),
+        reports,
+        fetch: user_data.payload.is_some(),
+        stage: footprint::Stage::Rendered,
+        admission: footprint::Admission::Missing,
+        token_scoped: token.scoped,
+        token_new,
+        token_exists: true,
+    };
+    let best = footprint::plan(&footprint::Facts {
+        admission: footprint::Admission::Enforced,
+        ..facts
+    });
+    if best.report == footprint::Report::None && !best.payload {
         return Ok(());
     }
     let namespace = scene.config.namespace().unwrap_or_default();
     let cluster = scene.cluster.name_any();
     let workload = ctx.workload_client(&namespace, &cluster).await?;
-    let uid = scene.config.uid().unwrap_or_default();
-    if new_report {
-        let cluster_uid = scene.cluster.uid().unwrap_or_default();
-        boot_report::set_up(&workload, (&uid, &cluster_uid), token)
-            .await
-            .map_err(|e| naming_workload(e, &namespace, &cluster))?;
-    }
-    if let Some(sealed) = &user_data.payload {
-        fetch_payload::store(&workload, &uid, token, sealed)
-            .await
-            .map_err(|e| naming_workload(e, &namespace, &cluster))?;
-    }
+    let render = k8s_footprint::Render {
+        config_uid: &scene.config.uid().unwrap_or_default(),
+        cluster_uid: &scene.cluster.uid().unwrap_or_default(),
+        token,
+        sealed: user_data.payload.as_ref(),
+    };
+    let in_cluster = k8s_footprint::Workload {
+        client: &workload,
+        cluster: &(namespace.clone(), cluster.clone()),
+        recheck: shared_recheck(ctx),
+    };
+    k8s_footprint::set_up(&in_cluster, &ctx.footprint, facts, &render)
+        .await
+        .map_err(|e| naming_workload(e, &namespace, &cluster))?;
     Ok(())
+}
+
+/// How long a workload cluster's shared report objects are trusted as they were made before
+/// they are made current again: ten report intervals (100 s by default), so one deleted or
+/// edited is put back within that of the next render that needs it.
+fn shared_recheck(ctx: &Context) -> std::time::Duration {
+    ctx.settings.boot_report_interval * 10
 }
 
 /// Writes the data Secret as needed and publishes the render's Event.
@@ -601,7 +632,7 @@ async fn record_init_handed_out(ctx: &Context, scene: &Scene<'_>) -> Result<()> 
         return Ok(());
     }
     init_lock::record_handed_out(&ctx.client, scene.cluster, machine).await?;
-    ctx.mark_init_handed_out(uid);
+    ctx.mark_init_handed_out(&uid);
     Ok(())
 }
 
@@ -645,12 +676,13 @@ async fn write_data_secret(
     let namespace = config.namespace().unwrap_or_default();
     let stored = ctx.stores.secret_version(&namespace, &config.name_any());
     let plan = config.uid().map_or(Plan::Write, |uid| {
-        let records = ctx.rendered.lock().expect("lock");
-        let last = records.get(&uid).map(|r| Written {
-            digest: &r.secret_digest,
-            version: r.secret_version.as_deref(),
-        });
-        write::plan(digest, stored.as_deref(), last)
+        ctx.last_rendered(&uid, |record| {
+            let last = record.map(|r| Written {
+                digest: &r.secret_digest,
+                version: r.secret_version.as_deref(),
+            });
+            write::plan(digest, stored.as_deref(), last)
+        })
     });
     match plan {
         Plan::Keep(version) => return Ok((false, version)),

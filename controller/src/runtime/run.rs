@@ -733,7 +733,7 @@ fn configs_of_cluster(
         .collect()
 }
 
-/// Drops the workload client, CA and boot reports of a deleted Cluster.
+/// Drops the workload client, CA, boot reports and shared objects' state of a deleted Cluster.
 fn forget_cluster(caches: &Caches) -> impl Fn(&Cluster) + Send + 'static {
     let caches = caches.clone();
     move |cluster| {
@@ -741,6 +741,7 @@ fn forget_cluster(caches: &Caches) -> impl Fn(&Cluster) + Send + 'static {
         caches.workloads.forget(&namespace, &name);
         caches.ca_hashes.forget(&namespace, &name);
         caches.boot_reports.forget(&namespace, &name);
+        caches.footprint.forget(&namespace, &name);
     }
 }
 

@@ -99,12 +99,14 @@ bootplate_report_send() {
   fi
   BOOTPLATE_REPORT_SENT=$now
   report=$(bootplate_report_text "$1" "$now" | head -c 12288 | base64 | tr -d '\n')
-  printf '{"data":{"report":"%s"}}' "$report" > "$BOOTPLATE_REPORT_STATE/body"
+  # The whole object, applied: the first report creates it when bootplate did not.
+  printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":%s,"data":{"report":"%s"}}' \
+    "$BOOTPLATE_REPORT_META" "$report" > "$BOOTPLATE_REPORT_STATE/body"
   curl -sS --fail -o /dev/null --max-time 10 --retry 2 --cacert "$BOOTPLATE_REPORT_CA" \
     -X PATCH -H "@$BOOTPLATE_REPORT_STATE/auth" \
-    -H 'Content-Type: application/merge-patch+json' \
+    -H 'Content-Type: application/apply-patch+yaml' \
     --data-binary "@$BOOTPLATE_REPORT_STATE/body" \
-    "$BOOTPLATE_REPORT_SERVER/api/v1/namespaces/$BOOTPLATE_REPORT_NAMESPACE/configmaps/$BOOTPLATE_REPORT_NAME" \
+    "$BOOTPLATE_REPORT_SERVER/api/v1/namespaces/$BOOTPLATE_REPORT_NAMESPACE/configmaps/$BOOTPLATE_REPORT_NAME?fieldManager=bootplate-boot-report&force=true" \
     || echo "bootplate: the boot report could not be sent" >&2
 }
 

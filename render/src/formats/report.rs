@@ -145,12 +145,14 @@ fn library(report: &BootReport) -> String {
     let delimiter = delimiter(&list);
     format!(
         "BOOTPLATE_REPORT_SERVER={}\nBOOTPLATE_REPORT_CA={CA_PATH}\n\
-         BOOTPLATE_REPORT_NAMESPACE={}\nBOOTPLATE_REPORT_NAME={}\nBOOTPLATE_REPORT_TOKEN={}\n\
+         BOOTPLATE_REPORT_NAMESPACE={}\nBOOTPLATE_REPORT_NAME={}\nBOOTPLATE_REPORT_META={}\n\
+         BOOTPLATE_REPORT_TOKEN={}\n\
          BOOTPLATE_REPORT_INTERVAL={}\n\
          bootplate_report_secrets() {{\n  cat <<'{delimiter}'\n{list}{delimiter}\n}}\n{LIBRARY}",
         quote(&report.server),
         quote(&report.namespace),
         quote(&report.name),
+        quote(&report.metadata),
         quote(&report.token),
         report.min_interval_seconds,
     )

@@ -12,7 +12,7 @@
 //! under a temporary directory: its reporter sends with curl, the token and the CA from the
 //! render. One environment for every step, to keep the tier's time short.
 //!
-//! - another machine's token gets 403 writing this machine's report; its own gets 200;
+//! - another machine's token gets 403 writing this machine's report; its own creates it (201);
 //! - a failing command (that prints the token) makes the config `Ready=False`, reason
 //!   `BootFailed`, naming the part, the command and the exit status, with the output's end in
 //!   a Warning Event and the failure in `bootplate_boot_failures_total`; the token appears in
@@ -21,11 +21,9 @@
 //!   shows the phase `Unreadable`, and the others are still served;
 //! - a tenant's own ConfigMaps labelled for the Cluster's listing (more than two pages, listed
 //!   first) do not hide a machine's report;
-//! - once the machine joined, its report objects go with its token;
+//! - once the machine joined, its report goes with its token (bootplate deletes the token, the
+//!   workload cluster's garbage collector what it owns);
 //! - machines whose config sets `delivery: Fetch`: see `fetch_delivery.rs`.
-
-use std::path::Path;
-use std::process::Command;
 
 use base64::Engine as _;
 use crd_types::ClusterBootstrapTemplate;
@@ -37,6 +35,8 @@ use serde_json::json;
 use testenv::capi_env::{self, Env, NS, WAIT, cluster_template};
 use testenv::pki::TestCa;
 use testenv::{ApiServer, eventually, fixtures, machine_script};
+
+use super::report_policy::{apply_as, report};
 
 /// `count` ConfigMaps of 40 KiB each in the workload cluster's `kube-system`, labelled with
 /// Cluster c1's UID as reports are, named `bootplate-boot-0-decoy-N` (before any config UID in
@@ -66,7 +66,7 @@ async fn labelled_decoys(env: &Env, count: usize) {
 }
 
 /// A worker template whose `join` part fails, printing the machine's token first.
-async fn publish_failing_template(client: &Client) {
+pub(super) async fn publish_failing_template(client: &Client) {
     let template: ClusterBootstrapTemplate =
         serde_json::from_value(machine_script::failing_join_template("boot")).unwrap();
     Api::<ClusterBootstrapTemplate>::all(client.clone())
@@ -76,7 +76,7 @@ async fn publish_failing_template(client: &Client) {
 }
 
 /// Cluster `c1`, initialized, its endpoint the workload apiserver and its CA `ca`.
-async fn cluster(env: &Env, ca: &TestCa) {
+pub(super) async fn cluster(env: &Env, ca: &TestCa) {
     env.cluster("c1", false).await;
     let endpoint = json!({"spec": {"controlPlaneEndpoint": {
         "host": "127.0.0.1", "port": env.workload.port()}}});
@@ -113,37 +113,13 @@ pub(super) async fn provisioned_long_ago(env: &Env, name: &str) {
 }
 
 /// The value of a `NAME='value'` line of the user-data.
-fn shell_value(user_data: &str, name: &str) -> String {
+pub(super) fn shell_value(user_data: &str, name: &str) -> String {
     let prefix = format!("{name}=");
     let line = user_data
         .lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .unwrap_or_else(|| panic!("no {name} in the user-data"));
     line.trim_matches('\'').to_owned()
-}
-
-/// `PATCH`es ConfigMap `name` in the workload cluster as `token` (as the reporter does);
-/// returns the HTTP status.
-fn patch_as(env: &Env, ca: &Path, token: &str, name: &str, body: &str) -> String {
-    let url = format!(
-        "https://127.0.0.1:{}/api/v1/namespaces/kube-system/configmaps/{name}",
-        env.workload.port()
-    );
-    let out = Command::new("curl")
-        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
-        .arg(ca)
-        .args(["-X", "PATCH", "-H"])
-        .arg(format!("Authorization: Bearer {token}"))
-        .args([
-            "-H",
-            "Content-Type: application/merge-patch+json",
-            "--data",
-            body,
-        ])
-        .arg(url)
-        .output()
-        .expect("curl runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The `Ready` condition's reason and message, and the boot phase, of config `name`.
@@ -174,6 +150,8 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
     let ca = TestCa::new("kubernetes");
     let (management, workload) = tokio::join!(ApiServer::start(), ApiServer::start_for_joins(&ca));
     let env = capi_env::with_clusters(management.unwrap(), workload.unwrap()).await;
+    // What bootplate makes for a machine goes with its token through the collector.
+    let _collector = testenv::joins::garbage_collector(&env.workload).unwrap();
     publish_failing_template(&env.client).await;
     cluster(&env, &ca).await;
     let controller = env.controller(&["--boot-report-interval", "1s"]).await;
@@ -204,19 +182,24 @@ async fn a_machine_reports_its_failed_boot_only_into_its_own_report_and_never_it
         "{message}"
     );
 
-    // RBAC in the workload cluster: w-1's token cannot write w-0's report; its own, it can.
+    // The workload cluster's admission policy: w-1's token cannot write w-0's report; its
+    // own, it creates (report_policy.rs tries the rest).
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.crt");
     std::fs::write(&ca_file, &ca.cert_pem).unwrap();
-    let garbage = r#"{"data":{"report":"bm90IGEgcmVwb3J0"}}"#;
-    assert_eq!(
-        patch_as(&env, &ca_file, &token1, &report_of(&w0), garbage),
-        "403"
-    );
-    assert_eq!(
-        patch_as(&env, &ca_file, &token1, &report_of(&w1), garbage),
-        "200"
-    );
+    let garbage = json!({"report": "bm90IGEgcmVwb3J0"});
+    let as_w1 = |config: &crd_types::BootplateConfig, data: &str| {
+        let object = report(data, garbage.clone());
+        apply_as(
+            &env,
+            &ca_file,
+            &token1,
+            ("kube-system", &report_of(config)),
+            object,
+        )
+    };
+    assert_eq!(as_w1(&w0, &data0), "403");
+    assert_eq!(as_w1(&w1, &data1), "201");
     // What w-1 wrote is not a report: its phase says so; w-0 goes on being served.
     eventually("w-1's report shown unreadable", WAIT, || async {
         let (reason, _, phase) = ready_and_phase(&env, "w-1").await;

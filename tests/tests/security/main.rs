@@ -20,3 +20,4 @@ mod boot_report;
 mod fetch_delivery;
 mod lint_cluster;
 mod lint_decoding;
+mod report_policy;
