@@ -59,6 +59,7 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers cabpk,bootplate,bootplate-noreports,bootplate-fetch --skip-restart", Help),
     ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers cabpk,bootplate,bootplate-noreports,bootplate-fetch", Help),
     ("docs/benchmarks.md", "target/release/scale-bench --machines 20000", Help),
+    ("docs/benchmarks.md", "target/release/scale-bench --machines 20000 --skip-restart", Help),
     ("docs/benchmarks.md", "target/release/scale-bench --machines 20000 --skip-restart --controller-arg --boot-report-interval=1h --controller-arg --boot-not-started-after=2h", Help),
     ("docs/benchmarks.md", "tests/vm/build-image.sh", Help),
     ("docs/benchmarks.md", "time cargo test -p bootplate-tests --test vm", Help),
