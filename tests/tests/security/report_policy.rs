@@ -15,7 +15,7 @@
 //!   controller falls back to the per-machine Role, RoleBinding and report: the same refusals
 //!   hold, by RBAC, and no shared grant exists.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crd_types::BootplateConfig;
@@ -26,6 +26,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use testenv::capi_env::{self, Env, WAIT, cluster_template};
+use testenv::controller::ControllerProcess;
 use testenv::pki::TestCa;
 use testenv::{ApiServer, eventually};
 
@@ -187,25 +188,14 @@ async fn a_token_writes_only_its_own_report_under_the_shared_grant() {
     let ca = TestCa::new("kubernetes");
     let (management, workload) = tokio::join!(ApiServer::start(), ApiServer::start_for_joins(&ca));
     let env = capi_env::with_clusters(management.unwrap(), workload.unwrap()).await;
-    publish_failing_template(&env.client).await;
-    cluster(&env, &ca).await;
-    tenant_settings(&env).await;
-    let _controller = env.controller(&["--boot-report-interval", "1s"]).await;
-    let m = two_machines(&env).await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.crt");
-    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
-    let (configmaps, roles, role_bindings) = apis(&env);
+    let running = run_two_machines(&env, &ca).await;
+    let (m, ca_file) = (&running.machines, &running.ca_file);
+    let (configmaps, roles, _) = apis(&env);
 
     // bootplate wrote nothing for either machine: no report, no Role, no RoleBinding.
     for config in &m.configs {
-        let name = report_name(config);
-        assert!(configmaps.get_opt(&name).await.unwrap().is_none(), "{name}");
-        assert!(roles.get_opt(&name).await.unwrap().is_none(), "{name}");
-        assert!(
-            role_bindings.get_opt(&name).await.unwrap().is_none(),
-            "{name}"
-        );
+        let found = per_machine_objects(&env, config).await;
+        assert_eq!(found, [false; 3], "{}", report_name(config));
     }
     // The machine creates its report, then writes it again.
     let (own, token) = (report_name(&m.configs[1]), &m.tokens[1]);
@@ -213,7 +203,7 @@ async fn a_token_writes_only_its_own_report_under_the_shared_grant() {
     assert_eq!(
         apply_as(
             &env,
-            &ca_file,
+            ca_file,
             token,
             ("kube-system", &own),
             mine("Zmlyc3Q=")
@@ -223,7 +213,7 @@ async fn a_token_writes_only_its_own_report_under_the_shared_grant() {
     assert_eq!(
         apply_as(
             &env,
-            &ca_file,
+            ca_file,
             token,
             ("kube-system", &own),
             mine("c2Vjb25k")
@@ -242,12 +232,12 @@ async fn a_token_writes_only_its_own_report_under_the_shared_grant() {
     stolen_owner["metadata"]["ownerReferences"][0]["name"] =
         json!(format!("bootstrap-token-{}", &m.tokens[0][..6]));
     assert_eq!(
-        apply_as(&env, &ca_file, token, ("kube-system", &own), stolen_owner),
+        apply_as(&env, ca_file, token, ("kube-system", &own), stolen_owner),
         "403"
     );
     let extra_key = report(&m.data[1], json!({"report": "eA==", "kubeconfig": "eA=="}));
     assert_eq!(
-        apply_as(&env, &ca_file, token, ("kube-system", &own), extra_key),
+        apply_as(&env, ca_file, token, ("kube-system", &own), extra_key),
         "403"
     );
     let delete = (
@@ -256,11 +246,11 @@ async fn a_token_writes_only_its_own_report_under_the_shared_grant() {
         "application/json",
     );
     assert_eq!(
-        send_as(&env, &ca_file, token, delete, ""),
+        send_as(&env, ca_file, token, delete, ""),
         "403",
         "deleting its own report"
     );
-    refusals(&env, &ca_file, &m);
+    refusals(&env, ca_file, m);
 
     // The shared objects, deleted or edited, are put back by the next render that needs
     // them (after ten report intervals, 10 s here).
@@ -285,7 +275,7 @@ async fn a_token_writes_only_its_own_report_under_the_shared_grant() {
         (current && policies.get_opt(SHARED).await.unwrap().is_some()).then_some(())
     })
     .await;
-    refusals(&env, &ca_file, &m);
+    refusals(&env, ca_file, m);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,24 +286,13 @@ async fn without_the_policy_api_each_machine_gets_its_own_grant() {
         ApiServer::start_for_joins_with(&ca, &UNSERVED)
     );
     let env = capi_env::with_clusters(management.unwrap(), workload.unwrap()).await;
-    publish_failing_template(&env.client).await;
-    cluster(&env, &ca).await;
-    tenant_settings(&env).await;
-    let _controller = env.controller(&["--boot-report-interval", "1s"]).await;
-    let m = two_machines(&env).await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.crt");
-    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
-    let (configmaps, roles, role_bindings) = apis(&env);
+    let running = run_two_machines(&env, &ca).await;
+    let (m, ca_file) = (&running.machines, &running.ca_file);
+    let (_, roles, role_bindings) = apis(&env);
 
     for config in &m.configs {
-        let name = report_name(config);
-        assert!(configmaps.get_opt(&name).await.unwrap().is_some(), "{name}");
-        assert!(roles.get_opt(&name).await.unwrap().is_some(), "{name}");
-        assert!(
-            role_bindings.get_opt(&name).await.unwrap().is_some(),
-            "{name}"
-        );
+        let found = per_machine_objects(&env, config).await;
+        assert_eq!(found, [true; 3], "{}", report_name(config));
     }
     assert!(
         roles.get_opt(SHARED).await.unwrap().is_none(),
@@ -323,10 +302,10 @@ async fn without_the_policy_api_each_machine_gets_its_own_grant() {
     let (own, token) = (report_name(&m.configs[1]), &m.tokens[1]);
     let mine = report(&m.data[1], json!({"report": "Zmlyc3Q="}));
     assert_eq!(
-        apply_as(&env, &ca_file, token, ("kube-system", &own), mine),
+        apply_as(&env, ca_file, token, ("kube-system", &own), mine),
         "200"
     );
-    refusals(&env, &ca_file, &m);
+    refusals(&env, ca_file, m);
 }
 
 /// A ConfigMap of the tenant's own in `kube-system`, which no token may patch.
@@ -339,6 +318,43 @@ async fn tenant_settings(env: &Env) {
         .create(&PostParams::default(), &object)
         .await
         .unwrap();
+}
+
+/// The controller over a workload cluster whose two machines rendered, and the cluster CA as a
+/// file for the machines' requests.
+struct Running {
+    _controller: ControllerProcess,
+    machines: Machines,
+    _dir: tempfile::TempDir,
+    ca_file: PathBuf,
+}
+
+async fn run_two_machines(env: &Env, ca: &TestCa) -> Running {
+    publish_failing_template(&env.client).await;
+    cluster(env, ca).await;
+    tenant_settings(env).await;
+    let controller = env.controller(&["--boot-report-interval", "1s"]).await;
+    let machines = two_machines(env).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    Running {
+        _controller: controller,
+        machines,
+        _dir: dir,
+        ca_file,
+    }
+}
+
+/// Whether the per-machine report ConfigMap, Role and RoleBinding of `config` exist.
+async fn per_machine_objects(env: &Env, config: &BootplateConfig) -> [bool; 3] {
+    let (configmaps, roles, role_bindings) = apis(env);
+    let name = report_name(config);
+    [
+        configmaps.get_opt(&name).await.unwrap().is_some(),
+        roles.get_opt(&name).await.unwrap().is_some(),
+        role_bindings.get_opt(&name).await.unwrap().is_some(),
+    ]
 }
 
 fn apis(env: &Env) -> (Api<ConfigMap>, Api<Role>, Api<RoleBinding>) {
