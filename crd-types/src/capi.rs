@@ -21,6 +21,10 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// provider must not rewrite the data Secret meanwhile.
 pub const UPDATE_IN_PROGRESS_ANNOTATION: &str =
     "in-place-updates.internal.cluster.x-k8s.io/update-in-progress";
+/// The annotation Cluster API puts on an object cloned from a template: the template's name.
+pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
+/// The same: the template's group and kind, as `Kind.group`.
+pub const CLONED_FROM_GROUP_KIND: &str = "cluster.x-k8s.io/cloned-from-groupkind";
 /// Label that scopes objects to one controller instance (`--watch-filter`).
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// The Secret type CAPI uses for the bootstrap data Secret.

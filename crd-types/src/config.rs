@@ -240,6 +240,13 @@ pub struct ConfigInitialization {
 pub struct BootplateConfigTemplateSpec {
     /// The config every cloned `BootplateConfig` starts from.
     pub template: BootplateConfigTemplateResource,
+    /// What a MachineDeployment's move from this config template to another may do to its
+    /// machines (docs/changing-templates.md). `Any` (the default): Cluster API replaces them
+    /// when the new render differs outside `InPlace` parts. `InPlaceOnly`: bootplate's in-place
+    /// hooks refuse such a move instead of answering "roll out", so no machine is replaced;
+    /// a move that every machine can take in place goes through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_policy: Option<crate::template::UpdatePolicy>,
 }
 
 /// The object a `BootplateConfigTemplate` stamps out.

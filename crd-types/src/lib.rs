@@ -31,8 +31,8 @@ pub use secret_ref::SecretKeyRef;
 pub use template::{
     BootReports, BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate,
     ClusterBootstrapTemplateSpec, Compression, Delivery, DropIn, FileEncoding, ItemSchema, OsInfo,
-    OutputFormat, Part, PartGenerator, Role, TemplateFile, TemplateSpec, Unit, UpdateStrategy,
-    ValueType, VariableDecl, VariableSchema,
+    OutputFormat, Part, PartGenerator, Role, TemplateFile, TemplateSpec, Unit, UpdatePolicy,
+    UpdateStrategy, ValueType, VariableDecl, VariableSchema,
 };
 
 /// API group of every bootplate kind.

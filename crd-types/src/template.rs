@@ -82,16 +82,40 @@ pub struct TemplateSpec {
     /// not set them. CAs are inline here: a template names no Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::network::NetworkConfig>,
+    /// What a change of this template may do to the machines that booted from it
+    /// (docs/changing-templates.md). `Any` (the default): a change outside `InPlace` parts is
+    /// admitted, and those machines are replaced on their next rollout. `InPlaceOnly`: a change
+    /// that cannot be applied in place to every running machine is refused at admission,
+    /// naming the machines' configs and the parts that would need new machines; and Cluster
+    /// API's in-place hooks get a refusal instead of "roll out" for a machine of this
+    /// template. Not part of the revision: setting it re-renders nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_policy: Option<UpdatePolicy>,
 }
 
 impl TemplateSpec {
-    /// The revision of this spec: the first 16 hex digits of the SHA-256 of its canonical JSON.
-    /// Configs record the revision they were rendered from.
+    /// The revision of this spec: the first 16 hex digits of the SHA-256 of its canonical JSON,
+    /// `updatePolicy` left out (it changes no render). Configs record the revision they were
+    /// rendered from.
     pub fn revision(&self) -> String {
         // serde_json writes struct fields in declaration order and maps sorted (BTreeMap), so
         // equal specs always hash equally.
-        let json = serde_json::to_vec(self).expect("a template spec always serializes");
+        let json = if self.update_policy.is_some() {
+            let rendered_part = TemplateSpec {
+                update_policy: None,
+                ..self.clone()
+            };
+            serde_json::to_vec(&rendered_part)
+        } else {
+            serde_json::to_vec(self)
+        };
+        let json = json.expect("a template spec always serializes");
         hex::encode(&Sha256::digest(&json)[..8])
+    }
+
+    /// Its `updatePolicy`, the default when unset.
+    pub fn policy(&self) -> UpdatePolicy {
+        self.update_policy.unwrap_or_default()
     }
 }
 
@@ -408,6 +432,17 @@ pub enum BootReports {
     Enabled,
     /// No reporter: the config shows no `Booting` phase and no `BootFailed`.
     Disabled,
+}
+
+/// What a change may do to machines that already booted (`updatePolicy`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum UpdatePolicy {
+    /// A change outside `InPlace` parts is admitted; the machines are replaced on their next
+    /// rollout.
+    #[default]
+    Any,
+    /// Only a change that every running machine can take in place is admitted.
+    InPlaceOnly,
 }
 
 /// How a machine gets its render.

@@ -149,6 +149,7 @@ pub fn full_template_spec() -> TemplateSpec {
         boot_reports: Some(crd_types::BootReports::Enabled),
         delivery: Some(crd_types::Delivery::Inline),
         network: Some(full_network(false)),
+        update_policy: Some(crd_types::UpdatePolicy::InPlaceOnly),
     }
 }
 
@@ -294,6 +295,7 @@ pub fn full_config_template(namespace: &str, name: &str) -> BootplateConfigTempl
                 }),
                 spec: full_config_spec(),
             },
+            update_policy: Some(crd_types::UpdatePolicy::InPlaceOnly),
         },
     }
 }

@@ -328,6 +328,7 @@ fn template_spec() -> impl Strategy<Value = TemplateSpec> {
                     boot_reports: None,
                     delivery: None,
                     network: None,
+                    update_policy: None,
                 }
             },
         )
@@ -525,6 +526,7 @@ fn object() -> impl Strategy<Value = Value> {
                             }),
                             spec,
                         },
+                        update_policy: None,
                     },
                 })
             ),

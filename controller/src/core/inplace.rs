@@ -274,25 +274,52 @@ pub(crate) fn update_answer(
 pub(crate) struct CanUpdate {
     /// Return the patch.
     pub patch: bool,
+    /// Answer with success; `false` refuses the update (`updatePolicy: InPlaceOnly`), so Cluster
+    /// API neither updates nor replaces the machines.
+    pub success: bool,
     /// For people (Cluster API logs it).
     pub message: String,
-    /// `in_place`, `unchanged` or `rollout`.
+    /// `in_place`, `unchanged`, `rollout` or `refused`.
     pub answer: &'static str,
 }
 
 /// What `plan` (the desired render compared with the current one; `Err`: they could not be
 /// compared, with why) means for Cluster API: a change that lies only in `InPlace` parts, or
-/// none, is taken; anything else, or a render that fails, is left to a rollout.
-pub(crate) fn can_update(plan: Result<render::UpdatePlan, String>) -> CanUpdate {
-    match plan {
-        Ok(render::UpdatePlan::Unchanged) => CanUpdate {
-            patch: true,
-            message: "the bootstrap data renders the same".into(),
-            answer: "unchanged",
+/// none, is taken; anything else, or a render that fails, is left to a rollout, unless
+/// `in_place_only` names the object whose `updatePolicy: InPlaceOnly` forbids one: then it is
+/// refused.
+pub(crate) fn can_update(
+    plan: Result<render::UpdatePlan, String>,
+    in_place_only: Option<&str>,
+) -> CanUpdate {
+    let taken = |message: String, answer| CanUpdate {
+        patch: true,
+        success: true,
+        message,
+        answer,
+    };
+    let needs_new_machines = |why: String| match in_place_only {
+        None => CanUpdate {
+            patch: false,
+            success: true,
+            message: format!("needs new machines: {why}"),
+            answer: "rollout",
         },
-        Ok(render::UpdatePlan::InPlace { parts }) => CanUpdate {
-            patch: true,
+        Some(object) => CanUpdate {
+            patch: false,
+            success: false,
             message: format!(
+                "refused: {object} has updatePolicy InPlaceOnly and this change needs new machines: {why}"
+            ),
+            answer: "refused",
+        },
+    };
+    match plan {
+        Ok(render::UpdatePlan::Unchanged) => {
+            taken("the bootstrap data renders the same".into(), "unchanged")
+        }
+        Ok(render::UpdatePlan::InPlace { parts }) => taken(
+            format!(
                 "parts {} change, all `update: InPlace`: bootplate-agent applies them on the node",
                 parts
                     .iter()
@@ -300,18 +327,10 @@ pub(crate) fn can_update(plan: Result<render::UpdatePlan, String>) -> CanUpdate 
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            answer: "in_place",
-        },
-        Ok(render::UpdatePlan::Rollout { reason }) => CanUpdate {
-            patch: false,
-            message: format!("needs new machines: {reason}"),
-            answer: "rollout",
-        },
-        Err(why) => CanUpdate {
-            patch: false,
-            message: format!("needs new machines: {why}"),
-            answer: "rollout",
-        },
+            "in_place",
+        ),
+        Ok(render::UpdatePlan::Rollout { reason }) => needs_new_machines(reason),
+        Err(why) => needs_new_machines(why),
     }
 }
 
@@ -474,24 +493,62 @@ mod tests {
 
     #[test]
     fn only_changes_within_in_place_parts_are_taken() {
-        let taken = can_update(Ok(render::UpdatePlan::InPlace {
-            parts: vec!["configure".into()],
-        }));
-        assert!(taken.patch);
-        assert_eq!(taken.answer, "in_place");
-        assert!(taken.message.contains("`configure`"), "{}", taken.message);
-        assert!(can_update(Ok(render::UpdatePlan::Unchanged)).patch);
-        let refused = can_update(Ok(render::UpdatePlan::Rollout {
-            reason: "part `install` changed and is not `update: InPlace`".into(),
-        }));
-        assert!(!refused.patch);
-        assert!(
-            refused.message.contains("part `install`"),
-            "{}",
-            refused.message
-        );
-        let broken = can_update(Err("BootstrapTemplate ns/v2 not found".into()));
-        assert_eq!((broken.patch, broken.answer), (false, "rollout"));
+        let in_place = || {
+            Ok(render::UpdatePlan::InPlace {
+                parts: vec!["configure".into()],
+            })
+        };
+        let rollout = || {
+            Ok(render::UpdatePlan::Rollout {
+                reason: "part `install` changed and is not `update: InPlace`".into(),
+            })
+        };
+        let broken = || Err("BootstrapTemplate ns/v2 not found".to_owned());
+        let policy = Some("BootstrapTemplate fleet/inplace");
+        struct Case {
+            plan: Result<render::UpdatePlan, String>,
+            in_place_only: Option<&'static str>,
+            /// patch, success, answer
+            expected: (bool, bool, &'static str),
+            /// in the message
+            says: &'static str,
+        }
+        let case = |plan, in_place_only, expected, says| Case {
+            plan,
+            in_place_only,
+            expected,
+            says,
+        };
+        let cases = [
+            case(in_place(), None, (true, true, "in_place"), "`configure`"),
+            case(in_place(), policy, (true, true, "in_place"), "`configure`"),
+            case(
+                Ok(render::UpdatePlan::Unchanged),
+                policy,
+                (true, true, "unchanged"),
+                "same",
+            ),
+            case(rollout(), None, (false, true, "rollout"), "part `install`"),
+            case(broken(), None, (false, true, "rollout"), "not found"),
+            case(
+                rollout(),
+                policy,
+                (false, false, "refused"),
+                "has updatePolicy InPlaceOnly",
+            ),
+            case(broken(), policy, (false, false, "refused"), "not found"),
+        ];
+        for Case {
+            plan,
+            in_place_only,
+            expected,
+            says,
+        } in cases
+        {
+            let got = can_update(plan, in_place_only);
+            assert_eq!((got.patch, got.success, got.answer), expected, "{says}");
+            assert!(got.message.contains(says), "{}", got.message);
+        }
     }
 
     #[test]

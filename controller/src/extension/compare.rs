@@ -5,7 +5,7 @@
 //! change moves shows as a difference.
 
 use crd_types::capi::{Cluster, Machine};
-use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec};
+use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec, UpdatePolicy};
 use kube::{Api, Client};
 use render::{CompiledTemplate, Revision, UpdatePlan};
 
@@ -80,4 +80,19 @@ async fn side(
         .await
         .map_err(|e| e.to_string())?;
     Ok((display, template, spec))
+}
+
+/// The object whose `updatePolicy: InPlaceOnly` holds the machines of `spec` (`view`'s namespace)
+/// to in-place updates: the template `spec` references, as messages name it; `None` when it has
+/// no such policy or cannot be read (the comparison then says why).
+pub(crate) async fn template_in_place_only(
+    client: &Client,
+    namespace: &str,
+    spec: &BootplateConfigSpec,
+) -> Option<String> {
+    let (display, template) =
+        crate::webhook::referenced_template(client, namespace, &spec.template_ref)
+            .await
+            .ok()??;
+    (template.policy() == UpdatePolicy::InPlaceOnly).then_some(display)
 }

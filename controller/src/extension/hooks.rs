@@ -3,8 +3,10 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use crd_types::capi::{CONTROL_PLANE_LABEL, Machine};
-use crd_types::{BootplateConfig, BootplateConfigSpec, Role};
+use crd_types::capi::{CLONED_FROM_GROUP_KIND, CLONED_FROM_NAME, CONTROL_PLANE_LABEL, Machine};
+use crd_types::{
+    BootplateConfig, BootplateConfigSpec, BootplateConfigTemplate, Role, UpdatePolicy,
+};
 use kube::Api;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -130,18 +132,23 @@ async fn can_update_machine_set(hooks: &Hooks, body: Value) -> Result<Value, Str
         machine,
     };
     let desired_spec = &desired["spec"]["template"]["spec"];
+    let policy_holder = (current["spec"]["updatePolicy"] == "InPlaceOnly").then(|| {
+        let name = current["metadata"]["name"].as_str().unwrap_or_default();
+        format!("BootplateConfigTemplate {namespace}/{name}")
+    });
     let answer = compared(
         hooks,
         &view,
         &current["spec"]["template"]["spec"],
         desired_spec,
+        policy_holder,
     )
     .await;
     hooks
         .metrics
         .hook_request("can_update_machine_set", answer.answer);
     info!(machine_set = %machine_set["metadata"]["name"], answer = answer.answer, message = %answer.message, "CanUpdateMachineSet");
-    let mut response = wire::response(HOOK, true, &answer.message);
+    let mut response = wire::response(HOOK, answer.success, &answer.message);
     if answer.patch {
         response["bootstrapConfigTemplatePatch"] =
             wire::replace_patch("/spec/template/spec", desired_spec);
@@ -179,12 +186,20 @@ async fn can_update_machine(hooks: &Hooks, body: Value) -> Result<Value, String>
         machine,
         role,
     };
-    let answer = compared(hooks, &view, &current["spec"], &desired["spec"]).await;
+    let policy_holder = cloned_from_in_place_only(hooks, &view.namespace, current).await;
+    let answer = compared(
+        hooks,
+        &view,
+        &current["spec"],
+        &desired["spec"],
+        policy_holder,
+    )
+    .await;
     hooks
         .metrics
         .hook_request("can_update_machine", answer.answer);
     info!(machine = %view.machine.metadata.name.as_deref().unwrap_or_default(), answer = answer.answer, message = %answer.message, "CanUpdateMachine");
-    let mut response = wire::response(HOOK, true, &answer.message);
+    let mut response = wire::response(HOOK, answer.success, &answer.message);
     if answer.patch {
         response["bootstrapConfigPatch"] = wire::replace_patch("/spec", &desired["spec"]);
     }
@@ -201,12 +216,35 @@ async fn recorded_role(hooks: &Hooks, namespace: &str, config: &Value) -> Option
     found.status?.role?.parse().ok()
 }
 
-/// Compares the renders of two config specs (JSON) for `view`.
+/// The BootplateConfigTemplate config `config` was cloned from (Cluster API's annotations) when
+/// it has `updatePolicy: InPlaceOnly`, as messages name it.
+async fn cloned_from_in_place_only(
+    hooks: &Hooks,
+    namespace: &str,
+    config: &Value,
+) -> Option<String> {
+    let annotations = &config["metadata"]["annotations"];
+    let kind = annotations[CLONED_FROM_GROUP_KIND].as_str()?;
+    let name = annotations[CLONED_FROM_NAME].as_str()?;
+    if kind != format!("BootplateConfigTemplate.{}", crd_types::GROUP) {
+        return None;
+    }
+    let template = Api::<BootplateConfigTemplate>::namespaced(hooks.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .ok()??;
+    (template.spec.update_policy == Some(UpdatePolicy::InPlaceOnly))
+        .then(|| format!("BootplateConfigTemplate {namespace}/{name}"))
+}
+
+/// Compares the renders of two config specs (JSON) for `view`. `policy_holder`: a config
+/// template that holds its machines to in-place updates; the current spec's template may too.
 async fn compared(
     hooks: &Hooks,
     view: &MachineView,
     current: &Value,
     desired: &Value,
+    policy_holder: Option<String>,
 ) -> inplace::CanUpdate {
     let specs =
         decode::<BootplateConfigSpec>(current.clone(), "current config spec").and_then(|c| {
@@ -215,11 +253,20 @@ async fn compared(
                 decode::<BootplateConfigSpec>(desired.clone(), "desired config spec")?,
             ))
         });
-    let plan = match specs {
-        Ok((current, desired)) => compare::plan(&hooks.client, view, &current, &desired).await,
-        Err(e) => Err(e),
+    let (plan, policy_holder) = match specs {
+        Ok((current, desired)) => {
+            let plan = compare::plan(&hooks.client, view, &current, &desired).await;
+            let holder = match policy_holder {
+                Some(holder) => Some(holder),
+                None => {
+                    compare::template_in_place_only(&hooks.client, &view.namespace, &current).await
+                }
+            };
+            (plan, holder)
+        }
+        Err(e) => (Err(e), policy_holder),
     };
-    inplace::can_update(plan)
+    inplace::can_update(plan, policy_holder.as_deref())
 }
 
 async fn update_machine(hooks: &Hooks, body: Value) -> Result<Value, String> {

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::routing::post;
 use crd_types::{
     BootplateConfig, BootplateConfigTemplate, BootstrapTemplate, ClusterBootstrapTemplate,
-    TemplateKind, TemplateSpec,
+    TemplateKind, TemplateSpec, UpdatePolicy,
 };
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -94,17 +94,34 @@ async fn check(
     match request.kind.kind.as_str() {
         "BootstrapTemplate" => {
             let template: BootstrapTemplate = decode(object, "BootstrapTemplate")?;
-            let display = display_name(
-                TemplateKind::BootstrapTemplate,
-                Some(&namespace),
-                &request.name,
-            );
-            off_runtime(move || validate::template(&display, &template.spec)).await
+            let old = (request.old_object.as_ref())
+                .map(|o| decode::<BootstrapTemplate>(o, "BootstrapTemplate").map(|t| t.spec))
+                .transpose()?;
+            let changed = Changed {
+                kind: TemplateKind::BootstrapTemplate,
+                namespace: Some(&namespace),
+                name: &request.name,
+                old,
+                new: template.spec,
+            };
+            template_change(client, changed).await
         }
         "ClusterBootstrapTemplate" => {
             let template: ClusterBootstrapTemplate = decode(object, "ClusterBootstrapTemplate")?;
-            let display = display_name(TemplateKind::ClusterBootstrapTemplate, None, &request.name);
-            off_runtime(move || validate::template(&display, &template.spec.0)).await
+            let old = (request.old_object.as_ref())
+                .map(|o| {
+                    decode::<ClusterBootstrapTemplate>(o, "ClusterBootstrapTemplate")
+                        .map(|t| t.spec.0)
+                })
+                .transpose()?;
+            let changed = Changed {
+                kind: TemplateKind::ClusterBootstrapTemplate,
+                namespace: None,
+                name: &request.name,
+                old,
+                new: template.spec.0,
+            };
+            template_change(client, changed).await
         }
         "BootplateConfig" => {
             let config: BootplateConfig = decode(object, "BootplateConfig")?;
@@ -138,6 +155,81 @@ async fn check(
             .await
         }
         _ => Ok(Vec::new()),
+    }
+}
+
+/// A template written: its kind, namespace (`None`: cluster-scoped) and name, its spec before
+/// (`None`: created) and now.
+struct Changed<'a> {
+    kind: TemplateKind,
+    namespace: Option<&'a str>,
+    name: &'a str,
+    old: Option<TemplateSpec>,
+    new: TemplateSpec,
+}
+
+/// The problems of a template written: its own (`validate::template`), and for an update of
+/// one with `updatePolicy: InPlaceOnly`, what its running machines cannot take in place
+/// (`validate::template_update`, over the configs that reference it).
+async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Vec<String>, String> {
+    let display = display_name(changed.kind, changed.namespace, changed.name);
+    let configs = match &changed.old {
+        Some(old) if old.policy() == UpdatePolicy::InPlaceOnly => {
+            configs_of(client, changed.kind, changed.namespace, changed.name).await?
+        }
+        _ => Vec::new(),
+    };
+    off_runtime(move || {
+        let mut problems = validate::template(&display, &changed.new);
+        if let Some(old) = &changed.old {
+            problems.extend(validate::template_update(
+                &display,
+                old,
+                &changed.new,
+                &configs,
+            ));
+        }
+        problems
+    })
+    .await
+}
+
+/// How many configs one listing page holds; the listing stops at [`MAX_CONFIGS_JUDGED`].
+const CONFIG_PAGE: u32 = 500;
+/// The most configs an `InPlaceOnly` template's update is judged against: beyond, it is refused
+/// (it could not be judged within the webhook's time).
+const MAX_CONFIGS_JUDGED: usize = 50_000;
+
+/// The configs that reference template `name` of `kind` (a BootstrapTemplate: in its
+/// namespace), listed page by page.
+async fn configs_of(
+    client: &Client,
+    kind: TemplateKind,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Vec<BootplateConfig>, String> {
+    let api: Api<BootplateConfig> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let mut params = kube::api::ListParams::default().limit(CONFIG_PAGE);
+    let mut found = Vec::new();
+    loop {
+        let page = (api.list(&params).await)
+            .map_err(|e| format!("cannot list the configs of {kind} {name}: {e}"))?;
+        found.extend(page.items.into_iter().filter(|c| {
+            let reference = &c.spec.template_ref;
+            reference.kind == kind && reference.name == name
+        }));
+        if found.len() > MAX_CONFIGS_JUDGED {
+            return Err(format!(
+                "spec: updatePolicy is InPlaceOnly and more than {MAX_CONFIGS_JUDGED} configs reference {kind} {name}: the change cannot be judged at admission"
+            ));
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(found),
+        }
     }
 }
 

@@ -136,16 +136,7 @@ pub fn config_update(
     old_template: Option<(&str, &TemplateSpec)>,
     new_template: Option<(&str, &TemplateSpec)>,
 ) -> Vec<String> {
-    let written = old
-        .status
-        .as_ref()
-        .is_some_and(|s| s.ready || s.data_secret_name.is_some());
-    if !written || old.spec == new.spec {
-        return Vec::new();
-    }
-    // A MachinePool's config is the launch data of its instances: a change is meant to reach
-    // the pool's new instances (the infrastructure provider decides about the running ones).
-    if matches!(crate::core::gate::owner(old), Some(Owner::Pool(_))) {
+    if !running(old) || old.spec == new.spec {
         return Vec::new();
     }
     let refuse = |why: String| {
@@ -166,13 +157,7 @@ pub fn config_update(
         ));
     };
     // The machine's role when the controller recorded it; otherwise every role must agree.
-    let roles = match old.status.as_ref().and_then(|s| s.role.as_deref()) {
-        Some(role) => match role.parse::<Role>() {
-            Ok(role) => vec![role],
-            Err(_) => Role::ALL.to_vec(),
-        },
-        None => Role::ALL.to_vec(),
-    };
+    let roles = recorded_roles(old);
     let compiled = (
         render::CompiledTemplate::compile(old_template.0, old_template.1),
         render::CompiledTemplate::compile(new_template.0, new_template.1),
@@ -198,6 +183,114 @@ pub fn config_update(
         }
     }
     Vec::new()
+}
+
+/// On update of a template with `updatePolicy: InPlaceOnly` (the old spec's policy rules, so a
+/// change cannot lift the policy and replace machines at once): the change is admitted only when
+/// every running machine of it, that is every written config in `configs` (those that
+/// reference the template), can take it in place, each judged with its own spec and recorded
+/// role as [`config_update`] judges a config's change. Otherwise the refusal names how many
+/// machines would need replacing, a few of their configs, and why (the part or field).
+pub fn template_update(
+    display: &str,
+    old: &TemplateSpec,
+    new: &TemplateSpec,
+    configs: &[BootplateConfig],
+) -> Vec<String> {
+    if old.policy() != crd_types::UpdatePolicy::InPlaceOnly || old.revision() == new.revision() {
+        return Vec::new();
+    }
+    let (old_compiled, new_compiled) = match (
+        render::CompiledTemplate::compile(display, old),
+        render::CompiledTemplate::compile(display, new),
+    ) {
+        (Ok(old), Ok(new)) => (old, new),
+        // `template` refuses a new spec that does not compile, with the line and column.
+        (_, Err(_)) => return Vec::new(),
+        (Err(e), _) => {
+            return vec![format!(
+                "spec: updatePolicy is InPlaceOnly and the change cannot be judged: {e}"
+            )];
+        }
+    };
+    // Machines of one MachineDeployment share a spec and a role: each pair is judged once.
+    let mut judged: Vec<(&BootplateConfigSpec, Role, Option<String>)> = Vec::new();
+    let mut replaced: Vec<(String, String)> = Vec::new();
+    for config in configs.iter().filter(|c| running(c)) {
+        for role in recorded_roles(config) {
+            let known = judged
+                .iter()
+                .find(|(s, r, _)| *s == &config.spec && *r == role);
+            let why = match known {
+                Some((_, _, why)) => why.clone(),
+                None => {
+                    let sample = sample_spec(&config.spec);
+                    let why =
+                        match update_plan((&old_compiled, &sample), (&new_compiled, &sample), role)
+                        {
+                            Ok(UpdatePlan::Rollout { reason }) => {
+                                Some(format!("role {role}: {reason}"))
+                            }
+                            Err(Unjudged::Old(e)) => {
+                                Some(format!("role {role}: cannot be judged: {e}"))
+                            }
+                            Ok(_) | Err(Unjudged::NewSpec) => None,
+                        };
+                    judged.push((&config.spec, role, why.clone()));
+                    why
+                }
+            };
+            if let Some(why) = why {
+                replaced.push((config_name(config), why));
+                break;
+            }
+        }
+    }
+    let Some((_, why)) = replaced.first() else {
+        return Vec::new();
+    };
+    let named: Vec<&str> = replaced.iter().take(3).map(|(n, _)| n.as_str()).collect();
+    let more = replaced.len().saturating_sub(named.len());
+    let others = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    vec![format!(
+        "spec: updatePolicy is InPlaceOnly and this change cannot be applied in place to {} running \
+         machine(s) (BootplateConfig {}{others}): {why}; change only `update: InPlace` parts, or \
+         set updatePolicy to Any first (docs/changing-templates.md)",
+        replaced.len(),
+        named.join(", "),
+    )]
+}
+
+/// Whether `config`'s machine may be running: its data Secret is written (the machine may have
+/// booted from it), and it is a Machine's. A MachinePool's config is the launch data of its
+/// instances: a change is meant to reach the pool's new instances (the infrastructure provider
+/// decides about the running ones), so any change is admitted.
+fn running(config: &BootplateConfig) -> bool {
+    let written = (config.status.as_ref()).is_some_and(|s| s.ready || s.data_secret_name.is_some());
+    written && !matches!(crate::core::gate::owner(config), Some(Owner::Pool(_)))
+}
+
+/// The role the controller recorded for `config`; every role when none (or an unknown one).
+fn recorded_roles(config: &BootplateConfig) -> Vec<Role> {
+    match config.status.as_ref().and_then(|s| s.role.as_deref()) {
+        Some(role) => role
+            .parse::<Role>()
+            .map_or_else(|_| Role::ALL.to_vec(), |r| vec![r]),
+        None => Role::ALL.to_vec(),
+    }
+}
+
+fn config_name(config: &BootplateConfig) -> String {
+    let meta = &config.metadata;
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Why a change cannot be judged.
@@ -485,6 +578,65 @@ parts:
               and is not `update: InPlace`; create a new config (a new Machine) instead \
               (docs/in-place.md)"
             ]
+        );
+    }
+
+    #[test]
+    fn an_in_place_only_template_takes_what_every_running_machine_takes_in_place() {
+        let in_place_only = |yaml: &str| {
+            let mut t = template(yaml);
+            t.update_policy = Some(crd_types::UpdatePolicy::InPlaceOnly);
+            t
+        };
+        let old = in_place_only(TEMPLATE);
+        let mirror_only = in_place_only(&TEMPLATE.replace("endpoint = ", "mirror = "));
+        let new_install =
+            in_place_only(&TEMPLATE.replace("install-runtime", "install-runtime --v2"));
+        let new_init = in_place_only(&TEMPLATE.replace(r#"["init {{"#, r#"["init --v2 {{"#));
+        let named = |name: &str, role| {
+            let mut c = config("t", json!({}), role);
+            c.metadata.name = Some(name.into());
+            c
+        };
+        let workers: Vec<_> = (0..5)
+            .map(|i| named(&format!("w-{i}"), Some("worker")))
+            .collect();
+        let judge = |new: &crd_types::TemplateSpec, configs: &[crd_types::BootplateConfig]| {
+            super::template_update("BootstrapTemplate team-a/t", &old, new, configs)
+        };
+        // A change of the InPlace part only: every machine takes it.
+        assert_eq!(judge(&mirror_only, &workers), Vec::<String>::new());
+        // A change of a Rollout part: refused, naming how many machines, a few configs, the part.
+        assert_eq!(
+            judge(&new_install, &workers),
+            [
+                "spec: updatePolicy is InPlaceOnly and this change cannot be applied in place to 5 \
+              running machine(s) (BootplateConfig team-a/w-0, team-a/w-1, team-a/w-2 and 2 more): \
+              role worker: part `install` changed and is not `update: InPlace`; change only \
+              `update: InPlace` parts, or set updatePolicy to Any first \
+              (docs/changing-templates.md)"
+            ]
+        );
+        // No machine runs yet (configs not written): nothing to protect.
+        assert!(judge(&new_install, &[named("fresh", None)]).is_empty());
+        // A change only the init machine renders: workers take it, the init machine does not.
+        assert!(judge(&new_init, &workers).is_empty());
+        let problems = judge(&new_init, &[named("cp-0", Some("init"))]);
+        assert!(
+            problems[0].contains("1 running machine(s) (BootplateConfig team-a/cp-0)"),
+            "{problems:?}"
+        );
+        // Without the policy (the old spec's rules), or setting the policy alone: admitted.
+        let plain = template(TEMPLATE);
+        let any_install = template(&TEMPLATE.replace("install-runtime", "install-runtime --v2"));
+        assert!(super::template_update("t", &plain, &any_install, &workers).is_empty());
+        assert!(super::template_update("t", &plain, &old, &workers).is_empty());
+        // Lifting the policy with the change: the old policy still rules.
+        assert!(!super::template_update("t", &old, &any_install, &workers).is_empty());
+        assert_eq!(
+            old.revision(),
+            plain.revision(),
+            "the policy is not in the revision"
         );
     }
 
