@@ -15,6 +15,12 @@
 //! names the part and the step, and the node's file is whole (old or new, never torn).
 //! (d) A node's identity reads its own payload Secret and not another node's.
 //! (e) A file changed by hand on a node is put back by its agent.
+//! (g) `updatePolicy: InPlaceOnly`. On a config template: a MachineDeployment's move to one
+//! whose render changes a `Rollout` part is refused by the hook (a failed response, answer
+//! `refused`) and its Machine is not replaced; a move that changes only an `InPlace` part goes
+//! through in place. On the template: an update that a running machine cannot take in place is
+//! refused at admission, naming the machines' configs and the part; setting the policy alone,
+//! and a change of an `InPlace` part, are admitted.
 //!
 //! Before each change is applied, `bootplate diff` previews it offline (the template and the old
 //! and the new config template, role worker): in place for (a) and (c), replacement naming part
@@ -393,6 +399,116 @@ async fn cluster_api_updates_machines_in_place_through_bootplate() {
     in_place_update(&env, &before, &disks, &secret_versions).await;
     failed_step(&env, &failing, &failing_disks).await;
     rollout(&env, &before).await;
+    in_place_only_config_template(&env).await;
+    in_place_only_template(&env).await;
+}
+
+/// A config template of the policy case: [`config_template`] with `updatePolicy: InPlaceOnly`.
+fn held_config_template(name: &str, variables: Value) -> Value {
+    let mut template = config_template(name, variables);
+    template["spec"]["updatePolicy"] = json!("InPlaceOnly");
+    template
+}
+
+/// How often CanUpdateMachineSet answered `answer`.
+fn set_answers(env: &CapiEnv, answer: &str) -> f64 {
+    let key = ("can_update_machine_set".to_owned(), answer.to_owned());
+    hook_answers(env).get(&key).copied().unwrap_or(0.0)
+}
+
+/// (g), the config template's policy, on MachineDeployment `p`.
+async fn in_place_only_config_template(env: &CapiEnv) {
+    let v1 = json!({"mirror": "https://mirror-a.example"});
+    apply(
+        env,
+        &config_templates(),
+        held_config_template("p-v1", v1),
+    )
+    .await;
+    apply(
+        env,
+        &objects::machine_deployment_resource(),
+        machine_deployment("p", "ip", 1, "p-v1"),
+    )
+    .await;
+    let before = wait_joined(env, "p", 1).await;
+    let (_agents, disks) = start_agents(env, &before).await;
+
+    let refused = set_answers(env, "refused");
+    let new_runtime = json!({"mirror": "https://mirror-a.example", "runtime": "2.1"});
+    apply(
+        env,
+        &config_templates(),
+        held_config_template("p-v2", new_runtime),
+    )
+    .await;
+    switch_template(env, "p", "p-v2").await;
+    wait_for(
+        env,
+        "CanUpdateMachineSet to refuse p's move to p-v2",
+        || async { (set_answers(env, "refused") > refused).then_some(()) },
+    )
+    .await;
+    // Cluster API asks again meanwhile; none of its answers may lead to a replacement.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        uids(&machines(env, "p").await),
+        uids(&before),
+        "no Machine of p is replaced"
+    );
+    let log = env.bootplate.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("refused: BootplateConfigTemplate")
+                && l.contains("has updatePolicy InPlaceOnly")
+                && l.contains("part `install`")),
+        "bootplate logs the refusal naming the policy's holder and the part"
+    );
+
+    let new_mirror = json!({"mirror": "https://mirror-p.example"});
+    apply(
+        env,
+        &config_templates(),
+        held_config_template("p-v3", new_mirror),
+    )
+    .await;
+    switch_template(env, "p", "p-v3").await;
+    let (name, _) = before.iter().next().unwrap();
+    let mirror_file = disks[name].path(MIRROR_FILE);
+    wait_for(env, "p's machine to take p-v3 in place", || async {
+        let mirror = std::fs::read_to_string(&mirror_file).ok()?;
+        let same = uids(&machines(env, "p").await) == uids(&before);
+        (mirror.contains("mirror-p.example") && same).then_some(())
+    })
+    .await;
+}
+
+/// (g), the template's policy: `inplace` with `updatePolicy: InPlaceOnly` and running machines.
+async fn in_place_only_template(env: &CapiEnv) {
+    let resource = objects::bootplate_resource("BootstrapTemplate", "bootstraptemplates");
+    let mut held = template();
+    held["spec"]["updatePolicy"] = json!("InPlaceOnly");
+    env.apply(&resource, held.clone())
+        .await
+        .expect("setting the policy alone is admitted");
+    let mut install = held.clone();
+    install["spec"]["parts"][0]["commands"][0] = json!("echo install runtime v2");
+    let refused = env
+        .apply(&resource, install)
+        .await
+        .expect_err("a change of a Rollout part is refused");
+    let message = format!("{refused:#}");
+    assert!(
+        message.contains("updatePolicy is InPlaceOnly")
+            && message.contains("running machine(s) (BootplateConfig fleet/")
+            && message.contains("part `install` changed"),
+        "{message}"
+    );
+    let mut configure = held;
+    configure["spec"]["parts"][1]["commands"] = json!(["true"]);
+    env.apply(&resource, configure)
+        .await
+        .expect("a change of an InPlace part is admitted");
 }
 
 fn node_of(machine: &DynamicObject) -> String {
