@@ -5,7 +5,9 @@
 //! names the part and the step comes out.
 //!
 //! What the agent wrote is remembered in a state file under the root, so a later payload can
-//! remove it and drift (a file changed by hand) is put back on the next pass. So is what is
+//! remove it and drift (a file changed by hand) is put back on the next pass. With no state
+//! file yet (the first payload comes with the machine's first in-place update), what the
+//! user-data wrote for the `InPlace` parts at boot (`BootedManifest`) stands for it. So is what is
 //! still owed: a `daemon-reload` or restart that failed is tried again on the next pass even
 //! though no file changes any more, and the commands' progress through a revision (`progress`)
 //! keeps a failing part's back-off across passes and restarts.
@@ -19,7 +21,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use crd_types::payload::{NodePayload, PayloadPart};
+use crd_types::payload::{BootedManifest, NodePayload, PayloadPart, UNIT_DIR};
 use serde::{Deserialize, Serialize};
 
 use crate::owner::Owners;
@@ -28,7 +30,6 @@ use crate::safe_fs::{FileSpec, Root};
 
 /// Where the agent keeps what it applied, under the root.
 pub const STATE_PATH: &str = "/var/lib/bootplate-agent/state.json";
-const UNIT_DIR: &str = "/etc/systemd/system";
 /// The longest state file, `/etc/passwd` or `/etc/group` the agent reads.
 const READ_LIMIT: u64 = 16 << 20;
 /// How long a command or systemctl call may run unless told otherwise.
@@ -105,6 +106,23 @@ struct State {
     commands: Option<CommandProgress>,
 }
 
+impl State {
+    /// A node the agent has not applied anything on, whose user-data wrote and enabled what
+    /// `booted` names.
+    fn booted(booted: &BootedManifest) -> Result<State, ApplyError> {
+        for (path, part) in &booted.files {
+            check_path(path).map_err(|message| {
+                ApplyError::new(part, format!("remember {}", path.escape_debug()), message)
+            })?;
+        }
+        Ok(State {
+            files: booted.files.clone(),
+            units: booted.units.clone(),
+            ..State::default()
+        })
+    }
+}
+
 /// A file the payload wants, with the part it belongs to and, for unit files and drop-ins,
 /// the unit.
 struct Desired<'a> {
@@ -141,8 +159,20 @@ impl Node {
     /// Stops at the first failing step; what was written before it stays (each file whole, old
     /// or new) and is remembered for the next pass, with what is still owed.
     pub fn apply_at(&self, payload: &NodePayload, now: SystemTime) -> Result<Applied, ApplyError> {
+        self.apply_after_boot_at(payload, None, now)
+    }
+
+    /// [`Node::apply_at`] on a node whose user-data wrote `booted` for its `InPlace` parts:
+    /// when the agent has applied nothing here yet (no state file), what `booted` names is
+    /// taken as applied by an earlier payload, so what left the parts since is removed.
+    pub fn apply_after_boot_at(
+        &self,
+        payload: &NodePayload,
+        booted: Option<&BootedManifest>,
+        now: SystemTime,
+    ) -> Result<Applied, ApplyError> {
         let root = Root::open(&self.root).map_err(|e| ApplyError::new("-", "open /", e))?;
-        let mut state = load_state(&root)?;
+        let mut state = load_state(&root, booted)?;
         let revision = payload.revision();
         let now = now
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -361,11 +391,15 @@ fn owe_reload_and_restarts(
     state.pending_restarts.retain(|u| enabled.contains(u));
 }
 
-fn load_state(root: &Root) -> Result<State, ApplyError> {
+/// The state file, or, when there is none yet, what the user-data wrote at boot.
+fn load_state(root: &Root, booted: Option<&BootedManifest>) -> Result<State, ApplyError> {
     let fail = |message: String| ApplyError::new("-", format!("read {STATE_PATH}"), message);
     match root.read(STATE_PATH, READ_LIMIT) {
         Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string())),
-        Ok(None) => Ok(State::default()),
+        Ok(None) => match booted {
+            Some(booted) => State::booted(booted),
+            None => Ok(State::default()),
+        },
         Err(e) => Err(fail(e.to_string())),
     }
 }
@@ -428,13 +462,10 @@ fn desired_files<'a>(payload: &'a NodePayload) -> Result<Vec<Desired<'a>>, Apply
                 content: content.as_bytes(),
             };
             if let Some(content) = &u.content {
-                out.push(unit_file(format!("{UNIT_DIR}/{}", u.name), content));
+                out.push(unit_file(u.file_path(), content));
             }
             for d in &u.drop_ins {
-                out.push(unit_file(
-                    format!("{UNIT_DIR}/{}.d/{}", u.name, d.name),
-                    &d.content,
-                ));
+                out.push(unit_file(u.drop_in_path(&d.name), &d.content));
             }
         }
     }

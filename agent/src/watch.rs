@@ -2,10 +2,11 @@
 //! every interval (which is also how drift is put back). The only Kubernetes calls: get one
 //! Secret, get and patch its own Node. The agent never needs the bootstrap token.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crd_types::payload::{
-    APPLIED_ANNOTATION, CONDITION_TYPE, NAMESPACE, NodePayload, SECRET_KEY, secret_name,
+    APPLIED_ANNOTATION, BOOTED_KEY, BootedManifest, CONDITION_TYPE, NAMESPACE, NodePayload,
+    SECRET_KEY, secret_name,
 };
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
 use kube::api::{Api, Patch, PatchParams};
@@ -71,18 +72,14 @@ impl Agent {
             self.report(client, &pass).await?;
             return Ok(pass);
         }
-        let bytes = (secret.data.as_ref())
-            .and_then(|d| d.get(SECRET_KEY))
-            .map(|b| b.0.clone())
-            .unwrap_or_default();
-        let pass = match serde_json::from_slice::<NodePayload>(&bytes) {
-            Err(e) => Pass::Failed(format!(
-                "Secret {NAMESPACE}/{name}: key {SECRET_KEY} is not a payload: {e}"
-            )),
-            Ok(payload) => {
+        let pass = match read_payload(&name, &secret) {
+            Err(message) => Pass::Failed(message),
+            Ok((payload, booted)) => {
                 let node = self.node.clone();
                 let revision = payload.revision();
-                match tokio::task::spawn_blocking(move || node.apply(&payload)).await? {
+                let apply =
+                    move || node.apply_after_boot_at(&payload, booted.as_ref(), SystemTime::now());
+                match tokio::task::spawn_blocking(apply).await? {
                     Ok(applied) => {
                         if !applied.written.is_empty() || !applied.removed.is_empty() {
                             tracing::info!(
@@ -160,4 +157,24 @@ impl Agent {
 /// The condition message of a failed revision.
 pub fn failure(revision: &str, e: &ApplyError) -> String {
     format!("revision {revision} failed: {e}")
+}
+
+/// The payload in Secret `name`, and what the node booted with when the Secret records it (the
+/// first payload of a machine does).
+fn read_payload(
+    name: &str,
+    secret: &Secret,
+) -> Result<(NodePayload, Option<BootedManifest>), String> {
+    let key = |key: &str| secret.data.as_ref().and_then(|d| d.get(key));
+    let bytes = key(SECRET_KEY).map(|b| b.0.as_slice()).unwrap_or_default();
+    let payload = serde_json::from_slice::<NodePayload>(bytes).map_err(|e| {
+        format!("Secret {NAMESPACE}/{name}: key {SECRET_KEY} is not a payload: {e}")
+    })?;
+    let booted = match key(BOOTED_KEY) {
+        None => None,
+        Some(bytes) => Some(serde_json::from_slice(&bytes.0).map_err(|e| {
+            format!("Secret {NAMESPACE}/{name}: key {BOOTED_KEY} is not a record of the boot: {e}")
+        })?),
+    };
+    Ok((payload, booted))
 }

@@ -237,6 +237,70 @@ fn what_leaves_the_payload_leaves_the_node() {
     );
 }
 
+/// A node whose user-data wrote `booted` and whose agent has applied nothing: the files as the
+/// agent would write them, and no state file.
+fn booted_node(booted: &NodePayload) -> Fixture {
+    let f = Fixture::new("");
+    f.node.apply(booted).unwrap();
+    std::fs::remove_file(f.node.path(agent::apply::STATE_PATH)).unwrap();
+    std::fs::remove_file(f.node.root.join("commands.log")).unwrap();
+    f.calls();
+    f
+}
+
+#[test]
+fn the_first_payload_after_the_boot_removes_what_left_the_parts_since() {
+    let booted = payload("a", "x");
+    let mut first = payload("a", "x");
+    first.parts.pop();
+    let f = booted_node(&booted);
+    let applied = (f.node)
+        .apply_after_boot_at(&first, Some(&booted.manifest()), SystemTime::now())
+        .unwrap();
+    assert_eq!(
+        applied.removed,
+        [
+            "/etc/sysctl.d/90-k8s.conf",
+            "/etc/systemd/system/sysctl-apply.service"
+        ]
+    );
+    assert!(applied.written.is_empty(), "{:?}", applied.written);
+    assert_eq!(
+        f.calls(),
+        ["disable --now sysctl-apply.service", "daemon-reload"],
+        "what the boot enabled is not enabled again, nor restarted"
+    );
+    assert_eq!(command_runs(&f), 1, "a new revision's commands run once");
+    // The record counts only while the agent has applied nothing: the state file rules after.
+    let again = (f.node)
+        .apply_after_boot_at(&first, Some(&booted.manifest()), SystemTime::now())
+        .unwrap();
+    assert!(again.removed.is_empty() && again.written.is_empty());
+
+    // Without the record, what the boot wrote is not the agent's to remove.
+    let f = booted_node(&booted);
+    let applied = (f.node)
+        .apply_after_boot_at(&first, None, SystemTime::now())
+        .unwrap();
+    assert!(applied.removed.is_empty());
+    assert!(f.exists("/etc/sysctl.d/90-k8s.conf"));
+}
+
+#[test]
+fn a_record_of_the_boot_naming_a_path_out_of_the_root_is_refused() {
+    let mut booted = payload("a", "x").manifest();
+    booted
+        .files
+        .insert("/etc/../../outside".into(), "mirror".into());
+    let f = Fixture::new("");
+    let error = (f.node)
+        .apply_after_boot_at(&payload("a", "x"), Some(&booted), SystemTime::now())
+        .unwrap_err();
+    assert_eq!(error.part, "mirror");
+    assert!(error.step.contains("outside"), "{error}");
+    assert!(!f.exists("/etc/containerd/mirror.toml"), "nothing applied");
+}
+
 #[test]
 fn drift_is_put_back() {
     let f = Fixture::new("");

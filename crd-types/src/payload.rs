@@ -4,6 +4,8 @@
 //! The controller writes it (key [`SECRET_KEY`], JSON) and the agent reads it; both sides use
 //! these types, so the wire format has one definition.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -12,6 +14,11 @@ pub const SECRET_KEY: &str = "payload.json";
 /// The key of the payload's [`NodeBinding`] in the per-node Secret: the Node the payload was
 /// rendered for. A separate key, so the payload's revision does not change with it.
 pub const NODE_KEY: &str = "node.json";
+/// The key of a [`BootedManifest`]: in the data Secret (written with the render) and, copied from
+/// there, in the per-node Secret of the first payload published for the machine.
+pub const BOOTED_KEY: &str = "booted-in-place.json";
+/// Where a payload's systemd unit files and drop-ins are written.
+pub const UNIT_DIR: &str = "/etc/systemd/system";
 /// The namespace of the per-node Secrets in the workload cluster.
 pub const NAMESPACE: &str = "kube-system";
 /// The Node annotation where the agent reports the revision it applied.
@@ -39,6 +46,47 @@ impl NodePayload {
         let json = serde_json::to_vec(self).expect("a payload always serializes");
         hex::encode(&Sha256::digest(&json)[..8])
     }
+
+    /// What writing this payload leaves on a node: each path (files, unit files, drop-ins) with
+    /// the part that wrote it, and the units enabled. A later path wins, as on the node.
+    pub fn manifest(&self) -> BootedManifest {
+        let mut manifest = BootedManifest::default();
+        for part in &self.parts {
+            let mut wrote = |path: String| {
+                manifest.files.insert(path, part.name.clone());
+            };
+            for file in &part.files {
+                wrote(file.path.clone());
+            }
+            for unit in &part.units {
+                if unit.content.is_some() {
+                    wrote(unit.file_path());
+                }
+                for drop_in in &unit.drop_ins {
+                    wrote(unit.drop_in_path(&drop_in.name));
+                }
+                if unit.enable {
+                    manifest.units.insert(unit.name.clone());
+                }
+            }
+        }
+        manifest
+    }
+}
+
+/// What a machine's user-data wrote and enabled for its `InPlace` parts when it booted. The
+/// node payload is published only once Cluster API first updates the machine in place; the
+/// agent, which has applied nothing on that node yet, starts from this record, so a file or a
+/// unit that left the parts since the boot is removed as it would be between two payloads.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BootedManifest {
+    /// Path → the part that wrote it (files, unit files and drop-ins).
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// The units the user-data enabled.
+    #[serde(default)]
+    pub units: BTreeSet<String>,
 }
 
 /// The one Node a payload is for: node names are reused (clouds name nodes after their private
@@ -191,6 +239,18 @@ pub struct PayloadUnit {
     pub drop_ins: Vec<PayloadDropIn>,
 }
 
+impl PayloadUnit {
+    /// Where the unit file is written.
+    pub fn file_path(&self) -> String {
+        format!("{UNIT_DIR}/{}", self.name)
+    }
+
+    /// Where its drop-in `name` is written.
+    pub fn drop_in_path(&self, name: &str) -> String {
+        format!("{UNIT_DIR}/{}.d/{name}", self.name)
+    }
+}
+
 /// A systemd drop-in.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -219,6 +279,65 @@ mod base64_bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_manifest_names_every_path_a_payload_writes_and_the_units_it_enables() {
+        let unit = |name: &str, enable, content: Option<&str>, drop_in: Option<&str>| PayloadUnit {
+            name: name.into(),
+            enable,
+            content: content.map(Into::into),
+            drop_ins: (drop_in.into_iter())
+                .map(|d| PayloadDropIn {
+                    name: d.into(),
+                    content: "[Service]\n".into(),
+                })
+                .collect(),
+        };
+        let file = |path: &str| PayloadFile {
+            path: path.into(),
+            permissions: "0644".into(),
+            owner: "root".into(),
+            content: Vec::new(),
+        };
+        let payload = NodePayload {
+            parts: vec![
+                PayloadPart {
+                    name: "mirror".into(),
+                    files: vec![file("/etc/mirror.toml"), file("/etc/shared.conf")],
+                    units: vec![unit("containerd.service", true, None, Some("10-m.conf"))],
+                    commands: vec!["true".into()],
+                },
+                PayloadPart {
+                    name: "sysctl".into(),
+                    files: vec![file("/etc/shared.conf")],
+                    units: vec![unit("sysctl.service", false, Some("[Unit]\n"), None)],
+                    commands: Vec::new(),
+                },
+            ],
+        };
+        let manifest = payload.manifest();
+        let files: Vec<(&str, &str)> = (manifest.files.iter())
+            .map(|(path, part)| (path.as_str(), part.as_str()))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("/etc/mirror.toml", "mirror"),
+                ("/etc/shared.conf", "sysctl"),
+                (
+                    "/etc/systemd/system/containerd.service.d/10-m.conf",
+                    "mirror"
+                ),
+                ("/etc/systemd/system/sysctl.service", "sysctl"),
+            ],
+            "a later part's path wins; a unit without content has no unit file"
+        );
+        assert_eq!(
+            manifest.units.iter().collect::<Vec<_>>(),
+            ["containerd.service"],
+            "only enabled units"
+        );
+    }
 
     #[test]
     fn a_payload_applies_only_on_the_node_it_was_bound_to() {

@@ -102,7 +102,7 @@ pub async fn publish(
     use bootplate::k8s::node_payload::{Target, publish};
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin.clone());
     let found = nodes.get(node).await?;
-    Ok(publish(admin, &Target::new(&found, config_uid), payload).await?)
+    Ok(publish(admin, &Target::new(&found, config_uid), payload, None).await?)
 }
 
 /// Asserts that `client`, with node `node`'s identity, reads that node's payload Secret and is

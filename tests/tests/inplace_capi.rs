@@ -15,6 +15,11 @@
 //! names the part and the step, and the node's file is whole (old or new, never torn).
 //! (d) A node's identity reads its own payload Secret and not another node's.
 //! (e) A file changed by hand on a node is put back by its agent.
+//! (f) Before Cluster API first updates a machine in place nothing is published for it: no
+//! payload Secret, Role or RoleBinding in the workload cluster. Each node's disk holds what its
+//! user-data wrote for the `InPlace` parts (the test plays cloud-init from the data Secret), and
+//! the first payload's agent starts from the boot's record: nothing unchanged is rewritten,
+//! re-enabled or restarted.
 //! (g) `updatePolicy: InPlaceOnly`. On a config template: a MachineDeployment's move to one
 //! whose render changes a `Rollout` part is refused by the hook (a failed response, answer
 //! `refused`) and its Machine is not replaced; a move that changes only an `InPlace` part goes
@@ -216,59 +221,56 @@ where
     }
 }
 
-/// Waits until MachineDeployment `md` has `count` Machines with a Node, each config with a
-/// published node payload; returns the Machines.
-async fn wait_joined_with_payload(
-    env: &CapiEnv,
-    md: &str,
-    count: usize,
-) -> BTreeMap<String, DynamicObject> {
-    wait_for(
-        env,
-        &format!("{count} joined Machines of {md} with payloads"),
-        || async {
-            let found = machines(env, md).await;
-            if found.len() != count
-                || found
-                    .values()
-                    .any(|m| m.data["status"]["nodeRef"].is_null())
-            {
-                return None;
-            }
-            for machine in found.values() {
-                let config = config(env, &config_name(machine)).await;
-                config.data["status"]["inPlace"]["publishedRevision"].as_str()?;
-            }
-            Some(found)
-        },
-    )
-    .await
-}
-
-/// Waits until the agent on node `node` applied `revision` (its Node's annotation).
-async fn wait_applied(env: &CapiEnv, node: &str, revision: &str) {
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.workload_client.clone());
-    wait_for(env, &format!("node {node} to apply {revision}"), || async {
-        let n = nodes.get(node).await.ok()?;
-        let applied = n
-            .metadata
-            .annotations?
-            .get(crd_types::payload::APPLIED_ANNOTATION)?
-            .clone();
-        (applied == revision).then_some(())
+/// Waits until MachineDeployment `md` has `count` Machines with a Node, each config's in-place
+/// step done for the join (its status names the node); returns the Machines.
+async fn wait_joined(env: &CapiEnv, md: &str, count: usize) -> BTreeMap<String, DynamicObject> {
+    wait_for(env, &format!("{count} joined Machines of {md}"), || async {
+        let found = machines(env, md).await;
+        if found.len() != count
+            || found
+                .values()
+                .any(|m| m.data["status"]["nodeRef"].is_null())
+        {
+            return None;
+        }
+        for machine in found.values() {
+            let config = config(env, &config_name(machine)).await;
+            (config.data["status"]["inPlace"]["node"] == machine.data["status"]["nodeRef"]["name"])
+                .then_some(())?;
+        }
+        Some(found)
     })
     .await
 }
 
-fn published(config: &DynamicObject) -> String {
-    config.data["status"]["inPlace"]["publishedRevision"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+/// (f) Joined, not updated: no published revision, and none of the node's payload objects in
+/// the workload cluster.
+async fn nothing_published_before_an_update(
+    env: &CapiEnv,
+    machines: &BTreeMap<String, DynamicObject>,
+) {
+    let name = crd_types::payload::secret_name;
+    let secrets: Api<Secret> = Api::namespaced(env.workload_client.clone(), "kube-system");
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> =
+        Api::namespaced(env.workload_client.clone(), "kube-system");
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        Api::namespaced(env.workload_client.clone(), "kube-system");
+    for machine in machines.values() {
+        let config = config(env, &config_name(machine)).await;
+        assert!(
+            config.data["status"]["inPlace"]["publishedRevision"].is_null(),
+            "{}",
+            config.data["status"]
+        );
+        let node = node_of(machine);
+        assert!(secrets.get_opt(&name(&node)).await.unwrap().is_none());
+        assert!(roles.get_opt(&name(&node)).await.unwrap().is_none());
+        assert!(bindings.get_opt(&name(&node)).await.unwrap().is_none());
+    }
 }
 
-/// Starts an agent for each Machine's node (named after the Machine) and waits until each
-/// applied its first payload; returns the disks by node.
+/// For each Machine's node (named after the Machine): a disk holding what the user-data wrote
+/// for the `InPlace` parts, and an agent on it; returns the agents and the disks by Machine.
 async fn start_agents(
     env: &CapiEnv,
     machines: &BTreeMap<String, DynamicObject>,
@@ -276,11 +278,9 @@ async fn start_agents(
     let mut agents = Vec::new();
     let mut disks = BTreeMap::new();
     for (name, machine) in machines {
-        let node = machine.data["status"]["nodeRef"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let node = node_of(machine);
         let disk = NodeDisk::new().unwrap();
+        boot_disk(env, &config_name(machine), &disk).await;
         agents.push(
             AgentProcess::start(
                 env.management.dir(),
@@ -292,12 +292,32 @@ async fn start_agents(
             )
             .unwrap(),
         );
-        let revision = published(&config(env, &config_name(machine)).await);
-        wait_applied(env, &node, &revision).await;
-        disk.take_systemctl_calls();
         disks.insert(name.clone(), disk);
     }
     (agents, disks)
+}
+
+/// Writes into `disk` what the user-data of config `config_name` writes for its `InPlace` parts,
+/// as cloud-init would: the paths its data Secret records of the boot, with the content the
+/// user-data gives them.
+async fn boot_disk(env: &CapiEnv, config_name: &str, disk: &NodeDisk) {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let data = secrets.get(config_name).await.unwrap().data.unwrap();
+    let record = &data
+        .get(crd_types::payload::BOOTED_KEY)
+        .unwrap_or_else(|| panic!("the data Secret of {config_name} records no boot"))
+        .0;
+    let booted: crd_types::payload::BootedManifest = serde_json::from_slice(record).unwrap();
+    assert!(!booted.files.is_empty(), "{booted:?}");
+    let text = String::from_utf8(data["value"].0.clone()).unwrap();
+    let user_data = testenv::capi::user_data::UserData::read(&text).unwrap();
+    for path in booted.files.keys() {
+        let content = (user_data.file(path).unwrap())
+            .unwrap_or_else(|| panic!("the user-data does not write {path}"));
+        let target = disk.path(path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, content).unwrap();
+    }
 }
 
 fn uids(machines: &BTreeMap<String, DynamicObject>) -> BTreeMap<String, String> {
@@ -378,8 +398,9 @@ async fn cluster_api_updates_machines_in_place_through_bootplate() {
     )
     .await;
 
-    let before = wait_joined_with_payload(&env, "a", 2).await;
-    let failing = wait_joined_with_payload(&env, "c", 1).await;
+    let before = wait_joined(&env, "a", 2).await;
+    let failing = wait_joined(&env, "c", 1).await;
+    nothing_published_before_an_update(&env, &before).await;
     let (_agents, disks) = start_agents(&env, &before).await;
     let (_failing_agent, failing_disks) = start_agents(&env, &failing).await;
     let mut secret_versions = BTreeMap::new();
@@ -394,9 +415,9 @@ async fn cluster_api_updates_machines_in_place_through_bootplate() {
         );
     }
 
+    in_place_update(&env, &before, &disks, &secret_versions).await;
     only_its_own_payload(&env, &before).await;
     drift_is_put_back(&before, &disks).await;
-    in_place_update(&env, &before, &disks, &secret_versions).await;
     failed_step(&env, &failing, &failing_disks).await;
     rollout(&env, &before).await;
     in_place_only_config_template(&env).await;
@@ -419,12 +440,7 @@ fn set_answers(env: &CapiEnv, answer: &str) -> f64 {
 /// (g), the config template's policy, on MachineDeployment `p`.
 async fn in_place_only_config_template(env: &CapiEnv) {
     let v1 = json!({"mirror": "https://mirror-a.example"});
-    apply(
-        env,
-        &config_templates(),
-        held_config_template("p-v1", v1),
-    )
-    .await;
+    apply(env, &config_templates(), held_config_template("p-v1", v1)).await;
     apply(
         env,
         &objects::machine_deployment_resource(),
@@ -617,18 +633,18 @@ async fn in_place_update(
         );
         let history = std::fs::read_to_string(disk.path("/var/log/mirror-history")).unwrap();
         assert_eq!(
-            history, "https://mirror-a.example\nhttps://mirror-b.example\n",
-            "the command ran once per revision"
+            history, "https://mirror-b.example\n",
+            "the agent ran the new revision's command once (the boot's run was cloud-init's)"
         );
-        let restarts: Vec<String> = disk
-            .take_systemctl_calls()
-            .into_iter()
-            .filter(|c| c.starts_with("restart") || c.contains("node-exporter"))
-            .collect();
         assert_eq!(
-            restarts,
-            ["restart containerd.service"],
-            "only the changed unit restarts"
+            disk.take_systemctl_calls(),
+            [
+                "daemon-reload",
+                "enable containerd.service",
+                "restart containerd.service"
+            ],
+            "only the changed unit is enabled and restarted; node-exporter, which the boot \
+             enabled and this update leaves alone, is not touched"
         );
         let config_name = config_name(machine);
         let config = config(env, &config_name).await;

@@ -27,22 +27,21 @@ pub(crate) fn in_progress(meta: &ObjectMeta) -> bool {
         .is_some_and(|a| a.contains_key(UPDATE_IN_PROGRESS_ANNOTATION))
 }
 
-/// Whether the payload of a joined machine's node is to be rendered and published now: once
-/// when the machine joined (the agent then manages its parts from the start), and again for each
-/// new spec while Cluster API updates the machine in place. A spec change without Cluster API's
-/// mark does not reach the node: a config's spec is Cluster API's to roll out.
+/// Whether the payload of a joined machine's node is to be rendered and published now: for each
+/// new spec while Cluster API updates the machine in place, and never before the first update
+/// (the machine runs what its user-data wrote; publishing at the join cost every machine a
+/// Secret, a Role and a RoleBinding in its workload cluster, agent or not). A spec change
+/// without Cluster API's mark does not reach the node: a config's spec is Cluster API's to roll
+/// out.
 pub(crate) fn publish_needed(
     previous: Option<&InPlaceStatus>,
     generation: Option<i64>,
     updating: bool,
 ) -> bool {
-    match previous {
-        None => true,
-        Some(status) => {
-            status.published_revision.is_none()
-                || (updating && status.observed_generation != generation)
-        }
-    }
+    updating
+        && previous.is_none_or(|status| {
+            status.published_revision.is_none() || status.observed_generation != generation
+        })
 }
 
 /// Whether the node's report is worth reading: during an update, and once more right after
@@ -359,19 +358,51 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_is_published_at_join_and_for_each_spec_cluster_api_updates_to() {
-        assert!(publish_needed(None, Some(1), false), "first: at join");
+    fn a_payload_is_published_for_each_spec_cluster_api_updates_to_and_never_before() {
         let published = InPlaceStatus {
             published_revision: Some("r1".into()),
             observed_generation: Some(1),
             ..Default::default()
         };
-        assert!(!publish_needed(Some(&published), Some(1), true));
-        assert!(
-            !publish_needed(Some(&published), Some(2), false),
-            "a spec change without Cluster API's mark is not published"
-        );
-        assert!(publish_needed(Some(&published), Some(2), true));
+        let unpublished = InPlaceStatus {
+            node: Some("n".into()),
+            ..Default::default()
+        };
+        // (what was published, the config's generation, Cluster API's mark, publish?, why)
+        let cases: [(Option<&InPlaceStatus>, i64, bool, bool, &str); 7] = [
+            (
+                None,
+                1,
+                false,
+                false,
+                "joined, no update: the user-data wrote the parts",
+            ),
+            (None, 1, true, true, "the first update"),
+            (
+                Some(&unpublished),
+                2,
+                true,
+                true,
+                "the first update, node recorded",
+            ),
+            (Some(&unpublished), 2, false, false, "no update"),
+            (Some(&published), 1, true, false, "this spec is published"),
+            (
+                Some(&published),
+                2,
+                false,
+                false,
+                "a change without Cluster API's mark",
+            ),
+            (Some(&published), 2, true, true, "the next update"),
+        ];
+        for (previous, generation, updating, expected, why) in cases {
+            assert_eq!(
+                publish_needed(previous, Some(generation), updating),
+                expected,
+                "{why}"
+            );
+        }
     }
 
     #[test]

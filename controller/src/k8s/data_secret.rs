@@ -1,13 +1,14 @@
 //! The data Secret: what CAPI's Machine controller and the infrastructure providers read.
 //!
 //! Name = the config's name, same namespace, type `cluster.x-k8s.io/secret`, keys `value` and
-//! `format`, label `cluster.x-k8s.io/cluster-name`, controller ownerReference to the config.
+//! `format` (and, for a template with `InPlace` parts, `booted-in-place.json`), label `cluster.x-k8s.io/cluster-name`, controller ownerReference to the config.
 
 use std::collections::BTreeMap;
 
 use crd_types::BootplateConfig;
 use crd_types::Role;
 use crd_types::capi::{CLUSTER_NAME_LABEL, CLUSTER_SECRET_TYPE};
+use crd_types::payload::{BOOTED_KEY, BootedManifest};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
@@ -36,8 +37,14 @@ pub struct Provenance<'a> {
     pub fetch: bool,
 }
 
-/// The Secret for `rendered`.
-pub fn build(config: &BootplateConfig, rendered: &Rendered, provenance: &Provenance<'_>) -> Secret {
+/// The Secret for `rendered`; with `booted` (the template updates parts in place), that record
+/// too, under [`BOOTED_KEY`], for the machine's first in-place update.
+pub fn build(
+    config: &BootplateConfig,
+    rendered: &Rendered,
+    booted: Option<&BootedManifest>,
+    provenance: &Provenance<'_>,
+) -> Secret {
     let mut annotations = BTreeMap::from([
         (labels::TEMPLATE.into(), provenance.template.into()),
         (labels::TEMPLATE_REVISION.into(), provenance.revision.into()),
@@ -53,6 +60,17 @@ pub fn build(config: &BootplateConfig, rendered: &Rendered, provenance: &Provena
     if provenance.fetch {
         annotations.insert(labels::DELIVERY.into(), "Fetch".into());
     }
+    let mut data = BTreeMap::from([
+        ("value".to_owned(), ByteString(rendered.data.clone())),
+        (
+            "format".to_owned(),
+            ByteString(rendered.secret_format().as_bytes().to_vec()),
+        ),
+    ]);
+    if let Some(booted) = booted {
+        let json = serde_json::to_vec(booted).expect("a record always serializes");
+        data.insert(BOOTED_KEY.to_owned(), ByteString(json));
+    }
     Secret {
         metadata: ObjectMeta {
             name: Some(config.name_any()),
@@ -66,15 +84,21 @@ pub fn build(config: &BootplateConfig, rendered: &Rendered, provenance: &Provena
             ..Default::default()
         },
         type_: Some(CLUSTER_SECRET_TYPE.into()),
-        data: Some(BTreeMap::from([
-            ("value".to_owned(), ByteString(rendered.data.clone())),
-            (
-                "format".to_owned(),
-                ByteString(rendered.secret_format().as_bytes().to_vec()),
-            ),
-        ])),
+        data: Some(data),
         ..Default::default()
     }
+}
+
+/// What the data Secret `secret` records of the machine's `InPlace` parts at boot; `None` when
+/// it records nothing (a template without them, or a render of an earlier bootplate) or not
+/// a readable record (warned: the first update then removes nothing the boot wrote).
+pub fn booted_of(secret: &Secret) -> Option<BootedManifest> {
+    let bytes = secret.data.as_ref()?.get(BOOTED_KEY)?;
+    serde_json::from_slice(&bytes.0)
+        .inspect_err(|e| {
+            tracing::warn!(secret = %secret.name_any(), error = %e, "key {BOOTED_KEY} is not a record of the boot")
+        })
+        .ok()
 }
 
 /// The current data Secret of `config`, if any.
@@ -184,7 +208,44 @@ mod tests {
             token_expires,
             fetch: false,
         };
-        build(&config(), &rendered, &provenance)
+        build(&config(), &rendered, None, &provenance)
+    }
+
+    #[test]
+    fn the_record_of_the_boot_is_written_beside_the_user_data_and_read_back() {
+        let rendered = Rendered {
+            data: b"#cloud-config\n".to_vec(),
+            format: OutputFormat::CloudConfig,
+            payload: None,
+        };
+        let provenance = Provenance {
+            cluster: "c1",
+            template: "ClusterBootstrapTemplate/ubuntu",
+            revision: "abc",
+            role: Role::Worker,
+            inputs: None,
+            token_expires: None,
+            fetch: false,
+        };
+        let booted = BootedManifest {
+            files: [("/etc/mirror.toml".to_owned(), "configure".to_owned())].into(),
+            units: ["mirror.service".to_owned()].into(),
+        };
+        let without = build(&config(), &rendered, None, &provenance);
+        assert_eq!(booted_of(&without), None);
+        let with = build(&config(), &rendered, Some(&booted), &provenance);
+        assert_eq!(booted_of(&with), Some(booted));
+        assert!(
+            !is_current(&without, &with),
+            "a record added is worth a write"
+        );
+        let mut garbled = with.clone();
+        garbled
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(BOOTED_KEY.into(), ByteString(b"{".to_vec()));
+        assert_eq!(booted_of(&garbled), None);
     }
 
     #[test]

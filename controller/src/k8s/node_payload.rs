@@ -14,7 +14,10 @@
 
 use std::collections::BTreeMap;
 
-use crd_types::payload::{NAMESPACE, NODE_KEY, NodeBinding, NodePayload, SECRET_KEY, secret_name};
+use crd_types::payload::{
+    BOOTED_KEY, BootedManifest, NAMESPACE, NODE_KEY, NodeBinding, NodePayload, SECRET_KEY,
+    secret_name,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -80,10 +83,19 @@ fn meta(target: &Target) -> ObjectMeta {
     }
 }
 
-/// The payload Secret of the target Node.
-pub fn secret(target: &Target, payload: &NodePayload) -> Secret {
+/// The payload Secret of the target Node; `booted`, what its user-data wrote for the `InPlace`
+/// parts, is where the agent starts when it has applied nothing on the node yet.
+pub fn secret(target: &Target, payload: &NodePayload, booted: Option<&BootedManifest>) -> Secret {
     let json = serde_json::to_vec(payload).expect("a payload always serializes");
     let binding = serde_json::to_vec(&target.binding).expect("a binding always serializes");
+    let mut data = BTreeMap::from([
+        (SECRET_KEY.to_owned(), ByteString(json)),
+        (NODE_KEY.to_owned(), ByteString(binding)),
+    ]);
+    if let Some(booted) = booted {
+        let json = serde_json::to_vec(booted).expect("a record always serializes");
+        data.insert(BOOTED_KEY.to_owned(), ByteString(json));
+    }
     let mut metadata = meta(target);
     metadata.annotations = Some(BTreeMap::from([(
         REVISION_ANNOTATION.to_owned(),
@@ -92,10 +104,7 @@ pub fn secret(target: &Target, payload: &NodePayload) -> Secret {
     Secret {
         metadata,
         type_: Some("bootstrap.bootplate.dev/node-payload".to_owned()),
-        data: Some(BTreeMap::from([
-            (SECRET_KEY.to_owned(), ByteString(json)),
-            (NODE_KEY.to_owned(), ByteString(binding)),
-        ])),
+        data: Some(data),
         ..Secret::default()
     }
 }
@@ -133,12 +142,13 @@ pub fn role_binding(target: &Target) -> RoleBinding {
     }
 }
 
-/// Applies the Role, the RoleBinding and the payload Secret of the target Node in the workload
-/// cluster `client` reaches; returns the payload's revision.
+/// Applies the Role, the RoleBinding and the payload Secret (see [`secret`]) of the target Node
+/// in the workload cluster `client` reaches; returns the payload's revision.
 pub async fn publish(
     client: &kube::Client,
     target: &Target,
     payload: &NodePayload,
+    booted: Option<&BootedManifest>,
 ) -> Result<String, kube::Error> {
     let params = PatchParams::apply(labels::FIELD_MANAGER).force();
     let name = secret_name(target.node());
@@ -155,7 +165,7 @@ pub async fn publish(
         .patch(
             &name,
             &params,
-            &Patch::Apply(typed(secret(target, payload))),
+            &Patch::Apply(typed(secret(target, payload, booted))),
         )
         .await?;
     Ok(payload.revision())
@@ -240,7 +250,7 @@ mod tests {
         let target = target();
         let payload = NodePayload::default();
         let metas = [
-            secret(&target, &payload).metadata,
+            secret(&target, &payload, None).metadata,
             role(&target).metadata,
             role_binding(&target).metadata,
         ];
@@ -271,7 +281,7 @@ mod tests {
                 ..Default::default()
             }],
         };
-        let secret = secret(&target(), &payload);
+        let secret = secret(&target(), &payload, None);
         let data = secret.data.unwrap();
         let stored: NodePayload = serde_json::from_slice(&data[SECRET_KEY].0).unwrap();
         assert_eq!(stored, payload);

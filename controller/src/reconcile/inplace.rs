@@ -1,7 +1,8 @@
 //! The node payload of a joined machine: rendered from the config's `update: InPlace` parts and
-//! published in the workload cluster once the machine joined and for each spec Cluster API
-//! updates it to in place; while Cluster API's update runs, what bootplate-agent reports on the
-//! Node goes into the config's status. Configs whose template has no `InPlace` part skip all of
+//! published in the workload cluster for each spec Cluster API updates it to in place (not
+//! before: until then the node runs what its user-data wrote, which the data Secret records and
+//! the payload Secret hands to the agent); while Cluster API's update runs, what
+//! bootplate-agent reports on the Node goes into the config's status. Configs whose template has no `InPlace` part skip all of
 //! it (no request).
 
 use crd_types::capi::{Cluster, Machine};
@@ -20,7 +21,7 @@ use crate::core::status::Desired;
 use crate::core::token::Token;
 use crate::error::{Error, Result};
 use crate::k8s::templates::{self, ResolvedTemplate};
-use crate::k8s::{certs, files, node_payload};
+use crate::k8s::{certs, data_secret, files, node_payload};
 
 /// What the in-place step found: the state to record, the condition to set, and whether to
 /// look again soon (Cluster API's update is under way).
@@ -70,7 +71,10 @@ pub(crate) async fn sync(
         let payload = payload(ctx, config, machine, cluster, role, &template).await?;
         let client = workload().await?;
         let target = target(&client, config, &node).await?;
-        let revision = node_payload::publish(&client, &target, &payload)
+        let booted = (data_secret::get(&ctx.client, config).await?)
+            .as_ref()
+            .and_then(data_secret::booted_of);
+        let revision = node_payload::publish(&client, &target, &payload, booted.as_ref())
             .await
             .map_err(|e| workload_error(&node, e))?;
         info!(%node, %revision, "node payload published");

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use crd_types::capi::{Cluster, Machine, MachinePool};
 use crd_types::conditions::reason;
+use crd_types::payload::BootedManifest;
 use crd_types::{BootplateConfig, BootplateConfigStatus, Role};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
@@ -341,13 +342,16 @@ struct Made {
     token_expires: Option<Timestamp>,
     created_token: Option<String>,
     replaced: Vec<String>,
+    /// What the user-data writes for the `InPlace` parts.
+    booted: Option<BootedManifest>,
 }
 
 impl Made {
     /// An `init` render: inline, with no token (the control plane does not exist yet).
-    fn init(user_data: render::Rendered) -> Made {
+    fn init(user_data: render::Rendered, booted: Option<BootedManifest>) -> Made {
         Made {
             user_data,
+            booted,
             fetch: false,
             token_expires: None,
             created_token: None,
@@ -391,7 +395,9 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     if scene.role == Role::Init {
         let context = context(None);
         let generated = generators.run(&context, Phase::All).await?;
-        return Ok(Made::init(render(&context, &generated, false)?));
+        let user_data = render(&context, &generated, false)?;
+        let booted = booted_in_place(&scene.template, &spec, &context, &generated);
+        return Ok(Made::init(user_data, booted));
     }
     let ca = cluster_ca(ctx, scene.cluster, certs.as_ref()).await?;
     let join = |token: &Token| JoinInfo {
@@ -423,14 +429,41 @@ async fn make_user_data(ctx: &Context, scene: &Scene<'_>) -> Result<Made> {
     let context = with_report(context(Some(join(&token))), &token);
     generated.extend(generators.run(&context, Phase::AfterToken).await?);
     let user_data = render(&context, &generated, false)?;
+    let booted = booted_in_place(&scene.template, &spec, &context, &generated);
     set_up_channels(ctx, scene, &token, reports, created, &user_data).await?;
     Ok(Made {
         user_data,
+        booted,
         fetch: fetches,
         token_expires: Some(expires),
         created_token: created.then(|| token.id.clone()),
         replaced,
     })
+}
+
+/// What the user-data of `context` writes and enables for the template's `InPlace` parts,
+/// recorded in the data Secret: the node payload is published only when Cluster API first
+/// updates the machine in place, and its agent starts from this (`crd_types::payload`).
+/// `None` when the template updates nothing in place. A second render of the parts, for
+/// such templates only.
+fn booted_in_place(
+    template: &templates::ResolvedTemplate,
+    spec: &crd_types::BootplateConfigSpec,
+    context: &RenderContext,
+    generated: &Generated,
+) -> Option<BootedManifest> {
+    if !template.compiled.updates_in_place() {
+        return None;
+    }
+    match template.compiled.render_parts(spec, context, generated) {
+        Ok(parts) => parts.map(|p| p.payload().manifest()),
+        // The user-data rendered from the same inputs: not expected. The first update's
+        // payload then goes without it, and the agent removes nothing the boot wrote.
+        Err(e) => {
+            warn!(template = %template.display, reason = e.reason(), "the in-place parts did not render apart");
+            None
+        }
+    }
 }
 
 /// Whether the machine reports its boot: a Machine's (a pool's instances share one token and
@@ -579,7 +612,7 @@ async fn write_and_tell(
         token_expires: made.token_expires,
         fetch: made.fetch,
     };
-    let desired = data_secret::build(config, &made.user_data, &provenance);
+    let desired = data_secret::build(config, &made.user_data, made.booted.as_ref(), &provenance);
     let digest = data_secret::digest(&desired);
     record_init_handed_out(ctx, scene).await?;
     let (written, secret_version) = write_data_secret(ctx, config, &desired, &digest).await?;

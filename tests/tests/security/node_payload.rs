@@ -24,7 +24,7 @@ use crd_types::payload::{
 use crd_types::{BootplateConfig, ClusterBootstrapTemplate};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use testenv::agent::NodeDisk;
@@ -102,13 +102,22 @@ async fn recorded_binding(workload: &Client, node: &str) -> NodeBinding {
 }
 
 /// Creates Machine `name` (a worker) with its config, waits until it is ready, then gives it
-/// a Node of that name and waits until the controller published the Node's payload.
+/// a Node of that name, marks the config as Cluster API does when it updates the machine in
+/// place (the payload is published only then) and waits until the controller published the
+/// Node's payload.
 async fn joined_with_payload(env: &capi_env::Env, name: &str) -> Node {
     env.machine("c1", name, false, cluster_template("inplace"))
         .await;
     env.wait_ready(name).await;
     let node = create_node(&env.workload_client, name, &format!("test:///{name}")).await;
     env.set_node_ref(name).await;
+    let mark = json!({"metadata": {"annotations": {
+        crd_types::capi::UPDATE_IN_PROGRESS_ANNOTATION: "",
+    }}});
+    Api::<BootplateConfig>::namespaced(env.client.clone(), NS)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&mark))
+        .await
+        .unwrap();
     eventually(
         &format!("the payload of {name} published"),
         WAIT,
