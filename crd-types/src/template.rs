@@ -434,7 +434,8 @@ pub enum BootReports {
     Disabled,
 }
 
-/// What a change may do to machines that already booted (`updatePolicy`).
+/// What a change may do to the machines that already booted from a template: `Any` or
+/// `InPlaceOnly` (docs/changing-templates.md).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum UpdatePolicy {
     /// A change outside `InPlace` parts is admitted; the machines are replaced on their next
