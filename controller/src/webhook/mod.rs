@@ -92,36 +92,8 @@ async fn check(
     }
     let namespace = request.namespace.clone().unwrap_or_default();
     match request.kind.kind.as_str() {
-        "BootstrapTemplate" => {
-            let template: BootstrapTemplate = decode(object, "BootstrapTemplate")?;
-            let old = (request.old_object.as_ref())
-                .map(|o| decode::<BootstrapTemplate>(o, "BootstrapTemplate").map(|t| t.spec))
-                .transpose()?;
-            let changed = Changed {
-                kind: TemplateKind::BootstrapTemplate,
-                namespace: Some(&namespace),
-                name: &request.name,
-                old,
-                new: template.spec,
-            };
-            template_change(client, changed).await
-        }
-        "ClusterBootstrapTemplate" => {
-            let template: ClusterBootstrapTemplate = decode(object, "ClusterBootstrapTemplate")?;
-            let old = (request.old_object.as_ref())
-                .map(|o| {
-                    decode::<ClusterBootstrapTemplate>(o, "ClusterBootstrapTemplate")
-                        .map(|t| t.spec.0)
-                })
-                .transpose()?;
-            let changed = Changed {
-                kind: TemplateKind::ClusterBootstrapTemplate,
-                namespace: None,
-                name: &request.name,
-                old,
-                new: template.spec.0,
-            };
-            template_change(client, changed).await
+        "BootstrapTemplate" | "ClusterBootstrapTemplate" => {
+            template_change(client, changed_template(request, object, &namespace)?).await
         }
         "BootplateConfig" => {
             let config: BootplateConfig = decode(object, "BootplateConfig")?;
@@ -168,7 +140,34 @@ struct Changed<'a> {
     new: TemplateSpec,
 }
 
-/// The problems of a template written: its own (`validate::template`), and for an update of
+/// The template `request` writes (`object`, a BootstrapTemplate in `namespace` or a
+/// ClusterBootstrapTemplate), with its spec before when it is an update.
+fn changed_template<'a>(
+    request: &'a AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+    namespace: &'a str,
+) -> Result<Changed<'a>, String> {
+    let old = request.old_object.as_ref();
+    let (kind, namespace, old, new) = if request.kind.kind == "BootstrapTemplate" {
+        let spec = |o| decode::<BootstrapTemplate>(o, "BootstrapTemplate").map(|t| t.spec);
+        let (old, new) = (old.map(spec).transpose()?, spec(object)?);
+        (TemplateKind::BootstrapTemplate, Some(namespace), old, new)
+    } else {
+        let spec =
+            |o| decode::<ClusterBootstrapTemplate>(o, "ClusterBootstrapTemplate").map(|t| t.spec.0);
+        let (old, new) = (old.map(spec).transpose()?, spec(object)?);
+        (TemplateKind::ClusterBootstrapTemplate, None, old, new)
+    };
+    Ok(Changed {
+        kind,
+        namespace,
+        name: &request.name,
+        old,
+        new,
+    })
+}
+
+/// The problems of a template written: its own/// The problems of a template written: its own (`validate::template`), and for an update of
 /// one with `updatePolicy: InPlaceOnly`, what its running machines cannot take in place
 /// (`validate::template_update`, over the configs that reference it).
 async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Vec<String>, String> {
