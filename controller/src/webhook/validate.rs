@@ -1,6 +1,8 @@
 //! What the admission webhook checks, free of HTTP and TLS: each function returns the reasons
 //! to deny, each naming the field (and, for template text, the line and column).
 
+use std::collections::HashMap;
+
 use crd_types::conditions::reason;
 use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec};
 use render::{Origin, Severity, UpdatePlan};
@@ -213,33 +215,38 @@ pub fn template_update(
             )];
         }
     };
-    // Machines of one MachineDeployment share a spec and a role: each pair is judged once.
-    let mut judged: Vec<(&BootplateConfigSpec, Role, Option<String>)> = Vec::new();
+    // Machines of one MachineDeployment share a spec and a role: each pair is judged once, and
+    // at most MAX_SPECS_JUDGED pairs are (each costs two renders, within the webhook's time).
+    let mut judged: HashMap<(String, Role), Option<String>> = HashMap::new();
     let mut replaced: Vec<(String, String)> = Vec::new();
     for config in configs.iter().filter(|c| running(c)) {
+        let spec = serde_json::to_string(&config.spec).expect("a spec always serializes");
         for role in recorded_roles(config) {
-            let known = judged
-                .iter()
-                .find(|(s, r, _)| *s == &config.spec && *r == role);
-            let why = match known {
-                Some((_, _, why)) => why.clone(),
-                None => {
+            let key = (spec.clone(), role);
+            if !judged.contains_key(&key) && judged.len() >= MAX_SPECS_JUDGED {
+                return vec![format!(
+                    "spec: updatePolicy is InPlaceOnly and its running machines have more than \
+                     {MAX_SPECS_JUDGED} distinct specs: the change cannot be judged at admission; \
+                     set updatePolicy to Any first (docs/changing-templates.md)"
+                )];
+            }
+            let why = judged
+                .entry(key)
+                .or_insert_with(|| {
                     let sample = sample_spec(&config.spec);
-                    let why =
-                        match update_plan((&old_compiled, &sample), (&new_compiled, &sample), role)
-                        {
-                            Ok(UpdatePlan::Rollout { reason }) => {
-                                Some(format!("role {role}: {reason}"))
-                            }
-                            Err(Unjudged::Old(e)) => {
-                                Some(format!("role {role}: cannot be judged: {e}"))
-                            }
-                            Ok(_) | Err(Unjudged::NewSpec) => None,
-                        };
-                    judged.push((&config.spec, role, why.clone()));
-                    why
-                }
-            };
+                    let plan =
+                        update_plan((&old_compiled, &sample), (&new_compiled, &sample), role);
+                    match plan {
+                        Ok(UpdatePlan::Rollout { reason }) => {
+                            Some(format!("role {role}: {reason}"))
+                        }
+                        Err(Unjudged::Old(e)) => {
+                            Some(format!("role {role}: cannot be judged: {e}"))
+                        }
+                        Ok(_) | Err(Unjudged::NewSpec) => None,
+                    }
+                })
+                .clone();
             if let Some(why) = why {
                 replaced.push((config_name(config), why));
                 break;
@@ -292,6 +299,10 @@ fn config_name(config: &BootplateConfig) -> String {
         meta.name.as_deref().unwrap_or_default()
     )
 }
+
+/// The most distinct (spec, role) pairs of running machines an `InPlaceOnly` template's update
+/// is judged against at admission.
+const MAX_SPECS_JUDGED: usize = 2_000;
 
 /// Why a change cannot be judged.
 enum Unjudged {
@@ -638,6 +649,38 @@ parts:
             plain.revision(),
             "the policy is not in the revision"
         );
+    }
+
+    #[test]
+    fn an_in_place_only_templates_update_is_judged_against_a_bounded_number_of_specs() {
+        let mut old = template(TEMPLATE);
+        old.update_policy = Some(crd_types::UpdatePolicy::InPlaceOnly);
+        let mut new = template(&TEMPLATE.replace("endpoint = ", "mirror = "));
+        new.update_policy = old.update_policy;
+        let distinct = |count: usize| -> Vec<_> {
+            (0..count)
+                .map(|i| {
+                    config(
+                        "t",
+                        json!({"mirror": format!("https://m{i}.example")}),
+                        Some("worker"),
+                    )
+                })
+                .collect()
+        };
+        let within = distinct(super::MAX_SPECS_JUDGED);
+        assert!(super::template_update("t", &old, &new, &within).is_empty());
+        let beyond = distinct(super::MAX_SPECS_JUDGED + 1);
+        let problems = super::template_update("t", &old, &new, &beyond);
+        assert!(
+            problems[0].contains("more than 2000 distinct specs"),
+            "{problems:?}"
+        );
+        // Many machines of one spec are one judgement.
+        let same: Vec<_> = (0..super::MAX_SPECS_JUDGED * 2)
+            .map(|_| config("t", json!({}), Some("worker")))
+            .collect();
+        assert!(super::template_update("t", &old, &new, &same).is_empty());
     }
 
     #[test]
