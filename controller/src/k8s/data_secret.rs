@@ -194,6 +194,16 @@ mod tests {
     }
 
     fn secret(data: &str, inputs: Option<&str>, token_expires: Option<Timestamp>) -> Secret {
+        built(data, inputs, token_expires, None)
+    }
+
+    /// The data Secret of a worker's render `data`, with those hints and that record of the boot.
+    fn built(
+        data: &str,
+        inputs: Option<&str>,
+        token_expires: Option<Timestamp>,
+        booted: Option<&BootedManifest>,
+    ) -> Secret {
         let rendered = Rendered {
             data: data.as_bytes().to_vec(),
             format: OutputFormat::CloudConfig,
@@ -208,32 +218,18 @@ mod tests {
             token_expires,
             fetch: false,
         };
-        build(&config(), &rendered, None, &provenance)
+        build(&config(), &rendered, booted, &provenance)
     }
 
     #[test]
     fn the_record_of_the_boot_is_written_beside_the_user_data_and_read_back() {
-        let rendered = Rendered {
-            data: b"#cloud-config\n".to_vec(),
-            format: OutputFormat::CloudConfig,
-            payload: None,
-        };
-        let provenance = Provenance {
-            cluster: "c1",
-            template: "ClusterBootstrapTemplate/ubuntu",
-            revision: "abc",
-            role: Role::Worker,
-            inputs: None,
-            token_expires: None,
-            fetch: false,
-        };
         let booted = BootedManifest {
             files: [("/etc/mirror.toml".to_owned(), "configure".to_owned())].into(),
             units: ["mirror.service".to_owned()].into(),
         };
-        let without = build(&config(), &rendered, None, &provenance);
+        let without = built("#cloud-config\n", None, None, None);
         assert_eq!(booted_of(&without), None);
-        let with = build(&config(), &rendered, Some(&booted), &provenance);
+        let with = built("#cloud-config\n", None, None, Some(&booted));
         assert_eq!(booted_of(&with), Some(booted));
         assert!(
             !is_current(&without, &with),
