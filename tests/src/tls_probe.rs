@@ -24,6 +24,52 @@ pub async fn handshake(port: u16, ca_pem: &str) -> anyhow::Result<()> {
 
 /// As [`handshake`], at `ip:port`, expecting a certificate for `ip`.
 pub async fn handshake_at(ip: Ipv4Addr, port: u16, ca_pem: &str) -> anyhow::Result<()> {
+    connect_at(ip, port, ca_pem).await.map(drop)
+}
+
+/// The most of a response [`get_at`] reads: a health endpoint answers in a few bytes.
+const MAX_RESPONSE: u64 = 64 * 1024;
+
+/// `GET path` over a TLS connection to `ip:port` that trusts only `ca_pem` (no client
+/// certificate: what an anonymous client, a load balancer's health check, sees); the status code
+/// and the body (with any chunked framing left in: a health body is one short chunk).
+pub async fn get_at(
+    ip: Ipv4Addr,
+    port: u16,
+    ca_pem: &str,
+    path: &str,
+) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = connect_at(ip, port, ca_pem).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\n\r\n");
+    let mut response = Vec::new();
+    let exchange = async {
+        stream.write_all(request.as_bytes()).await?;
+        (&mut stream)
+            .take(MAX_RESPONSE)
+            .read_to_end(&mut response)
+            .await
+    };
+    tokio::time::timeout(STEP, exchange)
+        .await
+        .with_context(|| format!("GET {path} on {ip}:{port} timed out"))?
+        .with_context(|| format!("GET {path} on {ip}:{port}"))?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("GET {path} on {ip}:{port}: no HTTP status line in {head:?}"))?;
+    Ok((status, body.to_owned()))
+}
+
+/// A TLS connection to `ip:port` whose certificate chains to `ca_pem` and names `ip`.
+async fn connect_at(
+    ip: Ipv4Addr,
+    port: u16,
+    ca_pem: &str,
+) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem)?);
     let stream = tokio::time::timeout(STEP, tokio::net::TcpStream::connect((ip, port)))
         .await
@@ -33,8 +79,7 @@ pub async fn handshake_at(ip: Ipv4Addr, port: u16, ca_pem: &str) -> anyhow::Resu
     tokio::time::timeout(STEP, connector.connect(name, stream))
         .await
         .with_context(|| format!("the TLS handshake on {ip}:{port} timed out"))?
-        .with_context(|| format!("{ip}:{port} does not serve a certificate of the expected CA"))?;
-    Ok(())
+        .with_context(|| format!("{ip}:{port} does not serve a certificate of the expected CA"))
 }
 
 /// A TLS client configuration that trusts only the CA certificates in `ca_pem` and presents no
@@ -66,6 +111,25 @@ mod tests {
         let port = server.address().port();
         handshake(port, &ours.cert_pem).await.unwrap();
         let error = handshake(port, &theirs.cert_pem).await.unwrap_err();
+        assert!(
+            format!("{error:#}").contains("does not serve a certificate of the expected CA"),
+            "{error:#}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_get_returns_the_status_and_the_body_only_from_the_expected_ca() {
+        let (ours, theirs) = (TestCa::new("ours"), TestCa::new("theirs"));
+        let server = GeneratorServer::start(&ours, |_| Reply::success(serde_json::json!({}))).await;
+        let port = server.address().port();
+        let (status, body) = get_at(Ipv4Addr::LOCALHOST, port, &ours.cert_pem, "/readyz")
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        assert!(body.contains("GeneratePartResponse"), "{body}");
+        let error = get_at(Ipv4Addr::LOCALHOST, port, &theirs.cert_pem, "/readyz")
+            .await
+            .unwrap_err();
         assert!(
             format!("{error:#}").contains("does not serve a certificate of the expected CA"),
             "{error:#}"

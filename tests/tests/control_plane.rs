@@ -1,7 +1,9 @@
 //! A whole control plane from bootplate's renders under the real Cluster API manager (issue
 //! 31): a Cluster with no control-plane provider, three control-plane Machines and a
-//! MachineDeployment of two workers, each rendered by the running controller from a shipped
-//! Debian-family template. The test cloud (testenv::capi::cloud with testenv::capi::hosts)
+//! MachineDeployment of one worker per other template, each rendered by the running controller
+//! from a shipped kubeadm template: every one of them (`joins::kubeadm_templates`, the Ignition
+//! one and the RPM families included) renders a node of the one control plane, each Machine's
+//! DevMachine naming its template's OS image (the boot proof's `--os`). The test cloud (testenv::capi::cloud with testenv::capi::hosts)
 //! boots each Machine on a node of its own (testenv::node: its own network namespace and
 //! address, real cloud-init running the Machine's user-data, containerd with the control-plane
 //! images tests/scripts/build-images.sh built, the real kubeadm and kubelet): the `init`
@@ -24,13 +26,20 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use testenv::capi::hosts::{Hosts, HostsSpec};
 use testenv::endpoint::Endpoint;
+use testenv::joins::ShippedTemplate;
 use testenv::node::Node;
 use testenv::{images, joins, tls_probe, tools};
 
-/// The shipped template the control plane is rendered from, and the ClusterBootstrapTemplate
-/// it holds.
+/// The shipped template the wrong-CA drill doctors, and the ClusterBootstrapTemplate it holds.
 const TEMPLATE: &str = "templates/kubeadm-debian-12.yaml";
 const TEMPLATE_NAME: &str = "kubeadm-debian-12";
+/// The OS image the drill's Machine boots (the boot proof's root as it is).
+const TEMPLATE_OS: &str = "debian";
+
+/// The files every control-plane node must hold alike, under `/etc/kubernetes/pki`: the key
+/// pairs bootplate hands each control-plane render (fresh ones on a joiner would still make
+/// an apiserver that serves, and break every token and aggregated API across the nodes).
+const SHARED_PKI: [&str; 4] = ["ca.crt", "sa.pub", "front-proxy-ca.crt", "etcd/ca.crt"];
 
 /// The repository the images are named in (the template's `imageRepository` variable): one
 /// nothing can be pulled from, so every image must come from the node's containerd.
@@ -127,12 +136,60 @@ async fn serves_cluster_certificate(ip: Ipv4Addr, ca: &str, what: &str) {
 }
 
 /// The Cluster of the scenario under Cluster API, and its Machines: three control-plane ones
-/// and a MachineDeployment of two workers.
+/// and a MachineDeployment of one worker per template no control-plane Machine takes.
 const CLUSTER: &str = "whole";
 const CONTROL_PLANE: [&str; 3] = ["whole-cp-0", "whole-cp-1", "whole-cp-2"];
 /// The control-plane Machine that replaces the `init` one the first drill deletes.
 const REPLACEMENT: &str = "whole-cp-3";
-const WORKERS: &str = "whole-md";
+
+/// Which shipped template renders which Machine: control-plane Machine `i` the `i`-th template
+/// (the replacement the deleted Machine's), one worker MachineDeployment of a single Machine per
+/// template after those. So every kubeadm template renders a node of the cluster, whichever
+/// control-plane Machine the first drill deletes.
+struct Placement {
+    templates: Vec<ShippedTemplate>,
+}
+
+impl Placement {
+    fn new() -> Placement {
+        let templates = joins::kubeadm_templates();
+        assert!(
+            templates.len() > CONTROL_PLANE.len(),
+            "more shipped kubeadm templates than control-plane Machines: {}",
+            templates.len()
+        );
+        Placement { templates }
+    }
+
+    /// The template of control-plane Machine `machine` (one of [`CONTROL_PLANE`]).
+    fn control_plane(&self, machine: &str) -> &ShippedTemplate {
+        let index = CONTROL_PLANE
+            .iter()
+            .position(|name| *name == machine)
+            .unwrap_or_else(|| panic!("{machine} is not an initial control-plane Machine"));
+        &self.templates[index]
+    }
+
+    /// The templates of the workers, one MachineDeployment each.
+    fn workers(&self) -> &[ShippedTemplate] {
+        &self.templates[CONTROL_PLANE.len()..]
+    }
+
+    /// How many Machines the cluster is made of once the first drill replaced the deleted one.
+    fn machines(&self) -> usize {
+        CONTROL_PLANE.len() + self.workers().len()
+    }
+
+    /// Every template's ClusterBootstrapTemplate name.
+    fn names(&self) -> std::collections::BTreeSet<String> {
+        self.templates.iter().map(|t| t.name.clone()).collect()
+    }
+}
+
+/// The worker MachineDeployment (and its config and machine templates) of `template`.
+fn workers_name(template: &ShippedTemplate) -> String {
+    format!("whole-{}", template.name.trim_start_matches("kubeadm-"))
+}
 /// How long the scenario waits for a step (a whole control plane boots one machine at a time).
 const SCENARIO_WAIT: Duration = Duration::from_secs(600);
 /// How long bootplate may take to delete the join tokens of Machines that joined.
@@ -140,16 +197,18 @@ const TOKENS_WAIT: Duration = Duration::from_secs(180);
 
 /// (A) A whole control plane under the real Cluster API manager: a Cluster with no
 /// control-plane provider (the user brings the cluster CA and names the control-plane
-/// endpoint), three control-plane Machines and a MachineDeployment of two workers, each
-/// rendered by the running controller from the shipped kubeadm-debian-12 template. The test
-/// cloud boots every Machine on a real host once its bootstrap data is there
-/// (`testenv::capi::hosts`, a bridge pod network on each) and gives each Node its provider ID as a cloud controller manager
-/// does; Cluster API writes the `<cluster>-kubeconfig` Secret from the CA the user brought, and
-/// the cloud reaches the new cluster with it. Cluster API sets every Machine's nodeRef; every
-/// Node is Ready; bootplate deletes every join token; etcd lists three members; every apiserver
-/// serves a certificate of the cluster CA; `kubectl get nodes` lists five Nodes. Before that,
-/// the first drill ([`init_machine_deleted_before_it_finishes`]); after it, the second
-/// ([`a_control_plane_join_with_a_wrong_ca_adds_no_member`]).
+/// endpoint), three control-plane Machines and a MachineDeployment of one worker per other
+/// template ([`Placement`]), each rendered by the running controller from a shipped kubeadm
+/// template and booted from its OS image. The test cloud boots every Machine on a real host once
+/// its bootstrap data is there (`testenv::capi::hosts`, a bridge pod network on each) and gives
+/// each Node its provider ID as a cloud controller manager does; Cluster API writes the
+/// `<cluster>-kubeconfig` Secret from the CA the user brought, and the cloud reaches the new
+/// cluster with it. Cluster API sets every Machine's nodeRef; every Node is Ready; the Nodes
+/// come from every template; bootplate deletes every join token; etcd lists three members;
+/// every control-plane node holds the `init` node's CA, service-account and front-proxy keys;
+/// every apiserver answers `/readyz` with a certificate of the cluster CA; `kubectl get nodes`
+/// lists every Machine. Before that, the first drill ([`init_machine_deleted_before_it_finishes`]);
+/// after it, the second ([`a_control_plane_join_with_a_wrong_ca_adds_no_member`]).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_whole_control_plane_under_cluster_api() {
     use testenv::capi::{CapiEnv, Options, objects};
@@ -169,7 +228,12 @@ async fn a_whole_control_plane_under_cluster_api() {
     })
     .await
     .unwrap();
-    env.publish_shipped_template(TEMPLATE).await.unwrap();
+    let placement = Placement::new();
+    for template in &placement.templates {
+        env.publish_shipped_template(&template.file.to_string_lossy())
+            .await
+            .unwrap();
+    }
     env.bring_cluster_ca(CLUSTER).await.unwrap();
     env.apply(
         &objects::dev_cluster_resource(),
@@ -188,23 +252,68 @@ async fn a_whole_control_plane_under_cluster_api() {
         pause: &pause,
     };
     for name in CONTROL_PLANE {
-        create_control_plane_machine(&env, (name, &[]), TEMPLATE_NAME, spec).await;
+        let template = placement.control_plane(name);
+        create_control_plane_machine(&env, ControlPlaneMachine::of(name, template), spec).await;
     }
-    create_workers(&env, spec).await;
+    create_workers(&env, &placement, spec).await;
 
-    let control_plane = init_machine_deleted_before_it_finishes(&env, &hosts, spec).await;
+    let control_plane =
+        init_machine_deleted_before_it_finishes(&env, &hosts, &placement, spec).await;
     let init = wait_init_host(&env, &hosts, &control_plane).await;
     let kubeconfig = capi_kubeconfig(&env).await;
     hosts.set_workload(client_of(&kubeconfig).await);
-    let machines = wait_every_node_ref(&env).await;
-    wait_every_node_ready(&hosts.workload().unwrap()).await;
+    let machines = wait_every_node_ref(&env, placement.machines()).await;
+    wait_every_node_ready(&hosts.workload().unwrap(), placement.machines()).await;
     let whole = WholeCluster {
         machines: &machines,
         init: &init,
         control_plane: &control_plane,
     };
+    assert_every_template_rendered_a_node(&env, &machines, &placement).await;
     assert_whole_cluster(&env, &hosts, whole, &endpoint).await;
     a_control_plane_join_with_a_wrong_ca_adds_no_member(&env, &hosts, whole, spec).await;
+}
+
+/// A control-plane Machine to create: its name, labels (each `true`), the
+/// ClusterBootstrapTemplate its config references and the OS image its DevMachine names.
+struct ControlPlaneMachine<'a> {
+    name: &'a str,
+    labels: &'a [&'a str],
+    template: &'a str,
+    os: &'a str,
+}
+
+impl<'a> ControlPlaneMachine<'a> {
+    fn of(name: &'a str, template: &'a ShippedTemplate) -> ControlPlaneMachine<'a> {
+        ControlPlaneMachine {
+            name,
+            labels: &[],
+            template: &template.name,
+            os: &template.os,
+        }
+    }
+}
+
+/// The ClusterBootstrapTemplate behind each of `machines` (its BootplateConfig's
+/// `templateRef`) is, taken together, every shipped kubeadm template: each rendered a node.
+async fn assert_every_template_rendered_a_node(
+    env: &testenv::capi::CapiEnv,
+    machines: &[kube::api::DynamicObject],
+    placement: &Placement,
+) {
+    let mut rendered = std::collections::BTreeSet::new();
+    for machine in machines {
+        let config_name = machine.data["spec"]["bootstrap"]["configRef"]["name"]
+            .as_str()
+            .expect("a bootstrap config");
+        let config = testenv::configs::config(&env.client, testenv::capi::NS, config_name).await;
+        rendered.insert(config.spec.template_ref.name.clone());
+    }
+    assert_eq!(
+        rendered,
+        placement.names(),
+        "the templates behind the Nodes"
+    );
 }
 
 /// What every Machine of the scenario is made with: its Kubernetes version and the sandbox
@@ -239,6 +348,7 @@ fn live_control_plane(deleted: &str) -> Vec<String> {
 async fn init_machine_deleted_before_it_finishes(
     env: &testenv::capi::CapiEnv,
     hosts: &Hosts,
+    placement: &Placement,
     spec: MachineSpec<'_>,
 ) -> Vec<String> {
     use kube::ResourceExt;
@@ -283,7 +393,9 @@ async fn init_machine_deleted_before_it_finishes(
         .delete(&format!("{CLUSTER}-lock"), &Default::default())
         .await
         .unwrap();
-    create_control_plane_machine(env, (REPLACEMENT, &[]), TEMPLATE_NAME, spec).await;
+    // The replacement takes the deleted Machine's template: that template still renders a node.
+    let template = placement.control_plane(&first);
+    create_control_plane_machine(env, ControlPlaneMachine::of(REPLACEMENT, template), spec).await;
     live_control_plane(&first)
 }
 
@@ -390,7 +502,13 @@ async fn a_control_plane_join_with_a_wrong_ca_adds_no_member(
     // The cloud would refuse to boot it (its hash pins no cluster CA): the drill is what the
     // real kubeadm does with it.
     let unchecked = [testenv::capi::cloud::UNCHECKED_BOOT_LABEL];
-    create_control_plane_machine(env, (machine, &unchecked), &name, spec).await;
+    let drill = ControlPlaneMachine {
+        name: machine,
+        labels: &unchecked,
+        template: &name,
+        os: TEMPLATE_OS,
+    };
+    create_control_plane_machine(env, drill, spec).await;
     let failed = testenv::eventually("the wrong-CA join's boot", SCENARIO_WAIT, || async {
         match hosts.state_of(machine)? {
             HostState::Failed(why) => Some(why),
@@ -415,52 +533,60 @@ async fn a_control_plane_join_with_a_wrong_ca_adds_no_member(
     );
 }
 
-/// Control-plane Machine `name` (with `labels`, each `true`) with its BootplateConfig (the
-/// scenario's variables) rendered from ClusterBootstrapTemplate `template`.
+/// Control-plane Machine `machine` with its BootplateConfig (the scenario's variables) and its
+/// DevMachine (booting the template's OS image).
 async fn create_control_plane_machine(
     env: &testenv::capi::CapiEnv,
-    (name, labels): (&str, &[&str]),
-    template: &str,
+    machine: ControlPlaneMachine<'_>,
     spec: MachineSpec<'_>,
 ) {
     use testenv::capi::objects;
-    let mut config = objects::bootplate_config(name, template);
+    let name = machine.name;
+    let mut config = objects::bootplate_config(name, machine.template);
     config["spec"]["variables"] = variables(spec.pause);
     let resource = objects::bootplate_resource("BootplateConfig", "bootplateconfigs");
     env.apply(&resource, config).await.unwrap();
-    env.apply(&objects::dev_machine_resource(), objects::dev_machine(name))
+    let mut dev_machine = objects::dev_machine(name);
+    dev_machine["spec"]["image"] = json!(machine.os);
+    env.apply(&objects::dev_machine_resource(), dev_machine)
         .await
         .unwrap();
-    let mut machine = objects::control_plane_machine(name, CLUSTER);
-    machine["spec"]["version"] = json!(spec.version);
-    for label in labels {
-        machine["metadata"]["labels"][*label] = json!("true");
+    let mut capi_machine = objects::control_plane_machine(name, CLUSTER);
+    capi_machine["spec"]["version"] = json!(spec.version);
+    for label in machine.labels {
+        capi_machine["metadata"]["labels"][*label] = json!("true");
     }
-    env.apply(&objects::machine_resource(), machine)
+    env.apply(&objects::machine_resource(), capi_machine)
         .await
         .unwrap();
 }
 
-/// The MachineDeployment of two workers (a BootplateConfigTemplate with the scenario's
-/// variables).
-async fn create_workers(env: &testenv::capi::CapiEnv, spec: MachineSpec<'_>) {
+/// A MachineDeployment of one worker per template of [`Placement::workers`] (its
+/// BootplateConfigTemplate with the scenario's variables, its DevMachineTemplate booting the
+/// template's OS image).
+async fn create_workers(
+    env: &testenv::capi::CapiEnv,
+    placement: &Placement,
+    spec: MachineSpec<'_>,
+) {
     use testenv::capi::objects;
-    let mut template = objects::bootplate_config_template(WORKERS, TEMPLATE_NAME);
-    template["spec"]["template"]["spec"]["variables"] = variables(spec.pause);
-    let resource =
-        objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates");
-    env.apply(&resource, template).await.unwrap();
-    env.apply(
-        &objects::dev_machine_template_resource(),
-        objects::dev_machine_template(WORKERS, "small"),
-    )
-    .await
-    .unwrap();
-    let deployment =
-        objects::machine_deployment(WORKERS, CLUSTER, 2, WORKERS, WORKERS, spec.version);
-    env.apply(&objects::machine_deployment_resource(), deployment)
-        .await
-        .unwrap();
+    for template in placement.workers() {
+        let name = workers_name(template);
+        let mut config_template = objects::bootplate_config_template(&name, &template.name);
+        config_template["spec"]["template"]["spec"]["variables"] = variables(spec.pause);
+        let resource =
+            objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates");
+        env.apply(&resource, config_template).await.unwrap();
+        let mut machine_template = objects::dev_machine_template(&name, "small");
+        machine_template["spec"]["template"]["spec"]["image"] = json!(template.os);
+        env.apply(&objects::dev_machine_template_resource(), machine_template)
+            .await
+            .unwrap();
+        let deployment = objects::machine_deployment(&name, CLUSTER, 1, &name, &name, spec.version);
+        env.apply(&objects::machine_deployment_resource(), deployment)
+            .await
+            .unwrap();
+    }
 }
 
 /// Waits until one of the `control_plane` Machines' host booted (the first one is the `init`
@@ -517,8 +643,11 @@ async fn client_of(kubeconfig: &str) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
-/// Waits until Cluster API set the nodeRef of all five Machines; returns them.
-async fn wait_every_node_ref(env: &testenv::capi::CapiEnv) -> Vec<kube::api::DynamicObject> {
+/// Waits until Cluster API set the nodeRef of all `count` Machines; returns them.
+async fn wait_every_node_ref(
+    env: &testenv::capi::CapiEnv,
+    count: usize,
+) -> Vec<kube::api::DynamicObject> {
     let deadline = std::time::Instant::now() + SCENARIO_WAIT;
     loop {
         let machines = env.capi_list("Machine", "machines", CLUSTER).await;
@@ -526,7 +655,7 @@ async fn wait_every_node_ref(env: &testenv::capi::CapiEnv) -> Vec<kube::api::Dyn
             .iter()
             .filter(|m| m.data["status"]["nodeRef"]["name"].is_string())
             .count();
-        if machines.len() == 5 && with_node == 5 {
+        if machines.len() == count && with_node == count {
             return machines;
         }
         assert!(
@@ -539,10 +668,10 @@ async fn wait_every_node_ref(env: &testenv::capi::CapiEnv) -> Vec<kube::api::Dyn
     }
 }
 
-/// Waits until the new cluster's five Nodes are Ready (each kubelet found its pod network).
-async fn wait_every_node_ready(workload: &kube::Client) {
+/// Waits until the new cluster's `count` Nodes are Ready (each kubelet found its pod network).
+async fn wait_every_node_ready(workload: &kube::Client, count: usize) {
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(workload.clone());
-    testenv::eventually("five Nodes Ready", TOKENS_WAIT, || async {
+    testenv::eventually(&format!("{count} Nodes Ready"), TOKENS_WAIT, || async {
         let list = nodes.list(&Default::default()).await.ok()?.items;
         let ready = list.iter().filter(|node| {
             let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
@@ -551,12 +680,12 @@ async fn wait_every_node_ready(workload: &kube::Client) {
                 .flatten()
                 .any(|c| c.type_ == "Ready" && c.status == "True")
         });
-        (list.len() == 5 && ready.count() == 5).then_some(())
+        (list.len() == count && ready.count() == count).then_some(())
     })
     .await;
 }
 
-/// The whole cluster: its five Machines, the `init` one's name and the control-plane ones'.
+/// The whole cluster: its Machines, the `init` one's name and the control-plane ones'.
 #[derive(Clone, Copy)]
 struct WholeCluster<'a> {
     machines: &'a [kube::api::DynamicObject],
@@ -566,7 +695,9 @@ struct WholeCluster<'a> {
 
 /// What the whole cluster must be: each Machine's nodeRef names its Node, every join token is
 /// gone and bootplate counted each deletion, etcd has the three control-plane members, each
-/// apiserver and the endpoint serve a certificate of the cluster CA, five Nodes.
+/// control-plane node holds the `init` node's shared keys and its apiserver answers `/readyz`,
+/// the endpoint serves a certificate of the cluster CA, `kubectl get nodes` lists every Machine,
+/// each node's pods are in its own cgroup.
 async fn assert_whole_cluster(
     env: &testenv::capi::CapiEnv,
     hosts: &Hosts,
@@ -574,9 +705,7 @@ async fn assert_whole_cluster(
     endpoint: &Endpoint,
 ) {
     use kube::ResourceExt;
-    use testenv::capi::boot::BootRecord;
     let (machines, init) = (whole.machines, whole.init);
-    let ca = env.cluster_ca.cert_pem.clone();
     let mut names: Vec<String> = machines.iter().map(|m| m.name_any()).collect();
     names.sort();
     for machine in machines {
@@ -586,6 +715,30 @@ async fn assert_whole_cluster(
             "the Node the real kubelet registered"
         );
     }
+    assert_every_join_token_deleted(env, hosts, machines).await;
+    let members = hosts.with_node(init, etcd_members).unwrap();
+    assert_eq!(members, whole.control_plane, "etcd's members");
+    assert_control_plane_nodes_alike(env, hosts, whole).await;
+    let ca = env.cluster_ca.cert_pem.clone();
+    serves_cluster_certificate(endpoint.address(), &ca, "the endpoint").await;
+    let listed = hosts.with_node(init, listed_nodes).unwrap();
+    assert_eq!(listed, names, "kubectl get nodes");
+    for name in &names {
+        let own = hosts.with_node(name, |node| (node.pods_in_own_cgroup(), node.cgroup_root()));
+        let (own, root) = own.unwrap_or_else(|| panic!("{name} has no host"));
+        assert!(own, "{name}'s kubelet keeps its pods under {root}");
+    }
+}
+
+/// Every Machine but the `init` one joined with a token of its own (its boot record says which);
+/// each token is gone from the workload cluster and bootplate counted each deletion.
+async fn assert_every_join_token_deleted(
+    env: &testenv::capi::CapiEnv,
+    hosts: &Hosts,
+    machines: &[kube::api::DynamicObject],
+) {
+    use kube::ResourceExt;
+    use testenv::capi::boot::BootRecord;
     let dev_machines = env.dynamic(&testenv::capi::objects::dev_machine_resource());
     let mut token_ids = Vec::new();
     for machine in machines {
@@ -598,10 +751,11 @@ async fn assert_whole_cluster(
     }
     token_ids.sort();
     token_ids.dedup();
+    let joined = machines.len() - 1;
     assert_eq!(
         token_ids.len(),
-        4,
-        "four Machines joined, each with a token of its own"
+        joined,
+        "every Machine but the `init` one joined, each with a token of its own"
     );
     let workload = hosts.workload().unwrap();
     let tokens: kube::Api<k8s_openapi::api::core::v1::Secret> =
@@ -620,19 +774,41 @@ async fn assert_whole_cluster(
         .bootplate
         .metric("bootplate_bootstrap_tokens_total{action=\"deleted\"}")
         .expect("bootplate's metrics hold the deleted tokens");
-    assert_eq!(deleted, 4.0, "tokens bootplate deleted");
-    let members = hosts.with_node(init, etcd_members).unwrap();
-    assert_eq!(members, whole.control_plane, "etcd's members");
+    assert_eq!(deleted, joined as f64, "tokens bootplate deleted");
+}
+
+/// Every control-plane node holds the `init` node's [`SHARED_PKI`] files byte for byte, and its
+/// own apiserver (not the endpoint in front of them) answers `/readyz` with `ok`, over a
+/// certificate of the cluster CA.
+async fn assert_control_plane_nodes_alike(
+    env: &testenv::capi::CapiEnv,
+    hosts: &Hosts,
+    whole: WholeCluster<'_>,
+) {
+    let pki_of = |name: &str| {
+        hosts
+            .with_node(name, |node| {
+                SHARED_PKI.map(|file| {
+                    let path = node.dir().join("etc-kubernetes/pki").join(file);
+                    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                })
+            })
+            .unwrap_or_else(|| panic!("{name} has no host"))
+    };
+    let init_pki = pki_of(whole.init);
+    let ca = env.cluster_ca.cert_pem.clone();
     for name in whole.control_plane {
+        let pki = pki_of(name);
+        for (file, (ours, init)) in SHARED_PKI.iter().zip(pki.iter().zip(&init_pki)) {
+            assert!(ours == init, "{name}'s {file} is the `init` node's");
+        }
         let address = hosts.with_node(name, Node::address).unwrap();
-        serves_cluster_certificate(address, &ca, name).await;
-    }
-    serves_cluster_certificate(endpoint.address(), &ca, "the endpoint").await;
-    let listed = hosts.with_node(init, listed_nodes).unwrap();
-    assert_eq!(listed, names, "kubectl get nodes");
-    for name in &names {
-        let own = hosts.with_node(name, |node| (node.pods_in_own_cgroup(), node.cgroup_root()));
-        let (own, root) = own.unwrap_or_else(|| panic!("{name} has no host"));
-        assert!(own, "{name}'s kubelet keeps its pods under {root}");
+        let (status, body) = tls_probe::get_at(address, PORT, &ca, "/readyz")
+            .await
+            .unwrap_or_else(|e| panic!("{name}'s apiserver at {address}: {e:#}"));
+        assert!(
+            status == 200 && body.contains("ok"),
+            "{name}'s apiserver at {address}: /readyz answered {status}: {body}"
+        );
     }
 }

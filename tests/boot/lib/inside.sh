@@ -193,9 +193,12 @@ if [[ -n $real ]]; then
   done
   if [[ -n ${BOOT_CNI_SUBNET-} ]]; then
     # The pod network a CNI add-on would give (run.sh --cni-subnet): the host's plugins and a
-    # bridge whose pods take addresses from this node's subnet.
+    # bridge whose pods take addresses from this node's subnet. The plugins are copied, not
+    # mounted: /opt/cni/bin stays writable, as on an image, for templates that install their own.
     mkdir -p "$root/opt/cni/bin" "$root/etc/cni/net.d"
-    mount --bind -o ro /usr/lib/cni "$root/opt/cni/bin"
+    for plugin in bridge host-local loopback portmap; do
+      cp /usr/lib/cni/$plugin "$root/opt/cni/bin/$plugin"
+    done
     cat >"$root/etc/cni/net.d/10-bootplate-bridge.conflist" <<CNI
 {"cniVersion": "1.0.0", "name": "bootplate-bridge", "plugins": [{"type": "bridge",
   "bridge": "cni0", "isGateway": true, "ipam": {"type": "host-local",
@@ -209,8 +212,20 @@ CNI
   mount --bind -o ro /usr/bin/containerd "$bp/real/containerd"
   cat >"$root/usr/bin/containerd" <<'WRAP'
 #!/bin/sh
-# boot-proof: the real containerd, with restrict_oom_score_adj (tests/boot/lib/inside.sh).
+# boot-proof: the real containerd, with restrict_oom_score_adj (tests/boot/lib/inside.sh), in
+# the configuration the unit names (--config FILE, -c FILE) or containerd's default one.
 config=/etc/containerd/config.toml
+value=
+for arg in "$@"; do
+  # Each original argument is shifted off the front; the kept ones go back at the end.
+  shift
+  if [ -n "$value" ]; then config=$arg; value=; continue; fi
+  case "$arg" in
+    --config=*) config=${arg#--config=} ;;
+    --config | -c) value=1 ;;
+    *) set -- "$@" "$arg" ;;
+  esac
+done
 if [ -f "$config" ]; then
   sed 's/^\(\[plugins\."io\.containerd\.grpc\.v1\.cri"\]\)$/\1\n  restrict_oom_score_adj = true/' \
     "$config" >/run/bootplate/containerd.toml

@@ -17,7 +17,9 @@
 //! Machine's role and the record holds whom the apiserver took the kubelet's CSR from.
 //! Otherwise the machine stays unprovisioned, its `Ready` condition False with reason
 //! `BootRefused` and a message that says why; what a machine booted with is recorded in its
-//! `status.boot` ([`super::boot::BootRecord`]). A Machine labelled [`PLAIN_MACHINE_LABEL`] is no
+//! `status.boot` ([`super::boot::BootRecord`]). On hosts, a DevMachine's `spec.image` names the
+//! OS image its instance boots, as an infrastructure machine names its image: the boot proof's
+//! `--os` (the Debian root with that family's stand-ins), [`DEFAULT_IMAGE`] when unset. A Machine labelled [`PLAIN_MACHINE_LABEL`] is no
 //! Kubernetes node: it boots whatever its user-data is.
 //!
 //! It only writes its own kinds, Secrets a control-plane provider owns and Nodes: never a Cluster
@@ -475,6 +477,10 @@ async fn provision_machine(config: &CloudConfig, machine: DynamicObject) -> anyh
     report_provisioned(&api, &machine, Some(&record), LOOPBACK).await
 }
 
+/// The OS image a host boots when its DevMachine names none (`spec.image`): the boot proof's
+/// root is Debian, so Debian-family templates run on it as they are.
+pub const DEFAULT_IMAGE: &str = "debian";
+
 /// The address of a machine with no host of its own.
 const LOOPBACK: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
 
@@ -500,7 +506,14 @@ async fn boot_on_host(
         }
         role = expected.role;
     }
-    let host = hosts.boot(&name, user_data, role);
+    let os = machine.data["spec"]["image"]
+        .as_str()
+        .unwrap_or(DEFAULT_IMAGE);
+    let image = super::hosts::HostImage {
+        role,
+        os: os.to_owned(),
+    };
+    let host = hosts.boot(&name, user_data, image);
     report_host(hosts, (api, machine, capi_machine), user_data, host).await
 }
 

@@ -41,6 +41,14 @@ pub enum HostState {
     Failed(String),
 }
 
+/// What one host boots as: the role its Machine should have, and the OS of the image its
+/// infrastructure machine names (the boot proof's `--os`: the Debian root gets that family's
+/// stand-ins).
+pub struct HostImage {
+    pub role: BootRole,
+    pub os: String,
+}
+
 /// What every host shares: the Kubernetes version its kubeadm and kubelet are, the images in
 /// its containerd, the endpoint its control-plane apiservers go behind.
 pub struct HostsSpec {
@@ -80,10 +88,10 @@ impl Hosts {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Machine `machine`'s host: started with `user_data` when it has none yet, its boot proof
-    /// told `role`, the role the Machine should have (not the one the user-data names: a
-    /// user-data that makes another role must fail the proof).
-    pub fn boot(self: &Arc<Self>, machine: &str, user_data: &[u8], role: BootRole) -> HostState {
+    /// Machine `machine`'s host: started from `image` with `user_data` when it has none yet, its
+    /// boot proof told `image.role`, the role the Machine should have (not the one the user-data
+    /// names: a user-data that makes another role must fail the proof).
+    pub fn boot(self: &Arc<Self>, machine: &str, user_data: &[u8], image: HostImage) -> HostState {
         let mut state = self.state();
         if let Some(host) = state.hosts.get(machine) {
             return host.clone();
@@ -91,7 +99,7 @@ impl Hosts {
         state.hosts.insert(machine.to_owned(), HostState::Booting);
         let (hosts, machine, user_data) = (self.clone(), machine.to_owned(), user_data.to_vec());
         std::thread::spawn(move || {
-            let result = hosts.run(&machine, &user_data, role);
+            let result = hosts.run(&machine, &user_data, &image);
             let mut state = hosts.state();
             let host = match result {
                 Ok(node) => {
@@ -106,8 +114,9 @@ impl Hosts {
         HostState::Booting
     }
 
-    /// Starts a node, boots it with `user_data` as `role` and checks its boot proof.
-    fn run(&self, machine: &str, user_data: &[u8], role: BootRole) -> anyhow::Result<Node> {
+    /// Starts a node, boots it with `user_data` as `image` says and checks its boot proof.
+    fn run(&self, machine: &str, user_data: &[u8], image: &HostImage) -> anyhow::Result<Node> {
+        let role = image.role;
         let _one_at_a_time = (role != BootRole::Worker)
             .then(|| self.control_plane.lock().unwrap_or_else(|e| e.into_inner()));
         let mut node = Node::new()?;
@@ -125,8 +134,7 @@ impl Hosts {
             user_data,
             role: role.as_str(),
             version: &self.spec.version,
-            // The boot proof's root is Debian: Debian-family templates run on it.
-            os: "debian",
+            os: &image.os,
             images: &self.spec.images,
             cni_subnet: Some(&subnet),
         })?;
