@@ -27,6 +27,15 @@
 //! refused at admission, naming the machines' configs and the part; setting the policy alone,
 //! and a change of an `InPlace` part, are admitted.
 //!
+//! (h) Warnings at admission: `kubectl apply --dry-run=server` of a template change writes
+//! nothing and tells what it would do: every joined machine of the template outdated, able to
+//! take a change of an `InPlace` part in place (naming the part) and replaced on its next
+//! rollout for a change of a `Rollout` part (naming the part); of a config template's edit, how
+//! many machines Cluster API created from it keep their configs. And before each move of a
+//! MachineDeployment to another config template in (a), (b) and (g), `kubectl patch
+//! --dry-run=server` tells what its rollout will do: in place naming the part, replaced naming
+//! the part, refused by the `InPlaceOnly` holder.
+//!
 //! Before each change is applied, `bootplate diff` previews it offline (the template and the old
 //! and the new config template, role worker): in place for (a) and (c), replacement naming part
 //! `install` for (b). What the tier then sees Cluster API and bootplate do is that verdict.
@@ -129,6 +138,38 @@ async fn apply(env: &CapiEnv, resource: &kube::api::ApiResource, object: Value) 
 
 fn config_templates() -> kube::api::ApiResource {
     objects::bootplate_resource("BootplateConfigTemplate", "bootplateconfigtemplates")
+}
+
+/// What bootplate's webhook tells of pointing MachineDeployment `md` at BootplateConfigTemplate
+/// `template`: `kubectl patch --dry-run=server`'s warnings (nothing written), each asserted to
+/// hold its text of `expected`.
+fn assert_switch_told(env: &CapiEnv, md: &str, template: &str, expected: &[&str]) {
+    let kubeconfig = env.management.kubeconfig_path().unwrap();
+    let patch =
+        json!({"spec": {"template": {"spec": {"bootstrap": {"configRef": {"name": template}}}}}});
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "patch",
+            "machinedeployment",
+            md,
+            "-n",
+            NS,
+            "--type",
+            "merge",
+        ])
+        .args(["--dry-run=server", "-p", &patch.to_string()])
+        .output()
+        .expect("kubectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the dry run of {md}'s move: {stderr}");
+    for text in expected {
+        assert!(
+            stderr.contains(text),
+            "{md}'s move to {template}: no warning with {text:?}:\n{stderr}"
+        );
+    }
 }
 
 /// Points MachineDeployment `md` at BootplateConfigTemplate `template`.
@@ -421,7 +462,96 @@ async fn cluster_api_updates_machines_in_place_through_bootplate() {
     failed_step(&env, &failing, &failing_disks).await;
     rollout(&env, &before).await;
     in_place_only_config_template(&env).await;
+    admission_warnings(&env).await;
     in_place_only_template(&env).await;
+}
+
+/// `kubectl apply --dry-run=server` of `object` against the management cluster: its warnings
+/// (kubectl prints each as `Warning: ...` on standard error); fails when it is refused.
+fn dry_run_warnings(env: &CapiEnv, object: &Value) -> String {
+    let kubeconfig = env.management.kubeconfig_path().unwrap();
+    let yaml = serde_json::to_string(object).unwrap();
+    let out = testenv::kubectl_apply(&kubeconfig, &["--dry-run=server"], &yaml);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "the dry run is admitted: {stderr}");
+    stderr
+}
+
+/// The joined Machines of the scenario (every config of it references template `inplace`).
+async fn joined_count(env: &CapiEnv) -> usize {
+    let machines = env.capi("Machine", "machines");
+    let list = machines.list(&ListParams::default()).await.unwrap().items;
+    let joined = list
+        .iter()
+        .filter(|m| m.data["status"]["nodeRef"]["name"].is_string());
+    joined.count()
+}
+
+/// (h) Warnings at admission, with nothing written: see the module doc.
+async fn admission_warnings(env: &CapiEnv) {
+    let resource = objects::bootplate_resource("BootstrapTemplate", "bootstraptemplates");
+    let templates = env.dynamic(&resource);
+    let version = |t: DynamicObject| t.metadata.resource_version.unwrap();
+    let written = version(templates.get("inplace").await.unwrap());
+    let mut configure = template();
+    configure["spec"]["parts"][1]["commands"] = json!(["true"]);
+    let mut install = template();
+    install["spec"]["parts"][0]["commands"][0] = json!("echo install runtime v2");
+    // Cluster API may still be settling the last update: the counts are compared to the
+    // Machines as they are at each try.
+    wait_for(env, "the dry runs' warnings to count the joined machines", || async {
+        let joined = joined_count(env).await;
+        let in_place = dry_run_warnings(env, &configure);
+        let replaced = dry_run_warnings(env, &install);
+        let outdated = format!("Warning: {joined} running machine(s) become outdated");
+        let told = in_place.contains(&outdated)
+            && in_place.contains(&format!(
+                "{joined} of them can take it in place when Cluster API updates them in place (parts `configure`)"
+            ))
+            && replaced.contains(&outdated)
+            && replaced.contains(&format!("{joined} of them are replaced on their next rollout"))
+            && replaced.contains("part `install`");
+        if !told {
+            eprintln!("{joined} joined; warnings:\n{in_place}\n{replaced}");
+        }
+        (joined > 0 && told && joined == joined_count(env).await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        version(templates.get("inplace").await.unwrap()),
+        written,
+        "a dry run writes nothing"
+    );
+
+    // A config template's edit: the machines Cluster API cloned from it keep their configs.
+    let configs = env
+        .configs()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let cloned_from = |c: &DynamicObject| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("cluster.x-k8s.io/cloned-from-name").cloned())
+    };
+    let from = configs
+        .iter()
+        .find_map(cloned_from)
+        .expect("a config cloned from a config template");
+    let count = configs
+        .iter()
+        .filter(|c| cloned_from(c).as_ref() == Some(&from))
+        .count();
+    let edited = config_template(&from, json!({"mirror": "https://mirror-z.example"}));
+    let warnings = dry_run_warnings(env, &edited);
+    assert!(
+        warnings.contains(&format!(
+            "Warning: {count} machine(s) created from this config template keep their configs"
+        )),
+        "{from}: {warnings}"
+    );
 }
 
 /// A config template of the policy case: [`config_template`] with `updatePolicy: InPlaceOnly`.
@@ -458,6 +588,14 @@ async fn in_place_only_config_template(env: &CapiEnv) {
         held_config_template("p-v2", new_runtime),
     )
     .await;
+    assert_switch_told(
+        env,
+        "p",
+        "p-v2",
+        &[
+            "bootplate refuses this rollout: BootplateConfigTemplate fleet/p-v1 has updatePolicy InPlaceOnly",
+        ],
+    );
     switch_template(env, "p", "p-v2").await;
     wait_for(
         env,
@@ -584,6 +722,15 @@ async fn in_place_update(
     );
     apply(env, &config_templates(), v2).await;
     let old_sets: BTreeSet<String> = before.values().map(machine_set_of).collect();
+    assert_switch_told(
+        env,
+        "a",
+        "a-v2",
+        &[
+            "Warning: 2 joined machine(s) of this MachineDeployment roll out to BootplateConfigTemplate a-v2",
+            "they can take it in place (parts `configure`)",
+        ],
+    );
     switch_template(env, "a", "a-v2").await;
     let after = wait_for(
         env,
@@ -788,6 +935,12 @@ async fn rollout(env: &CapiEnv, before: &BTreeMap<String, DynamicObject>) {
     assert!(reason.contains("part `install` changed"), "{preview}");
     apply(env, &config_templates(), v3).await;
     let answers_before = hook_answers(env);
+    assert_switch_told(
+        env,
+        "a",
+        "a-v3",
+        &["they are replaced: part `install` changed"],
+    );
     switch_template(env, "a", "a-v3").await;
     let old = uids(before);
     let after = wait_for(env, "the rollout of MachineDeployment a", || async {

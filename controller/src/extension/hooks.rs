@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::Hooks;
-use super::compare::{self, MachineView};
 use super::wire::{
     self, CanUpdateMachineRequest, CanUpdateMachineSetRequest, UpdateMachineRequest,
 };
 use crate::core::inplace;
+use crate::k8s::compare::{self, MachineView};
 
 const GROUP: &str = "bootstrap.bootplate.dev/";
 

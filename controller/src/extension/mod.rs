@@ -1,7 +1,7 @@
 //! Cluster API's Runtime SDK, served over TLS by `bootplate run --extension-addr`: discovery and
 //! the in-place update hooks `CanUpdateMachineSet`, `CanUpdateMachine` and `UpdateMachine`
 //! (feature gate `InPlaceUpdates` in Cluster API). The hooks compare renders
-//! ([`compare`]), and `UpdateMachine` reads how far the node got from the config's status,
+//! ([`crate::k8s::compare`]), and `UpdateMachine` reads how far the node got from the config's status,
 //! which the controller keeps ([`crate::reconcile`]): this server holds no state, and every
 //! replica serves it.
 //!
@@ -12,7 +12,6 @@
 //! `--runtime-extension-client-cert-file`) and a caller without one fails the TLS handshake:
 //! no request of its reaches a handler.
 
-mod compare;
 mod hooks;
 pub(crate) mod wire;
 

@@ -3,6 +3,7 @@
 
 pub(crate) mod boot_report;
 pub(crate) mod certs;
+pub(crate) mod compare;
 pub(crate) mod data_secret;
 pub mod events;
 pub(crate) mod fetch_payload;

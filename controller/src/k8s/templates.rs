@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crd_types::conditions::reason;
-use crd_types::{BootplateConfig, TemplateKind, TemplateSpec};
-use kube::ResourceExt;
+use crd_types::{
+    BootplateConfig, BootstrapTemplate, ClusterBootstrapTemplate, TemplateKind, TemplateSpec,
+};
 use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, ResourceExt};
 use render::CompiledTemplate;
 
 use crate::error::{Error, Result};
@@ -192,4 +194,48 @@ pub fn check_one_content_source(field: &str, file: &crd_types::ConfigFile) -> Re
         ));
     }
     Ok(())
+}
+
+/// The referenced template when it exists (a missing one is not an error at admission: the
+/// platform team may publish it later). Never looks outside the config's namespace.
+pub(crate) async fn referenced_template(
+    client: &Client,
+    namespace: &str,
+    template_ref: &crd_types::TemplateRef,
+) -> Result<Option<(String, TemplateSpec)>, String> {
+    if template_ref
+        .namespace
+        .as_deref()
+        .is_some_and(|ns| ns != namespace)
+        || template_ref.name.contains('/')
+    {
+        return Ok(None);
+    }
+    let found = match template_ref.kind {
+        TemplateKind::BootstrapTemplate => {
+            Api::<BootstrapTemplate>::namespaced(client.clone(), namespace)
+                .get_opt(&template_ref.name)
+                .await
+                .map(|t| t.map(|t| t.spec))
+        }
+        TemplateKind::ClusterBootstrapTemplate => {
+            Api::<ClusterBootstrapTemplate>::all(client.clone())
+                .get_opt(&template_ref.name)
+                .await
+                .map(|t| t.map(|t| t.spec.0))
+        }
+    };
+    let namespace = (template_ref.kind == TemplateKind::BootstrapTemplate).then_some(namespace);
+    match found {
+        Ok(spec) => Ok(spec.map(|spec| {
+            (
+                display_name(template_ref.kind, namespace, &template_ref.name),
+                spec,
+            )
+        })),
+        Err(e) => Err(format!(
+            "cannot read {} {}: {e}",
+            template_ref.kind, template_ref.name
+        )),
+    }
 }

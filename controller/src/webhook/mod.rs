@@ -1,9 +1,11 @@
 //! The validating admission webhook, served over TLS by `bootplate run`: broken templates and
 //! bad configs are refused at `kubectl apply` instead of failing when a machine boots.
 
+mod rollout;
 pub mod tls;
 pub mod validate;
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -21,7 +23,7 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
-use crate::k8s::templates::display_name;
+use crate::k8s::templates::{display_name, referenced_template};
 
 /// The path the ValidatingWebhookConfiguration calls.
 pub const PATH: &str = "/validate";
@@ -42,20 +44,40 @@ async fn review(
         Ok(request) => request,
         Err(e) => return Json(AdmissionResponse::invalid(e.to_string()).into_review()),
     };
-    let problems = match check(&client, &request).await {
-        Ok(problems) => problems,
-        Err(message) => vec![message],
+    let answer = match check(&client, &request).await {
+        Ok(answer) => answer,
+        Err(message) => Answer::refuse(vec![message]),
     };
-    let response = AdmissionResponse::from(&request);
-    let response = if problems.is_empty() {
+    let mut response = AdmissionResponse::from(&request);
+    if !answer.warnings.is_empty() {
+        response.warnings = Some(answer.warnings);
+    }
+    let response = if answer.problems.is_empty() {
         response
     } else {
         let kind = &request.kind.kind;
         let name = request.name.clone();
         debug!(%kind, %name, "denied");
-        response.deny(format!("{kind} {name}: {}", problems.join("; ")))
+        response.deny(format!("{kind} {name}: {}", answer.problems.join("; ")))
     };
     Json(response.into_review())
+}
+
+/// The webhook's answer to one request: the reasons to deny it (none: admit), and what the
+/// request will do, told as warnings (`kubectl` prints them, `--dry-run=server` included).
+#[derive(Default)]
+struct Answer {
+    problems: Vec<String>,
+    warnings: Vec<String>,
+}
+
+impl Answer {
+    fn refuse(problems: Vec<String>) -> Answer {
+        Answer {
+            problems,
+            warnings: Vec::new(),
+        }
+    }
 }
 
 /// Decodes `object` strictly: every field must fit the kind's schema (`crd_types::strict`), so
@@ -71,16 +93,16 @@ fn decode<K: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<K, 
         .map_err(|e| format!("not a valid {kind}: {}: {}", e.path(), e.inner()))
 }
 
-/// The reasons to deny `request` (empty: admit).
+/// The webhook's answer to `request`.
 async fn check(
     client: &Client,
     request: &AdmissionRequest<DynamicObject>,
-) -> Result<Vec<String>, String> {
+) -> Result<Answer, String> {
     if request.operation == Operation::Delete || request.operation == Operation::Connect {
-        return Ok(Vec::new());
+        return Ok(Answer::default());
     }
     let Some(object) = &request.object else {
-        return Ok(Vec::new());
+        return Ok(Answer::default());
     };
     // An update that leaves the spec alone (Cluster API adds its ownerReference and labels to
     // every config; controllers remove finalizers) is admitted: the spec was checked when it
@@ -88,7 +110,7 @@ async fn check(
     if let Some(old) = &request.old_object
         && old.data.get("spec") == object.data.get("spec")
     {
-        return Ok(Vec::new());
+        return Ok(Answer::default());
     }
     let namespace = request.namespace.clone().unwrap_or_default();
     match request.kind.kind.as_str() {
@@ -109,25 +131,72 @@ async fn check(
             if let Some(old) = &request.old_object {
                 problems.extend(config_update(client, &namespace, old, config, template).await?);
             }
-            Ok(problems)
+            Ok(Answer::refuse(problems))
         }
         "BootstrapGenerator" => {
             let generator: crd_types::BootstrapGenerator = decode(object, "BootstrapGenerator")?;
-            Ok(validate::generator(&generator.spec))
+            Ok(Answer::refuse(validate::generator(&generator.spec)))
         }
         "BootplateConfigTemplate" => {
-            let config_template: BootplateConfigTemplate =
-                decode(object, "BootplateConfigTemplate")?;
-            let spec = config_template.spec.template.spec;
-            let template = referenced_template(client, &namespace, &spec.template_ref).await?;
-            off_runtime(move || {
-                let template = template.as_ref().map(|(d, s)| (d.as_str(), s));
-                validate::config("spec.template.spec", &namespace, &spec, template)
-            })
-            .await
+            config_template_change(client, request, object, namespace).await
         }
-        _ => Ok(Vec::new()),
+        "MachineDeployment" => {
+            let Some(old) = &request.old_object else {
+                return Ok(Answer::default());
+            };
+            let warnings =
+                rollout::warnings(client, &namespace, &request.name, (old, object)).await;
+            Ok(Answer {
+                problems: Vec::new(),
+                warnings,
+            })
+        }
+        _ => Ok(Answer::default()),
     }
+}
+
+/// The answer to a BootplateConfigTemplate written: its spec checked as a config's, and, for an
+/// update, how many machines were created from it (Cluster API does not roll them out for it).
+async fn config_template_change(
+    client: &Client,
+    request: &AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+    namespace: String,
+) -> Result<Answer, String> {
+    let config_template: BootplateConfigTemplate = decode(object, "BootplateConfigTemplate")?;
+    let spec = config_template.spec.template.spec;
+    let template = referenced_template(client, &namespace, &spec.template_ref).await?;
+    let warnings = match &request.old_object {
+        Some(_) => {
+            let cloned = cloned_from(client, &namespace, &request.name).await?;
+            crate::core::preview::config_template_warnings(cloned, MAX_CONFIGS_JUDGED)
+        }
+        None => Vec::new(),
+    };
+    let problems = off_runtime(move || {
+        let template = template.as_ref().map(|(d, s)| (d.as_str(), s));
+        validate::config("spec.template.spec", &namespace, &spec, template)
+    })
+    .await?;
+    Ok(Answer { problems, warnings })
+}
+
+/// How many BootplateConfigs in `namespace` Cluster API cloned from config template `name`
+/// (its `cloned-from-name` annotation); `None` beyond [`MAX_CONFIGS_JUDGED`].
+async fn cloned_from(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<usize>, String> {
+    let api: Api<BootplateConfig> = Api::namespaced(client.clone(), namespace);
+    let cloned = list_bounded(&api, "configs", |c| {
+        let annotations = c.metadata.annotations.as_ref();
+        annotations
+            .and_then(|a| a.get(crd_types::capi::CLONED_FROM_NAME))
+            .is_some_and(|from| from == name)
+    })
+    .await?;
+    Ok(cloned.map(|configs| configs.len()))
 }
 
 /// A template written: its kind, namespace (`None`: cluster-scoped) and name, its spec before
@@ -167,67 +236,143 @@ fn changed_template<'a>(
     })
 }
 
-/// The problems of a template written: its own/// The problems of a template written: its own (`validate::template`), and for an update of
-/// one with `updatePolicy: InPlaceOnly`, what its running machines cannot take in place
-/// (`validate::template_update`, over the configs that reference it).
-async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Vec<String>, String> {
+/// The answer to a template written: its own problems (`validate::template`); for an update,
+/// what it does to the machines of the configs that reference it (`validate::template_preview`)
+/// and, for one with `updatePolicy: InPlaceOnly`, what its running machines cannot take in place
+/// (`validate::template_update`).
+async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Answer, String> {
     let display = display_name(changed.kind, changed.namespace, changed.name);
-    let configs = match &changed.old {
-        Some(old) if old.policy() == UpdatePolicy::InPlaceOnly => {
-            configs_of(client, changed.kind, changed.namespace, changed.name).await?
-        }
-        _ => Vec::new(),
+    let Some(old) = changed.old else {
+        let new = changed.new;
+        let problems = off_runtime(move || validate::template(&display, &new)).await?;
+        return Ok(Answer::refuse(problems));
     };
-    off_runtime(move || {
-        let mut problems = validate::template(&display, &changed.new);
-        if let Some(old) = &changed.old {
-            problems.extend(validate::template_update(
-                &display,
-                old,
-                &changed.new,
-                &configs,
-            ));
+    let in_place_only = old.policy() == UpdatePolicy::InPlaceOnly;
+    let scope = Scope {
+        kind: changed.kind,
+        namespace: changed.namespace,
+        name: changed.name,
+    };
+    let configs = configs_of(client, &scope).await?;
+    let Some(configs) = configs else {
+        if in_place_only {
+            return Ok(Answer::refuse(vec![format!(
+                "spec: updatePolicy is InPlaceOnly and more than {MAX_CONFIGS_JUDGED} configs reference {} {}: the change cannot be judged at admission",
+                scope.kind, scope.name
+            )]));
         }
-        problems
+        let problems = off_runtime(move || validate::template(&display, &changed.new)).await?;
+        let warning =
+            format!("more than {MAX_CONFIGS_JUDGED} configs reference this template: not counted");
+        return Ok(Answer {
+            problems,
+            warnings: vec![warning],
+        });
+    };
+    let joined = joined_machines(client, scope.namespace, &configs).await?;
+    let new = changed.new;
+    off_runtime(move || {
+        let mut problems = validate::template(&display, &new);
+        if in_place_only {
+            problems.extend(validate::template_update(&display, &old, &new, &configs));
+        }
+        let warnings = if problems.is_empty() {
+            validate::template_preview(&display, (&old, &new), &configs, &joined)
+        } else {
+            Vec::new()
+        };
+        Answer { problems, warnings }
     })
     .await
 }
 
-/// How many configs one listing page holds; the listing stops at [`MAX_CONFIGS_JUDGED`].
+/// A template, for the listings of what references it: its kind, namespace (`None`:
+/// cluster-scoped) and name.
+struct Scope<'a> {
+    kind: TemplateKind,
+    namespace: Option<&'a str>,
+    name: &'a str,
+}
+
+/// How many objects one listing page holds; a listing stops at [`MAX_CONFIGS_JUDGED`].
 const CONFIG_PAGE: u32 = 500;
-/// The most configs an `InPlaceOnly` template's update is judged against: beyond, it is refused
-/// (it could not be judged within the webhook's time).
+/// The most configs (and Machines) a template's update is judged against: beyond, an
+/// `InPlaceOnly` template's update is refused (it could not be judged within the webhook's
+/// time), and another's is admitted with a warning that nothing was counted.
 const MAX_CONFIGS_JUDGED: usize = 50_000;
 
-/// The configs that reference template `name` of `kind` (a BootstrapTemplate: in its
-/// namespace), listed page by page.
+/// The configs that reference `template` (a BootstrapTemplate: in its namespace); `None` beyond
+/// [`MAX_CONFIGS_JUDGED`] configs listed.
 async fn configs_of(
     client: &Client,
-    kind: TemplateKind,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Vec<BootplateConfig>, String> {
-    let api: Api<BootplateConfig> = match namespace {
+    template: &Scope<'_>,
+) -> Result<Option<Vec<BootplateConfig>>, String> {
+    let api: Api<BootplateConfig> = match template.namespace {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     };
+    list_bounded(&api, "configs", |c| {
+        let reference = &c.spec.template_ref;
+        reference.kind == template.kind && reference.name == template.name
+    })
+    .await
+}
+
+/// The Machines (namespace, name) with a Node, of those owning a written config of `configs`, in
+/// `namespace` (`None`: every namespace); none listed when no such config exists.
+async fn joined_machines(
+    client: &Client,
+    namespace: Option<&str>,
+    configs: &[BootplateConfig],
+) -> Result<HashSet<(String, String)>, String> {
+    let written = configs.iter().any(|c| {
+        matches!(
+            crate::core::gate::owner(c),
+            Some(crate::core::gate::Owner::Machine(_))
+        ) && c
+            .status
+            .as_ref()
+            .is_some_and(|s| s.data_secret_name.is_some())
+    });
+    if !written {
+        return Ok(HashSet::new());
+    }
+    let api: Api<crd_types::capi::Machine> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let machines = list_bounded(&api, "Machines", |m| m.has_node()).await?;
+    Ok((machines.unwrap_or_default().into_iter())
+        .map(|m| {
+            (
+                m.metadata.namespace.unwrap_or_default(),
+                m.metadata.name.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// The objects `api` lists that `keep` keeps, page by page; `None` once more than
+/// [`MAX_CONFIGS_JUDGED`] were kept.
+async fn list_bounded<K>(
+    api: &Api<K>,
+    what: &str,
+    keep: impl Fn(&K) -> bool,
+) -> Result<Option<Vec<K>>, String>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let mut params = kube::api::ListParams::default().limit(CONFIG_PAGE);
     let mut found = Vec::new();
     loop {
-        let page = (api.list(&params).await)
-            .map_err(|e| format!("cannot list the configs of {kind} {name}: {e}"))?;
-        found.extend(page.items.into_iter().filter(|c| {
-            let reference = &c.spec.template_ref;
-            reference.kind == kind && reference.name == name
-        }));
+        let page = (api.list(&params).await).map_err(|e| format!("cannot list the {what}: {e}"))?;
+        found.extend(page.items.into_iter().filter(|item| keep(item)));
         if found.len() > MAX_CONFIGS_JUDGED {
-            return Err(format!(
-                "spec: updatePolicy is InPlaceOnly and more than {MAX_CONFIGS_JUDGED} configs reference {kind} {name}: the change cannot be judged at admission"
-            ));
+            return Ok(None);
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(found),
+            None => return Ok(Some(found)),
         }
     }
 }
@@ -268,50 +413,6 @@ async fn off_runtime<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| format!("the check did not finish: {e}"))
-}
-
-/// The referenced template when it exists (a missing one is not an error at admission: the
-/// platform team may publish it later). Never looks outside the config's namespace.
-pub(crate) async fn referenced_template(
-    client: &Client,
-    namespace: &str,
-    template_ref: &crd_types::TemplateRef,
-) -> Result<Option<(String, TemplateSpec)>, String> {
-    if template_ref
-        .namespace
-        .as_deref()
-        .is_some_and(|ns| ns != namespace)
-        || template_ref.name.contains('/')
-    {
-        return Ok(None);
-    }
-    let found = match template_ref.kind {
-        TemplateKind::BootstrapTemplate => {
-            Api::<BootstrapTemplate>::namespaced(client.clone(), namespace)
-                .get_opt(&template_ref.name)
-                .await
-                .map(|t| t.map(|t| t.spec))
-        }
-        TemplateKind::ClusterBootstrapTemplate => {
-            Api::<ClusterBootstrapTemplate>::all(client.clone())
-                .get_opt(&template_ref.name)
-                .await
-                .map(|t| t.map(|t| t.spec.0))
-        }
-    };
-    let namespace = (template_ref.kind == TemplateKind::BootstrapTemplate).then_some(namespace);
-    match found {
-        Ok(spec) => Ok(spec.map(|spec| {
-            (
-                display_name(template_ref.kind, namespace, &template_ref.name),
-                spec,
-            )
-        })),
-        Err(e) => Err(format!(
-            "cannot read {} {}: {e}",
-            template_ref.kind, template_ref.name
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! What the admission webhook checks, free of HTTP and TLS: each function returns the reasons
 //! to deny, each naming the field (and, for template text, the line and column).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crd_types::conditions::reason;
 use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec};
@@ -202,55 +202,30 @@ pub fn template_update(
     if old.policy() != crd_types::UpdatePolicy::InPlaceOnly || old.revision() == new.revision() {
         return Vec::new();
     }
-    let (old_compiled, new_compiled) = match (
-        render::CompiledTemplate::compile(display, old),
-        render::CompiledTemplate::compile(display, new),
-    ) {
-        (Ok(old), Ok(new)) => (old, new),
+    let mut judge = match Judge::new(display, old, new) {
+        Ok(Some(judge)) => judge,
         // `template` refuses a new spec that does not compile, with the line and column.
-        (_, Err(_)) => return Vec::new(),
-        (Err(e), _) => {
+        Ok(None) => return Vec::new(),
+        Err(e) => {
             return vec![format!(
                 "spec: updatePolicy is InPlaceOnly and the change cannot be judged: {e}"
             )];
         }
     };
-    // Machines of one MachineDeployment share a spec and a role: each pair is judged once, and
-    // at most MAX_SPECS_JUDGED pairs are (each costs two renders, within the webhook's time).
-    let mut judged: HashMap<(String, Role), Option<String>> = HashMap::new();
     let mut replaced: Vec<(String, String)> = Vec::new();
     for config in configs.iter().filter(|c| running(c)) {
-        let spec = serde_json::to_string(&config.spec).expect("a spec always serializes");
-        for role in recorded_roles(config) {
-            let key = (spec.clone(), role);
-            if !judged.contains_key(&key) && judged.len() >= MAX_SPECS_JUDGED {
+        match judge.judge(config) {
+            Err(TooManySpecs) => {
                 return vec![format!(
                     "spec: updatePolicy is InPlaceOnly and its running machines have more than \
                      {MAX_SPECS_JUDGED} distinct specs: the change cannot be judged at admission; \
                      set updatePolicy to Any first (docs/changing-templates.md)"
                 )];
             }
-            let why = judged
-                .entry(key)
-                .or_insert_with(|| {
-                    let sample = sample_spec(&config.spec);
-                    let plan =
-                        update_plan((&old_compiled, &sample), (&new_compiled, &sample), role);
-                    match plan {
-                        Ok(UpdatePlan::Rollout { reason }) => {
-                            Some(format!("role {role}: {reason}"))
-                        }
-                        Err(Unjudged::Old(e)) => {
-                            Some(format!("role {role}: cannot be judged: {e}"))
-                        }
-                        Ok(_) | Err(Unjudged::NewSpec) => None,
-                    }
-                })
-                .clone();
-            if let Some(why) = why {
-                replaced.push((config_name(config), why));
-                break;
+            Ok(Judged::Rollout(why) | Judged::Old(why)) => {
+                replaced.push((config_name(config), why))
             }
+            Ok(Judged::Unchanged | Judged::InPlace(_) | Judged::NewSpec) => {}
         }
     }
     let Some((_, why)) = replaced.first() else {
@@ -270,6 +245,156 @@ pub fn template_update(
         replaced.len(),
         named.join(", "),
     )]
+}
+
+/// What an update of a template from `old` to `new` does to the machines of `configs` (those
+/// that reference it), told as admission warnings (`core::preview`): a config whose Machine is
+/// not in `joined` (namespace, Machine name: those with a Node) re-renders; a joined machine is
+/// judged as [`template_update`] judges it.
+pub fn template_preview(
+    display: &str,
+    (old, new): (&TemplateSpec, &TemplateSpec),
+    configs: &[BootplateConfig],
+    joined: &HashSet<(String, String)>,
+) -> Vec<String> {
+    use crate::core::preview::{self, ConfigFact, Stage, Verdict};
+    if old.revision() == new.revision() {
+        return vec!["the template's revision is unchanged: nothing re-renders".to_owned()];
+    }
+    // A new spec that does not compile is refused (`template`): nothing to tell.
+    let Ok(judge) = Judge::new(display, old, new) else {
+        let why = "the old revision no longer compiles".to_owned();
+        return preview::preview(configs.iter().map(|config| {
+            ConfigFact {
+                name: config_name(config),
+                stage: stage_of(config, joined)
+                    .unwrap_or(Stage::Running(Verdict::Unjudged { why: why.clone() })),
+            }
+        }))
+        .warnings();
+    };
+    let Some(mut judge) = judge else {
+        return Vec::new();
+    };
+    let facts = configs.iter().map(|config| {
+        let stage = stage_of(config, joined).unwrap_or_else(|| {
+            Stage::Running(match judge.judge(config) {
+                Ok(Judged::Unchanged) => Verdict::Unchanged,
+                Ok(Judged::InPlace(parts)) => Verdict::InPlace { parts },
+                Ok(Judged::Rollout(why)) => Verdict::Replaced { why },
+                Ok(Judged::Old(why)) => Verdict::Unjudged { why },
+                Ok(Judged::NewSpec) => Verdict::Unjudged {
+                    why: "the new revision does not render for it".to_owned(),
+                },
+                Err(TooManySpecs) => Verdict::Unjudged {
+                    why: format!(
+                        "more than {MAX_SPECS_JUDGED} distinct specs are not rendered at admission"
+                    ),
+                },
+            })
+        });
+        ConfigFact {
+            name: config_name(config),
+            stage,
+        }
+    });
+    preview::preview(facts.collect::<Vec<_>>()).warnings()
+}
+
+/// Where `config` stands when its machine is not running: a MachinePool's, or one whose Machine
+/// has no Node (not in `joined`); `None` for a running machine, which is judged.
+fn stage_of(
+    config: &BootplateConfig,
+    joined: &HashSet<(String, String)>,
+) -> Option<crate::core::preview::Stage> {
+    use crate::core::preview::Stage;
+    let namespace = config.metadata.namespace.clone().unwrap_or_default();
+    match crate::core::gate::owner(config) {
+        Some(Owner::Pool(_)) => Some(Stage::Pool),
+        Some(Owner::Machine(machine)) if joined.contains(&(namespace, machine.clone())) => None,
+        _ => Some(Stage::BeforeJoin),
+    }
+}
+
+/// How one config's machine takes a template change.
+#[derive(Clone)]
+enum Judged {
+    Unchanged,
+    /// Every difference lies in these `InPlace` parts.
+    InPlace(Vec<String>),
+    /// Outside the `InPlace` parts: why, with the role.
+    Rollout(String),
+    /// The old revision does not render for it: why, with the role.
+    Old(String),
+    /// The new one does not (`config` refuses it, with the line and column).
+    NewSpec,
+}
+
+/// More distinct (spec, role) pairs than [`MAX_SPECS_JUDGED`].
+struct TooManySpecs;
+
+/// Judges the configs of one template against a change of its spec: machines of one
+/// MachineDeployment share a spec and a role, so each distinct pair is rendered once (twice:
+/// old and new), and at most [`MAX_SPECS_JUDGED`] pairs are, within the webhook's time.
+struct Judge {
+    old: render::CompiledTemplate,
+    new: render::CompiledTemplate,
+    judged: HashMap<(String, Role), Judged>,
+}
+
+impl Judge {
+    /// `None` when the new spec does not compile; the error when the old one does not.
+    fn new(display: &str, old: &TemplateSpec, new: &TemplateSpec) -> Result<Option<Judge>, String> {
+        let old = render::CompiledTemplate::compile(display, old).map_err(|e| e.to_string());
+        let Ok(new) = render::CompiledTemplate::compile(display, new) else {
+            return Ok(None);
+        };
+        Ok(Some(Judge {
+            old: old?,
+            new,
+            judged: HashMap::new(),
+        }))
+    }
+
+    /// How `config`'s machine takes the change, under every role it may have (its recorded
+    /// one): replaced when it is under any of them, in place when some part differs, unchanged
+    /// otherwise.
+    fn judge(&mut self, config: &BootplateConfig) -> Result<Judged, TooManySpecs> {
+        let spec = serde_json::to_string(&config.spec).expect("a spec always serializes");
+        let mut outcome = Judged::Unchanged;
+        for role in recorded_roles(config) {
+            let key = (spec.clone(), role);
+            if !self.judged.contains_key(&key) && self.judged.len() >= MAX_SPECS_JUDGED {
+                return Err(TooManySpecs);
+            }
+            let (old, new) = (&self.old, &self.new);
+            let judged = self.judged.entry(key).or_insert_with(|| {
+                let sample = sample_spec(&config.spec);
+                match update_plan((old, &sample), (new, &sample), role) {
+                    Ok(UpdatePlan::Unchanged) => Judged::Unchanged,
+                    Ok(UpdatePlan::InPlace { parts }) => Judged::InPlace(parts),
+                    Ok(UpdatePlan::Rollout { reason }) => {
+                        Judged::Rollout(format!("role {role}: {reason}"))
+                    }
+                    Err(Unjudged::Old(e)) => {
+                        Judged::Old(format!("role {role}: cannot be judged: {e}"))
+                    }
+                    Err(Unjudged::NewSpec) => Judged::NewSpec,
+                }
+            });
+            match judged {
+                Judged::Rollout(_) | Judged::Old(_) => return Ok(judged.clone()),
+                Judged::InPlace(_) if !matches!(outcome, Judged::InPlace(_)) => {
+                    outcome = judged.clone()
+                }
+                Judged::NewSpec if matches!(outcome, Judged::Unchanged) => {
+                    outcome = Judged::NewSpec
+                }
+                _ => {}
+            }
+        }
+        Ok(outcome)
+    }
 }
 
 /// Whether `config`'s machine may be running: its data Secret is written (the machine may have
@@ -649,6 +774,120 @@ parts:
             plain.revision(),
             "the policy is not in the revision"
         );
+    }
+
+    /// Config `name` of `owner` (kind, name) with `variables`, written for `role` (`None`: not
+    /// written).
+    fn owned_config(
+        name: &str,
+        owner: (&str, &str),
+        variables: serde_json::Value,
+        role: Option<&str>,
+    ) -> crd_types::BootplateConfig {
+        let mut config = config("t", variables, role);
+        config.metadata.name = Some(name.to_owned());
+        config.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": owner.0,
+                "name": owner.1, "uid": "1",
+            }))
+            .unwrap(),
+        ]);
+        config
+    }
+
+    /// Configs of template `t` at every stage, and the Machines of those that joined.
+    fn configs_at_every_stage() -> (
+        Vec<crd_types::BootplateConfig>,
+        std::collections::HashSet<(String, String)>,
+    ) {
+        let joined: std::collections::HashSet<(String, String)> = ["m-in", "m-out", "m-ctl"]
+            .iter()
+            .map(|m| ("team-a".to_owned(), (*m).to_owned()))
+            .collect();
+        let configs = [
+            // Joined: a worker takes the `configure` part in place; the same for a second
+            // worker of another spec; a control-plane machine too (`init` is not its part).
+            owned_config("in", ("Machine", "m-in"), json!({}), Some("worker")),
+            owned_config(
+                "out",
+                ("Machine", "m-out"),
+                json!({"runtime": "3"}),
+                Some("worker"),
+            ),
+            owned_config(
+                "ctl",
+                ("Machine", "m-ctl"),
+                json!({}),
+                Some("control-plane-join"),
+            ),
+            // Written, its Machine without a Node; not written; a pool's.
+            owned_config(
+                "booting",
+                ("Machine", "m-booting"),
+                json!({}),
+                Some("worker"),
+            ),
+            owned_config("waiting", ("Machine", "m-waiting"), json!({}), None),
+            owned_config("pool", ("MachinePool", "p"), json!({}), Some("worker")),
+        ];
+        (configs.to_vec(), joined)
+    }
+
+    #[test]
+    fn a_templates_update_tells_what_it_does_to_each_machine() {
+        let old = template(TEMPLATE);
+        let (configs, joined) = configs_at_every_stage();
+        let mirror = template(&TEMPLATE.replace("endpoint = ", "mirror = "));
+        let install = template(&TEMPLATE.replace("install-runtime", "install-runtime --v2"));
+        let init = template(&TEMPLATE.replace(r#"["init {{"#, r#"["init --v2 {{"#));
+        let cases: [(&str, &crd_types::TemplateSpec, &[&str]); 4] = [
+            (
+                "an InPlace part",
+                &mirror,
+                &[
+                    "2 config(s) whose machines have not joined re-render",
+                    "1 MachinePool config(s) re-render",
+                    "3 running machine(s) become outdated",
+                    "3 of them can take it in place when Cluster API updates them in place (parts `configure`)",
+                ],
+            ),
+            (
+                "a Replace part",
+                &install,
+                &[
+                    "2 config(s)",
+                    "1 MachinePool",
+                    "3 running machine(s) become outdated",
+                    "3 of them are replaced on their next rollout (BootplateConfig team-a/in: role worker: part `install`",
+                ],
+            ),
+            (
+                "a part of another role",
+                &init,
+                &[
+                    "2 config(s)",
+                    "1 MachinePool",
+                    "3 running machine(s) get the same bootstrap data",
+                ],
+            ),
+            (
+                "the policy only",
+                &{
+                    let mut t = template(TEMPLATE);
+                    t.update_policy = Some(crd_types::UpdatePolicy::InPlaceOnly);
+                    t
+                },
+                &["the template's revision is unchanged"],
+            ),
+        ];
+        for (case, new, expected) in cases {
+            let warnings = super::template_preview("t", (&old, new), &configs, &joined);
+            assert_eq!(warnings.len(), expected.len(), "{case}: {warnings:#?}");
+            for (warning, expected) in warnings.iter().zip(expected) {
+                assert!(warning.contains(expected), "{case}: {warning}");
+            }
+        }
     }
 
     #[test]

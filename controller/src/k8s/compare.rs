@@ -1,8 +1,8 @@
-//! The renders a hook compares: a config spec rendered for one machine's view, the template read
-//! from the apiserver. The comparison itself is `render::compare`, the one `bootplate diff` and
-//! the admission webhook use: both renders get the same stand-ins for what is the same for both
-//! (the token, the CA hash, certificates, generated parts), so only what the spec or template
-//! change moves shows as a difference.
+//! The renders an in-place hook (and the webhook's rollout preview) compares: a config spec
+//! rendered for one machine's view, the template read from the apiserver. The comparison itself
+//! is `render::compare`, the one `bootplate diff` and the admission webhook use: both renders
+//! get the same stand-ins for what is the same for both (the token, the CA hash, certificates,
+//! generated parts), so only what the spec or template change moves shows as a difference.
 
 use crd_types::capi::{Cluster, Machine};
 use crd_types::{BootplateConfig, BootplateConfigSpec, Role, TemplateSpec, UpdatePolicy};
@@ -66,7 +66,7 @@ async fn side(
 ) -> Result<Side, String> {
     let template_ref = &spec.template_ref;
     let (display, template) =
-        crate::webhook::referenced_template(client, &view.namespace, template_ref)
+        super::templates::referenced_template(client, &view.namespace, template_ref)
             .await?
             .ok_or_else(|| {
                 format!(
@@ -91,7 +91,7 @@ pub(crate) async fn template_in_place_only(
     spec: &BootplateConfigSpec,
 ) -> Option<String> {
     let (display, template) =
-        crate::webhook::referenced_template(client, namespace, &spec.template_ref)
+        super::templates::referenced_template(client, namespace, &spec.template_ref)
             .await
             .ok()??;
     (template.policy() == UpdatePolicy::InPlaceOnly).then_some(display)
