@@ -566,6 +566,33 @@ fn deployment_runs_two_hardened_leader_elected_replicas() {
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
 }
 
+/// The second webhook entry sends only MachineDeployment updates (Cluster API's objects, in any
+/// version) to the same service and path, never blocks them (`Ignore`: it only warns), has no
+/// side effects (dry runs reach it), and matches only moves of the bootstrap reference.
+fn rollout_preview_only_warns(preview: &Value, validating: &Value) {
+    assert_eq!(preview["name"], "rollout-preview.bootstrap.bootplate.dev");
+    assert_eq!(preview["failurePolicy"], "Ignore");
+    assert_eq!(preview["sideEffects"], "None");
+    assert_eq!(preview["clientConfig"], validating["clientConfig"]);
+    let rules = preview["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0]["apiGroups"],
+        serde_json::json!(["cluster.x-k8s.io"])
+    );
+    assert_eq!(
+        rules[0]["resources"],
+        serde_json::json!(["machinedeployments"])
+    );
+    assert_eq!(rules[0]["operations"], serde_json::json!(["UPDATE"]));
+    let conditions = preview["matchConditions"].as_array().unwrap();
+    let expression = conditions[0]["expression"].as_str().unwrap();
+    assert!(
+        expression.contains("BootplateConfigTemplate") && expression.contains("oldObject"),
+        "{expression}"
+    );
+}
+
 #[test]
 fn webhook_configuration_service_certificate_and_deployment_fit_together() {
     let objects = documents(&kustomize("deploy"));
@@ -576,7 +603,12 @@ fn webhook_configuration_service_certificate_and_deployment_fit_together() {
     assert_eq!(configs.len(), 1, "one ValidatingWebhookConfiguration");
     let config = configs[0];
     let webhooks = config["webhooks"].as_array().unwrap();
-    assert_eq!(webhooks.len(), 1);
+    assert_eq!(
+        webhooks.len(),
+        2,
+        "the validating webhook and the rollout preview"
+    );
+    rollout_preview_only_warns(&webhooks[1], &webhooks[0]);
     let webhook = &webhooks[0];
     assert_eq!(webhook["sideEffects"], "None");
     assert_eq!(webhook["failurePolicy"], "Fail");
