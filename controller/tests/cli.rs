@@ -1793,3 +1793,119 @@ fn diff_input_errors_failures_and_secrets() {
     );
     assert_ne!(digests[0][1..], digests[1][1..]);
 }
+
+/// The shipped templates: every `templates/*.yaml` holding a (Cluster)BootstrapTemplate, parsed.
+fn shipped_templates() -> Vec<(String, serde_yaml::Value)> {
+    let mut found: Vec<(String, serde_yaml::Value)> = std::fs::read_dir(repo("templates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter_map(|p| {
+            let object: serde_yaml::Value =
+                serde_yaml::from_str(&std::fs::read_to_string(&p).unwrap()).ok()?;
+            let kind = object["kind"].as_str().unwrap_or_default();
+            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            kind.ends_with("BootstrapTemplate")
+                .then_some((name, object))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+/// The first part of `template` that a worker renders and whose update strategy is (`in_place`)
+/// or is not `InPlace`: its index and name.
+fn worker_part(template: &serde_yaml::Value, in_place: bool) -> Option<(usize, String)> {
+    let parts = template["spec"]["parts"].as_sequence()?;
+    parts.iter().enumerate().find_map(|(index, part)| {
+        let roles = part["roles"].as_sequence();
+        let for_worker = roles.is_none_or(|r| r.iter().any(|role| role == "worker"));
+        let is_in_place = part["update"] == "InPlace";
+        (for_worker && is_in_place == in_place)
+            .then(|| (index, part["name"].as_str().unwrap().to_owned()))
+    })
+}
+
+/// `template` with a comment line added to its raw `spec.template` (beside its parts): a change
+/// outside the parts.
+fn with_changed_body(template: &serde_yaml::Value) -> String {
+    let mut changed = template.clone();
+    let body = changed["spec"]["template"]
+        .as_str()
+        .expect("a raw template");
+    changed["spec"]["template"] = format!("{body}\n# bootplate diff table test\n").into();
+    serde_yaml::to_string(&changed).unwrap()
+}
+
+/// `template` with one more command in its part `index`: a change of that part alone.
+fn with_changed_part(template: &serde_yaml::Value, index: usize) -> String {
+    let mut changed = template.clone();
+    let part = &mut changed["spec"]["parts"][index];
+    if part["commands"].as_sequence().is_none() {
+        part["commands"] = serde_yaml::Value::Sequence(Vec::new());
+    }
+    let command = serde_yaml::Value::from("echo bootplate-diff-table-test");
+    part["commands"].as_sequence_mut().unwrap().push(command);
+    serde_yaml::to_string(&changed).unwrap()
+}
+
+/// For every shipped template, pairs of revisions `bootplate diff` judges as the in-place hooks
+/// will (both are `render::compare`): the same revision is unchanged; a change of the first
+/// `InPlace` part a worker renders is in place, naming only that part; a change of the first
+/// other part (or, for a template whose parts are all `InPlace` beside a raw `spec.template`,
+/// of that body) is a replacement naming what changed, with exit code 3.
+#[test]
+fn every_shipped_templates_revision_pairs_get_the_verdict_of_the_part_they_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let templates = shipped_templates();
+    assert!(
+        templates.len() >= 9,
+        "the shipped templates: {}",
+        templates.len()
+    );
+    for (name, template) in &templates {
+        let (in_place, in_place_name) =
+            worker_part(template, true).unwrap_or_else(|| panic!("{name}: no InPlace part"));
+        let (rollout, named) = match worker_part(template, false) {
+            Some((index, part)) => (
+                with_changed_part(template, index),
+                format!("part `{part}` changed and is not `update: InPlace`"),
+            ),
+            None => (
+                with_changed_body(template),
+                "the output of the raw spec.template changed".to_owned(),
+            ),
+        };
+        let files = [
+            ("old", serde_yaml::to_string(template).unwrap()),
+            ("in-place", with_changed_part(template, in_place)),
+            ("rollout", rollout),
+        ];
+        for (revision, text) in &files {
+            std::fs::write(dir.path().join(format!("{name}-{revision}.yaml")), text).unwrap();
+        }
+        let at = |revision: &str| {
+            let path = dir.path().join(format!("{name}-{revision}.yaml"));
+            path.to_string_lossy().into_owned()
+        };
+        let judged = |revision: &str| diff_json(&["--role", "worker", &at("old"), &at(revision)]);
+
+        let (out, report) = judged("old");
+        assert_exit(&out, 0);
+        assert_eq!(report["verdict"], "unchanged", "{name}: {report}");
+        let (out, report) = judged("in-place");
+        assert_exit(&out, 0);
+        assert_eq!(report["verdict"], "in-place", "{name}: {report}");
+        let role = &report["objects"][0]["roles"][0];
+        assert_eq!(
+            role["inPlaceParts"],
+            serde_json::json!([in_place_name]),
+            "{name}: {report}"
+        );
+        let (out, report) = judged("rollout");
+        assert_exit(&out, 3);
+        assert_eq!(report["verdict"], "replacement", "{name}: {report}");
+        let reason = report["objects"][0]["roles"][0]["reason"].to_string();
+        assert!(reason.contains(&named), "{name}: {report}");
+    }
+}
