@@ -247,43 +247,92 @@ async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Answer
         let problems = off_runtime(move || validate::template(&display, &new)).await?;
         return Ok(Answer::refuse(problems));
     };
-    let in_place_only = old.policy() == UpdatePolicy::InPlaceOnly;
     let scope = Scope {
         kind: changed.kind,
         namespace: changed.namespace,
         name: changed.name,
     };
-    let configs = configs_of(client, &scope).await?;
-    let Some(configs) = configs else {
-        if in_place_only {
-            return Ok(Answer::refuse(vec![format!(
-                "spec: updatePolicy is InPlaceOnly and more than {MAX_CONFIGS_JUDGED} configs reference {} {}: the change cannot be judged at admission",
-                scope.kind, scope.name
-            )]));
-        }
-        let problems = off_runtime(move || validate::template(&display, &changed.new)).await?;
-        let warning =
-            format!("more than {MAX_CONFIGS_JUDGED} configs reference this template: not counted");
-        return Ok(Answer {
-            problems,
-            warnings: vec![warning],
-        });
-    };
-    let joined = joined_machines(client, scope.namespace, &configs).await?;
     let new = changed.new;
+    if old.policy() == UpdatePolicy::InPlaceOnly {
+        return in_place_only_change(client, &scope, display, (old, new)).await;
+    }
+    // Only warnings are at stake: what does not fit in the budget is told as not counted, and
+    // the update is judged on the template alone, within the webhook's time.
+    let deadline = std::time::Instant::now() + PREVIEW_BUDGET;
+    let gathered = tokio::time::timeout_at(deadline.into(), gather(client, &scope)).await;
+    off_runtime(move || {
+        let problems = validate::template(&display, &new);
+        let warnings = match gathered {
+            _ if !problems.is_empty() => Vec::new(),
+            Ok(Ok(Some((configs, joined)))) => {
+                let preview = validate::Preview {
+                    configs: &configs,
+                    joined: &joined,
+                    deadline: Some(deadline),
+                };
+                validate::template_preview(&display, (&old, &new), &preview)
+            }
+            Ok(Ok(None)) => vec![format!(
+                "more than {MAX_CONFIGS_JUDGED} configs reference this template: not counted"
+            )],
+            Ok(Err(e)) => vec![format!("what this change does is not told: {e}")],
+            Err(_) => vec![format!(
+                "the configs of this template were not listed within {} s: what this change does is not told",
+                PREVIEW_BUDGET.as_secs()
+            )],
+        };
+        Answer { problems, warnings }
+    })
+    .await
+}
+
+/// How long an update's preview may take (the webhook's own limit is 10 s, and the template's
+/// checks need their share).
+const PREVIEW_BUDGET: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// The answer to an update of a template with `updatePolicy: InPlaceOnly`: refused unless every
+/// running machine can take it in place, which needs every one of them judged (no budget).
+async fn in_place_only_change(
+    client: &Client,
+    scope: &Scope<'_>,
+    display: String,
+    (old, new): (TemplateSpec, TemplateSpec),
+) -> Result<Answer, String> {
+    let Some((configs, joined)) = gather(client, scope).await? else {
+        return Ok(Answer::refuse(vec![format!(
+            "spec: updatePolicy is InPlaceOnly and more than {MAX_CONFIGS_JUDGED} configs reference {} {}: the change cannot be judged at admission",
+            scope.kind, scope.name
+        )]));
+    };
     off_runtime(move || {
         let mut problems = validate::template(&display, &new);
-        if in_place_only {
-            problems.extend(validate::template_update(&display, &old, &new, &configs));
-        }
+        problems.extend(validate::template_update(&display, &old, &new, &configs));
         let warnings = if problems.is_empty() {
-            validate::template_preview(&display, (&old, &new), &configs, &joined)
+            let preview = validate::Preview {
+                configs: &configs,
+                joined: &joined,
+                deadline: None,
+            };
+            validate::template_preview(&display, (&old, &new), &preview)
         } else {
             Vec::new()
         };
         Answer { problems, warnings }
     })
     .await
+}
+
+/// The configs that reference the template of `scope` and the joined Machines among their
+/// owners; `None` beyond [`MAX_CONFIGS_JUDGED`] configs.
+async fn gather(
+    client: &Client,
+    scope: &Scope<'_>,
+) -> Result<Option<(Vec<BootplateConfig>, HashSet<(String, String)>)>, String> {
+    let Some(configs) = configs_of(client, scope).await? else {
+        return Ok(None);
+    };
+    let joined = joined_machines(client, scope.namespace, &configs).await?;
+    Ok(Some((configs, joined)))
 }
 
 /// A template, for the listings of what references it: its kind, namespace (`None`:

@@ -247,15 +247,22 @@ pub fn template_update(
     )]
 }
 
-/// What an update of a template from `old` to `new` does to the machines of `configs` (those
-/// that reference it), told as admission warnings (`core::preview`): a config whose Machine is
-/// not in `joined` (namespace, Machine name: those with a Node) re-renders; a joined machine is
-/// judged as [`template_update`] judges it.
+/// The configs a template's update is previewed against: those that reference it, the Machines
+/// (namespace, name) with a Node among their owners, and when the judging must stop (the rest
+/// is told as not judged).
+pub struct Preview<'a> {
+    pub configs: &'a [BootplateConfig],
+    pub joined: &'a HashSet<(String, String)>,
+    pub deadline: Option<std::time::Instant>,
+}
+
+/// What an update of a template from `old` to `new` does to the machines of `preview.configs`,
+/// told as admission warnings (`core::preview`): a config whose Machine is not joined
+/// re-renders; a joined machine is judged as [`template_update`] judges it, until the deadline.
 pub fn template_preview(
     display: &str,
     (old, new): (&TemplateSpec, &TemplateSpec),
-    configs: &[BootplateConfig],
-    joined: &HashSet<(String, String)>,
+    preview: &Preview,
 ) -> Vec<String> {
     use crate::core::preview::{self, ConfigFact, Stage, Verdict};
     if old.revision() == new.revision() {
@@ -264,10 +271,10 @@ pub fn template_preview(
     // A new spec that does not compile is refused (`template`): nothing to tell.
     let Ok(judge) = Judge::new(display, old, new) else {
         let why = "the old revision no longer compiles".to_owned();
-        return preview::preview(configs.iter().map(|config| {
+        return preview::preview(preview.configs.iter().map(|config| {
             ConfigFact {
                 name: config_name(config),
-                stage: stage_of(config, joined)
+                stage: stage_of(config, preview.joined)
                     .unwrap_or(Stage::Running(Verdict::Unjudged { why: why.clone() })),
             }
         }))
@@ -276,8 +283,18 @@ pub fn template_preview(
     let Some(mut judge) = judge else {
         return Vec::new();
     };
-    let facts = configs.iter().map(|config| {
-        let stage = stage_of(config, joined).unwrap_or_else(|| {
+    let late = || {
+        preview
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() > d)
+    };
+    let facts = preview.configs.iter().map(|config| {
+        let stage = stage_of(config, preview.joined).unwrap_or_else(|| {
+            if late() {
+                return Stage::Running(Verdict::Unjudged {
+                    why: "not judged within the webhook's time".to_owned(),
+                });
+            }
             Stage::Running(match judge.judge(config) {
                 Ok(Judged::Unchanged) => Verdict::Unchanged,
                 Ok(Judged::InPlace(parts)) => Verdict::InPlace { parts },
@@ -882,12 +899,37 @@ parts:
             ),
         ];
         for (case, new, expected) in cases {
-            let warnings = super::template_preview("t", (&old, new), &configs, &joined);
+            let preview = super::Preview {
+                configs: &configs,
+                joined: &joined,
+                deadline: None,
+            };
+            let warnings = super::template_preview("t", (&old, new), &preview);
             assert_eq!(warnings.len(), expected.len(), "{case}: {warnings:#?}");
             for (warning, expected) in warnings.iter().zip(expected) {
                 assert!(warning.contains(expected), "{case}: {warning}");
             }
         }
+    }
+
+    #[test]
+    fn a_preview_past_its_deadline_tells_the_running_machines_not_judged() {
+        let old = template(TEMPLATE);
+        let new = template(&TEMPLATE.replace("endpoint = ", "mirror = "));
+        let (configs, joined) = configs_at_every_stage();
+        let preview = super::Preview {
+            configs: &configs,
+            joined: &joined,
+            deadline: std::time::Instant::now().checked_sub(std::time::Duration::from_secs(1)),
+        };
+        let warnings = super::template_preview("t", (&old, &new), &preview);
+        assert!(
+            warnings.iter().any(|w| w.contains("2 config(s) whose machines have not joined"))
+                && warnings.iter().any(|w| w.contains(
+                    "3 of them could not be judged (BootplateConfig team-a/in: not judged within the webhook's time)"
+                )),
+            "{warnings:#?}"
+        );
     }
 
     #[test]
