@@ -117,6 +117,17 @@ impl Rendered {
     }
 }
 
+/// What a raw `spec.template` renders from: its text and parts, the config and what its
+/// generators gave, the machine's role and the render context.
+struct RawInput<'a> {
+    text: &'a Text,
+    parts: &'a [CompiledPart],
+    config: &'a BootplateConfigSpec,
+    generated: &'a Generated,
+    role: crd_types::Role,
+    context: &'a Context,
+}
+
 impl CompiledTemplate {
     /// Compiles every template text of `spec` (partials, the raw `template` or each file path,
     /// file content, unit, drop-in and command of the parts) and checks the spec: variable
@@ -298,14 +309,15 @@ impl CompiledTemplate {
         let text = match &self.body {
             Body::Raw(text, parts) => {
                 self.check_raw_inline(config, ctx)?;
-                self.render_raw(
-                    (text, parts),
-                    (config, generated),
-                    ctx.machine.role,
-                    &context,
-                    &mut budget,
-                    (limit, compress),
-                )?
+                let input = RawInput {
+                    text,
+                    parts,
+                    config,
+                    generated,
+                    role: ctx.machine.role,
+                    context: &context,
+                };
+                self.render_raw(input, &mut budget, limit, compress)?
             }
             Body::Parts(parts) => {
                 let body = body::collect(
@@ -355,13 +367,19 @@ impl CompiledTemplate {
     /// render nothing), checked against the format.
     fn render_raw(
         &self,
-        (text, parts): (&Text, &[CompiledPart]),
-        (config, generated): (&BootplateConfigSpec, &Generated),
-        role: crd_types::Role,
-        context: &Context,
+        input: RawInput<'_>,
         budget: &mut Budget,
-        (limit, compress): (Limit, bool),
+        limit: Limit,
+        compress: bool,
     ) -> Result<String, RenderError> {
+        let RawInput {
+            text,
+            parts,
+            config,
+            generated,
+            role,
+            context,
+        } = input;
         if !config.skip_parts.is_empty() && parts.is_empty() {
             return Err(RenderError::failed(
                 &self.object,

@@ -499,7 +499,7 @@ fn check_against_cluster(
     if let Some(limit) = limit {
         known.extend(user_data(object, spec, None, limit, &known));
     }
-    config_problems(config, object, spec, (&known, limit), |p| {
+    config_problems(config, object, spec, &known, limit, |p| {
         let message = format!("{object} in {shown}: {}: {}{}", p.field, p.message, role(p));
         config
             .at
@@ -514,7 +514,8 @@ fn config_problems(
     config: &super::references::FoundConfig<'_>,
     object: &str,
     spec: &crd_types::TemplateSpec,
-    (known, limit): (&[Problem], Option<&render::UserDataLimit>),
+    known: &[Problem],
+    limit: Option<&render::UserDataLimit>,
     at_template: impl Fn(&Problem) -> Diagnostic,
 ) -> Vec<Diagnostic> {
     let mut found = render::lint(object, spec, Some(&config.spec));
@@ -556,7 +557,7 @@ fn check_against_file(
     let known = own
         .get(&(template_file.shown.clone(), template_index))
         .map_or(&[][..], Vec::as_slice);
-    config_problems(config, &object, &spec, (known, limit), |p| {
+    config_problems(config, &object, &spec, known, limit, |p| {
         let message = format!(
             "{}{} (with the values of {})",
             p.message,

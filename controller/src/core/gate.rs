@@ -72,14 +72,21 @@ pub(crate) fn owner_found<M>(
     })
 }
 
-/// The Cluster `cluster_name` of the owner `kind` `name` (its `spec.clusterName`), when the
-/// cache holds it.
+/// The owner of a config as messages name it: its kind (`Machine`, `MachinePool`) and name.
+#[derive(Clone, Copy)]
+pub(crate) struct OwnerName<'a> {
+    pub kind: &'a str,
+    pub name: &'a str,
+}
+
+/// The Cluster `cluster_name` of `owner` (its `spec.clusterName`), when the cache holds it.
 pub(crate) fn cluster_found<C>(
     namespace: &str,
-    (kind, name): (&str, &str),
+    owner: OwnerName<'_>,
     cluster_name: &str,
     cluster: Option<C>,
 ) -> Result<C, Blocked> {
+    let OwnerName { kind, name } = owner;
     cluster.ok_or_else(|| {
         Blocked::waiting(
             reason::CLUSTER_NOT_FOUND,
@@ -327,8 +334,11 @@ pub(crate) mod tests {
         );
         let missing = owner_found::<Machine>("MachinePool", "ns", "p", None).unwrap_err();
         assert_eq!(missing.message, "owner MachinePool ns/p not found");
-        let no_cluster =
-            cluster_found::<Cluster>("ns", ("MachinePool", "p"), "c1", None).unwrap_err();
+        let pool = OwnerName {
+            kind: "MachinePool",
+            name: "p",
+        };
+        let no_cluster = cluster_found::<Cluster>("ns", pool, "c1", None).unwrap_err();
         assert_eq!(no_cluster.reason, reason::CLUSTER_NOT_FOUND);
         assert_eq!(
             no_cluster.message,

@@ -175,7 +175,8 @@ pub(crate) struct Grant<'a> {
 /// requests, and a fourth to read the Secret's UID when the token does not carry it.
 pub(crate) async fn grant<K>(
     workload: &Client,
-    (config_uid, token): (&str, &Token),
+    config_uid: &str,
+    token: &Token,
     grant: &Grant<'_>,
     object: impl FnOnce(&Target<'_>) -> K,
 ) -> kube::Result<()>
@@ -221,10 +222,13 @@ pub(crate) async fn set_up(
     token: &Token,
 ) -> Result<()> {
     let object = name(config_uid);
-    let ids = (config_uid, token);
-    grant(workload, ids, &report_grant(&object), |target| {
-        config_map(target, cluster_uid)
-    })
+    grant(
+        workload,
+        config_uid,
+        token,
+        &report_grant(&object),
+        |target| config_map(target, cluster_uid),
+    )
     .await
     .map_err(workload_error)
 }
@@ -336,7 +340,8 @@ impl Reports {
     pub(crate) async fn of_cluster(
         &self,
         workload: &Client,
-        (key, cluster_uid): (&ClusterKey, &str),
+        key: &ClusterKey,
+        cluster_uid: &str,
         max_age: Duration,
     ) -> Result<Arc<ClusterReports>> {
         let slot = self.slot(key);
@@ -364,7 +369,7 @@ impl Reports {
         uid: &str,
         max_age: Duration,
     ) -> Result<Option<Encoded>> {
-        let reports = (self.of_cluster(workload, (cluster, cluster_uid), max_age)).await?;
+        let reports = (self.of_cluster(workload, cluster, cluster_uid, max_age)).await?;
         match reports.find(uid) {
             Found::Absent => Ok(None),
             Found::Kept(entry) => Ok(Some(entry.clone())),

@@ -70,8 +70,7 @@ pub(crate) async fn store(
     sealed: &Sealed,
 ) -> Result<()> {
     let object = name(config_uid);
-    let ids = (config_uid, token);
-    grant(workload, ids, &payload_grant(&object), |t| {
+    grant(workload, config_uid, token, &payload_grant(&object), |t| {
         secret(t, sealed)
     })
     .await

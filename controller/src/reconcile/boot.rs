@@ -264,6 +264,6 @@ async fn cluster_reports(
 ) -> crate::error::Result<Arc<ClusterReports>> {
     let workload = ctx.workload_client(&key.0, &key.1).await?;
     ctx.boot_reports
-        .of_cluster(&workload, (key, cluster_uid), max_age)
+        .of_cluster(&workload, key, cluster_uid, max_age)
         .await
 }

@@ -110,15 +110,18 @@ async fn next_step(
             let cluster = cluster_of(
                 ctx,
                 namespace,
-                ("Machine", &owner),
+                gate::OwnerName {
+                    kind: "Machine",
+                    name: &owner,
+                },
                 &machine.spec.cluster_name,
             )?;
             let secret = ctx.stores.secret(namespace, name);
             let adopt = gate::adoptable(config, &machine, secret.as_deref());
             match gate::path(config, previous, &machine, &cluster, adopt)? {
                 Path::Frozen { role, revision } => {
-                    let scene = (&*machine, &*cluster);
-                    let mut joined = joined::clean_up(ctx, config, scene, role, revision).await;
+                    let mut joined =
+                        joined::clean_up(ctx, config, &machine, &cluster, role, revision).await;
                     match super::inplace::sync(ctx, config, &machine, &cluster, role).await {
                         Ok(in_place) => joined.in_place = in_place,
                         Err(e) => joined.failure = Some(e),
@@ -138,7 +141,10 @@ async fn next_step(
             let cluster = cluster_of(
                 ctx,
                 namespace,
-                ("MachinePool", &owner),
+                gate::OwnerName {
+                    kind: "MachinePool",
+                    name: &owner,
+                },
                 &pool.spec.cluster_name,
             )?;
             gate::pool_path(config, &cluster)?;
@@ -156,11 +162,11 @@ async fn next_step(
     }
 }
 
-/// The Cluster `cluster_name` of the owner (kind, name), from the cache.
+/// The Cluster `cluster_name` of `owner`, from the cache.
 fn cluster_of(
     ctx: &Context,
     namespace: &str,
-    owner: (&str, &str),
+    owner: gate::OwnerName<'_>,
     cluster_name: &str,
 ) -> Result<std::sync::Arc<crd_types::capi::Cluster>> {
     let cluster = ctx.stores.cluster(namespace, cluster_name);

@@ -46,7 +46,8 @@ pub(crate) struct Joined {
 pub(crate) async fn clean_up(
     ctx: &Context,
     config: &BootplateConfig,
-    (machine, cluster): (&Machine, &Cluster),
+    machine: &Machine,
+    cluster: &Cluster,
     role: Role,
     revision: String,
 ) -> Joined {

@@ -144,8 +144,7 @@ async fn check(
             let Some(old) = &request.old_object else {
                 return Ok(Answer::default());
             };
-            let warnings =
-                rollout::warnings(client, &namespace, &request.name, (old, object)).await;
+            let warnings = rollout::warnings(client, &namespace, &request.name, old, object).await;
             Ok(Answer {
                 problems: Vec::new(),
                 warnings,
@@ -254,7 +253,7 @@ async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Answer
     };
     let new = changed.new;
     if old.policy() == UpdatePolicy::InPlaceOnly {
-        return in_place_only_change(client, &scope, display, (old, new)).await;
+        return in_place_only_change(client, &scope, display, old, new).await;
     }
     // Only warnings are at stake: what does not fit in the budget is told as not counted, and
     // the update is judged on the template alone, within the webhook's time.
@@ -270,7 +269,7 @@ async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Answer
                     joined: &joined,
                     deadline: Some(deadline),
                 };
-                validate::template_preview(&display, (&old, &new), &preview)
+                validate::template_preview(&display, &old, &new, &preview)
             }
             Ok(Ok(None)) => vec![format!(
                 "more than {MAX_CONFIGS_JUDGED} configs reference this template: not counted"
@@ -296,7 +295,8 @@ async fn in_place_only_change(
     client: &Client,
     scope: &Scope<'_>,
     display: String,
-    (old, new): (TemplateSpec, TemplateSpec),
+    old: TemplateSpec,
+    new: TemplateSpec,
 ) -> Result<Answer, String> {
     let Some((configs, joined)) = gather(client, scope).await? else {
         return Ok(Answer::refuse(vec![format!(
@@ -313,7 +313,7 @@ async fn in_place_only_change(
                 joined: &joined,
                 deadline: None,
             };
-            validate::template_preview(&display, (&old, &new), &preview)
+            validate::template_preview(&display, &old, &new, &preview)
         } else {
             Vec::new()
         };

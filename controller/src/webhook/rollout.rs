@@ -19,7 +19,8 @@ pub(super) async fn warnings(
     client: &Client,
     namespace: &str,
     name: &str,
-    (old, new): (&DynamicObject, &DynamicObject),
+    old: &DynamicObject,
+    new: &DynamicObject,
 ) -> Vec<String> {
     let (Some(from), Some(to)) = (config_template_of(old), config_template_of(new)) else {
         return Vec::new();

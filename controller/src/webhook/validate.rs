@@ -172,7 +172,15 @@ pub fn config_update(
     };
     let (old_spec, new_spec) = (sample_spec(&old.spec), sample_spec(&new.spec));
     for role in roles {
-        match update_plan((&old_compiled, &old_spec), (&new_compiled, &new_spec), role) {
+        let old = render::Revision {
+            template: &old_compiled,
+            config: &old_spec,
+        };
+        let new = render::Revision {
+            template: &new_compiled,
+            config: &new_spec,
+        };
+        match update_plan(old, new, role) {
             Ok(UpdatePlan::Unchanged | UpdatePlan::InPlace { .. }) => {}
             Ok(UpdatePlan::Rollout { reason }) => {
                 return refuse(format!("needs a new machine (role {role}): {reason}"));
@@ -261,7 +269,8 @@ pub struct Preview<'a> {
 /// re-renders; a joined machine is judged as [`template_update`] judges it, until the deadline.
 pub fn template_preview(
     display: &str,
-    (old, new): (&TemplateSpec, &TemplateSpec),
+    old: &TemplateSpec,
+    new: &TemplateSpec,
     preview: &Preview,
 ) -> Vec<String> {
     use crate::core::preview::{self, ConfigFact, Stage, Verdict};
@@ -387,7 +396,11 @@ impl Judge {
             let (old, new) = (&self.old, &self.new);
             let judged = self.judged.entry(key).or_insert_with(|| {
                 let sample = sample_spec(&config.spec);
-                match update_plan((old, &sample), (new, &sample), role) {
+                let revision = |template| render::Revision {
+                    template,
+                    config: &sample,
+                };
+                match update_plan(revision(old), revision(new), role) {
                     Ok(UpdatePlan::Unchanged) => Judged::Unchanged,
                     Ok(UpdatePlan::InPlace { parts }) => Judged::InPlace(parts),
                     Ok(UpdatePlan::Rollout { reason }) => {
@@ -458,18 +471,10 @@ enum Unjudged {
 /// the same sample machine, by the comparison the in-place hooks and `bootplate diff` make
 /// (`render::compare`).
 fn update_plan(
-    (old_compiled, old_sample): (&render::CompiledTemplate, &BootplateConfigSpec),
-    (new_compiled, new_sample): (&render::CompiledTemplate, &BootplateConfigSpec),
+    old: render::Revision,
+    new: render::Revision,
     role: Role,
 ) -> Result<UpdatePlan, Unjudged> {
-    let old = render::Revision {
-        template: old_compiled,
-        config: old_sample,
-    };
-    let new = render::Revision {
-        template: new_compiled,
-        config: new_sample,
-    };
     match render::compare(old, new, &render::sample_context(role)) {
         Ok(comparison) => Ok(comparison.plan),
         Err(e @ render::CompareError::Old(_)) => Err(Unjudged::Old(e.to_string())),
@@ -904,7 +909,7 @@ parts:
                 joined: &joined,
                 deadline: None,
             };
-            let warnings = super::template_preview("t", (&old, new), &preview);
+            let warnings = super::template_preview("t", &old, new, &preview);
             assert_eq!(warnings.len(), expected.len(), "{case}: {warnings:#?}");
             for (warning, expected) in warnings.iter().zip(expected) {
                 assert!(warning.contains(expected), "{case}: {warning}");
@@ -922,7 +927,7 @@ parts:
             joined: &joined,
             deadline: std::time::Instant::now().checked_sub(std::time::Duration::from_secs(1)),
         };
-        let warnings = super::template_preview("t", (&old, &new), &preview);
+        let warnings = super::template_preview("t", &old, &new, &preview);
         assert!(
             warnings.iter().any(|w| w.contains("2 config(s) whose machines have not joined"))
                 && warnings.iter().any(|w| w.contains(
