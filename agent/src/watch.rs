@@ -172,7 +172,7 @@ fn read_payload(
     })?;
     let booted = match key(BOOTED_KEY) {
         None => None,
-        Some(bytes) => Some(serde_json::from_slice(&bytes.0).map_err(|e| {
+        Some(bytes) => Some(BootedManifest::from_bytes(&bytes.0).map_err(|e| {
             format!("Secret {NAMESPACE}/{name}: key {BOOTED_KEY} is not a record of the boot: {e}")
         })?),
     };

@@ -89,6 +89,18 @@ pub struct BootedManifest {
     pub units: BTreeSet<String>,
 }
 
+impl BootedManifest {
+    /// The record as the data Secret and the first payload Secret hold it, under [`BOOTED_KEY`].
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a record always serializes")
+    }
+
+    /// The record in `bytes`, as [`BootedManifest::to_bytes`] wrote it.
+    pub fn from_bytes(bytes: &[u8]) -> Result<BootedManifest, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
 /// The one Node a payload is for: node names are reused (clouds name nodes after their private
 /// addresses), so a payload left behind by a deleted Node must not be applied by the next Node
 /// of that name. The agent applies a payload only when its own Node has this UID (and this

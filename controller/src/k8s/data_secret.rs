@@ -68,8 +68,7 @@ pub fn build(
         ),
     ]);
     if let Some(booted) = booted {
-        let json = serde_json::to_vec(booted).expect("a record always serializes");
-        data.insert(BOOTED_KEY.to_owned(), ByteString(json));
+        data.insert(BOOTED_KEY.to_owned(), ByteString(booted.to_bytes()));
     }
     Secret {
         metadata: ObjectMeta {
@@ -94,7 +93,7 @@ pub fn build(
 /// a readable record (warned: the first update then removes nothing the boot wrote).
 pub fn booted_of(secret: &Secret) -> Option<BootedManifest> {
     let bytes = secret.data.as_ref()?.get(BOOTED_KEY)?;
-    serde_json::from_slice(&bytes.0)
+    BootedManifest::from_bytes(&bytes.0)
         .inspect_err(|e| {
             tracing::warn!(secret = %secret.name_any(), error = %e, "key {BOOTED_KEY} is not a record of the boot")
         })

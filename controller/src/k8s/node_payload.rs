@@ -93,8 +93,7 @@ pub fn secret(target: &Target, payload: &NodePayload, booted: Option<&BootedMani
         (NODE_KEY.to_owned(), ByteString(binding)),
     ]);
     if let Some(booted) = booted {
-        let json = serde_json::to_vec(booted).expect("a record always serializes");
-        data.insert(BOOTED_KEY.to_owned(), ByteString(json));
+        data.insert(BOOTED_KEY.to_owned(), ByteString(booted.to_bytes()));
     }
     let mut metadata = meta(target);
     metadata.annotations = Some(BTreeMap::from([(
