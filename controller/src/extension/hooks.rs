@@ -255,14 +255,8 @@ async fn compared(
         });
     let (plan, policy_holder) = match specs {
         Ok((current, desired)) => {
-            let plan = compare::plan(&hooks.client, view, &current, &desired).await;
-            let holder = match policy_holder {
-                Some(holder) => Some(holder),
-                None => {
-                    compare::template_in_place_only(&hooks.client, &view.namespace, &current).await
-                }
-            };
-            (plan, holder)
+            let compared = compare::compare(&hooks.client, view, &current, &desired).await;
+            (compared.plan, policy_holder.or(compared.template_holds))
         }
         Err(e) => (Err(e), policy_holder),
     };

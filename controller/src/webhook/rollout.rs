@@ -85,6 +85,7 @@ async fn preview_rollout(
         })?;
     let joined: Vec<Machine> = listed.items.into_iter().filter(Machine::has_node).collect();
     let (old_spec, new_spec) = (&old.spec.template.spec, &new.spec.template.spec);
+    let mut template_holds = None;
     let verdict = match joined.first() {
         None => None,
         Some(machine) => {
@@ -93,8 +94,9 @@ async fn preview_rollout(
                 machine: machine.clone(),
                 role: Role::Worker,
             };
-            let plan = compare::plan(client, &view, old_spec, new_spec).await;
-            Some(match plan {
+            let compared = compare::compare(client, &view, old_spec, new_spec).await;
+            template_holds = compared.template_holds;
+            Some(match compared.plan {
                 Ok(render::UpdatePlan::Unchanged) => Verdict::Unchanged,
                 Ok(render::UpdatePlan::InPlace { parts }) => Verdict::InPlace { parts },
                 Ok(render::UpdatePlan::Rollout { reason }) => Verdict::Replaced { why: reason },
@@ -102,14 +104,9 @@ async fn preview_rollout(
             })
         }
     };
-    let held_by = if old.spec.update_policy == Some(UpdatePolicy::InPlaceOnly) {
-        Some(format!(
-            "BootplateConfigTemplate {namespace}/{}",
-            deployment.from
-        ))
-    } else {
-        compare::template_in_place_only(client, namespace, old_spec).await
-    };
+    let config_template_holds = (old.spec.update_policy == Some(UpdatePolicy::InPlaceOnly))
+        .then(|| format!("BootplateConfigTemplate {namespace}/{}", deployment.from));
+    let held_by = config_template_holds.or(template_holds);
     Ok(preview::rollout_warnings(&Rollout {
         joined: joined.len(),
         to: deployment.to,
