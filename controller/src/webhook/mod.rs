@@ -236,9 +236,9 @@ fn changed_template<'a>(
 }
 
 /// The answer to a template written: its own problems (`validate::template`); for an update,
-/// what it does to the machines of the configs that reference it (`validate::template_preview`)
+/// what it does to the machines of the configs that reference it (`TemplateChange::preview`)
 /// and, for one with `updatePolicy: InPlaceOnly`, what its running machines cannot take in place
-/// (`validate::template_update`).
+/// (`TemplateChange::refusal`, one judge for both).
 async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Answer, String> {
     let display = display_name(changed.kind, changed.namespace, changed.name);
     let Some(old) = changed.old else {
@@ -269,7 +269,7 @@ async fn template_change(client: &Client, changed: Changed<'_>) -> Result<Answer
                     joined: &joined,
                     deadline: Some(deadline),
                 };
-                validate::template_preview(&display, &old, &new, &preview)
+                validate::TemplateChange::new(&display, &old, &new).preview(&preview)
             }
             Ok(Ok(None)) => vec![format!(
                 "more than {MAX_CONFIGS_JUDGED} configs reference this template: not counted"
@@ -306,14 +306,15 @@ async fn in_place_only_change(
     };
     off_runtime(move || {
         let mut problems = validate::template(&display, &new);
-        problems.extend(validate::template_update(&display, &old, &new, &configs));
+        let mut change = validate::TemplateChange::new(&display, &old, &new);
+        problems.extend(change.refusal(&configs));
         let warnings = if problems.is_empty() {
             let preview = validate::Preview {
                 configs: &configs,
                 joined: &joined,
                 deadline: None,
             };
-            validate::template_preview(&display, &old, &new, &preview)
+            change.preview(&preview)
         } else {
             Vec::new()
         };
@@ -367,23 +368,14 @@ async fn configs_of(
     .await
 }
 
-/// The Machines (namespace, name) with a Node, of those owning a written config of `configs`, in
-/// `namespace` (`None`: every namespace); none listed when no such config exists.
+/// The Machines (namespace, name) with a Node in `namespace` (`None`: every namespace); none
+/// listed when no config of `configs` may be running (`validate::running`).
 async fn joined_machines(
     client: &Client,
     namespace: Option<&str>,
     configs: &[BootplateConfig],
 ) -> Result<HashSet<(String, String)>, String> {
-    let written = configs.iter().any(|c| {
-        matches!(
-            crate::core::gate::owner(c),
-            Some(crate::core::gate::Owner::Machine(_))
-        ) && c
-            .status
-            .as_ref()
-            .is_some_and(|s| s.data_secret_name.is_some())
-    });
-    if !written {
+    if !configs.iter().any(validate::running) {
         return Ok(HashSet::new());
     }
     let api: Api<crd_types::capi::Machine> = match namespace {

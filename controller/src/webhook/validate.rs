@@ -195,47 +195,126 @@ pub fn config_update(
     Vec::new()
 }
 
-/// On update of a template with `updatePolicy: InPlaceOnly` (the old spec's policy rules, so a
-/// change cannot lift the policy and replace machines at once): the change is admitted only when
-/// every running machine of it, that is every written config in `configs` (those that
-/// reference the template), can take it in place, each judged with its own spec and recorded
-/// role as [`config_update`] judges a config's change. Otherwise the refusal names how many
-/// machines would need replacing, a few of their configs, and why (the part or field).
-pub fn template_update(
-    display: &str,
-    old: &TemplateSpec,
-    new: &TemplateSpec,
-    configs: &[BootplateConfig],
-) -> Vec<String> {
-    if old.policy() != crd_types::UpdatePolicy::InPlaceOnly || old.revision() == new.revision() {
-        return Vec::new();
-    }
-    let mut judge = match Judge::new(display, old, new) {
-        Ok(Some(judge)) => judge,
-        // `template` refuses a new spec that does not compile, with the line and column.
-        Ok(None) => return Vec::new(),
-        Err(e) => {
-            return vec![format!(
-                "spec: updatePolicy is InPlaceOnly and the change cannot be judged: {e}"
-            )];
+/// An update of a template from `old` to `new` (named `display` in messages), judged against
+/// the configs that reference it: the `InPlaceOnly` refusal ([`TemplateChange::refusal`]) and
+/// the warnings ([`TemplateChange::preview`]) share one [`Judge`], so a (spec, role) pair both
+/// look at is rendered once. The templates are compiled when first needed.
+pub struct TemplateChange<'a> {
+    display: &'a str,
+    old: &'a TemplateSpec,
+    new: &'a TemplateSpec,
+    /// `Ok(None)`: the new spec does not compile; `Err`: the old one does not.
+    judge: Option<Result<Option<Judge>, String>>,
+}
+
+impl<'a> TemplateChange<'a> {
+    pub fn new(display: &'a str, old: &'a TemplateSpec, new: &'a TemplateSpec) -> Self {
+        TemplateChange {
+            display,
+            old,
+            new,
+            judge: None,
         }
-    };
-    let mut replaced: Vec<(String, String)> = Vec::new();
-    for config in configs.iter().filter(|c| running(c)) {
-        match judge.judge(config) {
-            Err(TooManySpecs) => {
+    }
+
+    fn judge(&mut self) -> &mut Result<Option<Judge>, String> {
+        let (display, old, new) = (self.display, self.old, self.new);
+        self.judge
+            .get_or_insert_with(|| Judge::new(display, old, new))
+    }
+
+    /// On update of a template with `updatePolicy: InPlaceOnly` (the old spec's policy rules, so
+    /// a change cannot lift the policy and replace machines at once): the change is admitted
+    /// only when every running machine of it, that is every written config in `configs` (those
+    /// that reference the template), can take it in place, each judged with its own spec and
+    /// recorded role as [`config_update`] judges a config's change. Otherwise the refusal names
+    /// how many machines would need replacing, a few of their configs, and why (the part or
+    /// field).
+    pub fn refusal(&mut self, configs: &[BootplateConfig]) -> Vec<String> {
+        let (old, new) = (self.old, self.new);
+        if old.policy() != crd_types::UpdatePolicy::InPlaceOnly || old.revision() == new.revision()
+        {
+            return Vec::new();
+        }
+        let judge = match self.judge() {
+            Ok(Some(judge)) => judge,
+            // `template` refuses a new spec that does not compile, with the line and column.
+            Ok(None) => return Vec::new(),
+            Err(e) => {
                 return vec![format!(
-                    "spec: updatePolicy is InPlaceOnly and its running machines have more than \
-                     {MAX_SPECS_JUDGED} distinct specs: the change cannot be judged at admission; \
-                     set updatePolicy to Any first (docs/changing-templates.md)"
+                    "spec: updatePolicy is InPlaceOnly and the change cannot be judged: {e}"
                 )];
             }
-            Ok(Judged::Rollout(why) | Judged::Old(why)) => {
-                replaced.push((config_name(config), why))
+        };
+        let mut replaced: Vec<(String, String)> = Vec::new();
+        for config in configs.iter().filter(|c| running(c)) {
+            match judge.judge(config) {
+                Err(TooManySpecs) => {
+                    return vec![format!(
+                        "spec: updatePolicy is InPlaceOnly and its running machines have more than \
+                         {MAX_SPECS_JUDGED} distinct specs: the change cannot be judged at admission; \
+                         set updatePolicy to Any first (docs/changing-templates.md)"
+                    )];
+                }
+                Ok(Judged::Rollout(why) | Judged::Old(why)) => {
+                    replaced.push((config_name(config), why))
+                }
+                Ok(Judged::Unchanged | Judged::InPlace(_) | Judged::NewSpec) => {}
             }
-            Ok(Judged::Unchanged | Judged::InPlace(_) | Judged::NewSpec) => {}
         }
+        refused_in_place_only(&replaced)
     }
+
+    /// What the update does to the machines of `preview.configs`, told as admission warnings
+    /// (`core::preview`): a config whose Machine is not joined re-renders; a joined machine is
+    /// judged as [`TemplateChange::refusal`] judges it, until the deadline.
+    pub fn preview(&mut self, preview: &Preview) -> Vec<String> {
+        use crate::core::preview::{self, ConfigFact, Stage, Verdict};
+        if self.old.revision() == self.new.revision() {
+            return vec!["the template's revision is unchanged: nothing re-renders".to_owned()];
+        }
+        let judge = match self.judge() {
+            Ok(Some(judge)) => judge,
+            // A new spec that does not compile is refused (`template`): nothing to tell.
+            Ok(None) => return Vec::new(),
+            Err(_) => {
+                let why = "the old revision no longer compiles".to_owned();
+                return preview::preview(preview.configs.iter().map(|config| {
+                    ConfigFact {
+                        name: config_name(config),
+                        stage: stage_of(config, preview.joined)
+                            .unwrap_or(Stage::Running(Verdict::Unjudged { why: why.clone() })),
+                    }
+                }))
+                .warnings();
+            }
+        };
+        let late = || {
+            preview
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() > d)
+        };
+        let facts = preview.configs.iter().map(|config| {
+            let stage = stage_of(config, preview.joined).unwrap_or_else(|| {
+                if late() {
+                    return Stage::Running(Verdict::Unjudged {
+                        why: "not judged within the webhook's time".to_owned(),
+                    });
+                }
+                Stage::Running(verdict_of(judge.judge(config)))
+            });
+            ConfigFact {
+                name: config_name(config),
+                stage,
+            }
+        });
+        preview::preview(facts.collect::<Vec<_>>()).warnings()
+    }
+}
+
+/// The refusal of an `InPlaceOnly` template's update that `replaced` running machines (config,
+/// why) cannot take in place; none when there are none.
+fn refused_in_place_only(replaced: &[(String, String)]) -> Vec<String> {
     let Some((_, why)) = replaced.first() else {
         return Vec::new();
     };
@@ -264,67 +343,23 @@ pub struct Preview<'a> {
     pub deadline: Option<std::time::Instant>,
 }
 
-/// What an update of a template from `old` to `new` does to the machines of `preview.configs`,
-/// told as admission warnings (`core::preview`): a config whose Machine is not joined
-/// re-renders; a joined machine is judged as [`template_update`] judges it, until the deadline.
-pub fn template_preview(
-    display: &str,
-    old: &TemplateSpec,
-    new: &TemplateSpec,
-    preview: &Preview,
-) -> Vec<String> {
-    use crate::core::preview::{self, ConfigFact, Stage, Verdict};
-    if old.revision() == new.revision() {
-        return vec!["the template's revision is unchanged: nothing re-renders".to_owned()];
+/// How a running machine takes the change, as the warnings tell it.
+fn verdict_of(judged: Result<Judged, TooManySpecs>) -> crate::core::preview::Verdict {
+    use crate::core::preview::Verdict;
+    match judged {
+        Ok(Judged::Unchanged) => Verdict::Unchanged,
+        Ok(Judged::InPlace(parts)) => Verdict::InPlace { parts },
+        Ok(Judged::Rollout(why)) => Verdict::Replaced { why },
+        Ok(Judged::Old(why)) => Verdict::Unjudged { why },
+        Ok(Judged::NewSpec) => Verdict::Unjudged {
+            why: "the new revision does not render for it".to_owned(),
+        },
+        Err(TooManySpecs) => Verdict::Unjudged {
+            why: format!(
+                "more than {MAX_SPECS_JUDGED} distinct specs are not rendered at admission"
+            ),
+        },
     }
-    // A new spec that does not compile is refused (`template`): nothing to tell.
-    let Ok(judge) = Judge::new(display, old, new) else {
-        let why = "the old revision no longer compiles".to_owned();
-        return preview::preview(preview.configs.iter().map(|config| {
-            ConfigFact {
-                name: config_name(config),
-                stage: stage_of(config, preview.joined)
-                    .unwrap_or(Stage::Running(Verdict::Unjudged { why: why.clone() })),
-            }
-        }))
-        .warnings();
-    };
-    let Some(mut judge) = judge else {
-        return Vec::new();
-    };
-    let late = || {
-        preview
-            .deadline
-            .is_some_and(|d| std::time::Instant::now() > d)
-    };
-    let facts = preview.configs.iter().map(|config| {
-        let stage = stage_of(config, preview.joined).unwrap_or_else(|| {
-            if late() {
-                return Stage::Running(Verdict::Unjudged {
-                    why: "not judged within the webhook's time".to_owned(),
-                });
-            }
-            Stage::Running(match judge.judge(config) {
-                Ok(Judged::Unchanged) => Verdict::Unchanged,
-                Ok(Judged::InPlace(parts)) => Verdict::InPlace { parts },
-                Ok(Judged::Rollout(why)) => Verdict::Replaced { why },
-                Ok(Judged::Old(why)) => Verdict::Unjudged { why },
-                Ok(Judged::NewSpec) => Verdict::Unjudged {
-                    why: "the new revision does not render for it".to_owned(),
-                },
-                Err(TooManySpecs) => Verdict::Unjudged {
-                    why: format!(
-                        "more than {MAX_SPECS_JUDGED} distinct specs are not rendered at admission"
-                    ),
-                },
-            })
-        });
-        ConfigFact {
-            name: config_name(config),
-            stage,
-        }
-    });
-    preview::preview(facts.collect::<Vec<_>>()).warnings()
 }
 
 /// Where `config` stands when its machine is not running: a MachinePool's, or one whose Machine
@@ -431,7 +466,7 @@ impl Judge {
 /// booted from it), and it is a Machine's. A MachinePool's config is the launch data of its
 /// instances: a change is meant to reach the pool's new instances (the infrastructure provider
 /// decides about the running ones), so any change is admitted.
-fn running(config: &BootplateConfig) -> bool {
+pub(super) fn running(config: &BootplateConfig) -> bool {
     let written = (config.status.as_ref()).is_some_and(|s| s.ready || s.data_secret_name.is_some());
     written && !matches!(crate::core::gate::owner(config), Some(Owner::Pool(_)))
 }
@@ -760,7 +795,7 @@ parts:
             .map(|i| named(&format!("w-{i}"), Some("worker")))
             .collect();
         let judge = |new: &crd_types::TemplateSpec, configs: &[crd_types::BootplateConfig]| {
-            super::template_update("BootstrapTemplate team-a/t", &old, new, configs)
+            super::TemplateChange::new("BootstrapTemplate team-a/t", &old, new).refusal(configs)
         };
         // A change of the InPlace part only: every machine takes it.
         assert_eq!(judge(&mirror_only, &workers), Vec::<String>::new());
@@ -787,10 +822,22 @@ parts:
         // Without the policy (the old spec's rules), or setting the policy alone: admitted.
         let plain = template(TEMPLATE);
         let any_install = template(&TEMPLATE.replace("install-runtime", "install-runtime --v2"));
-        assert!(super::template_update("t", &plain, &any_install, &workers).is_empty());
-        assert!(super::template_update("t", &plain, &old, &workers).is_empty());
+        assert!(
+            super::TemplateChange::new("t", &plain, &any_install)
+                .refusal(&workers)
+                .is_empty()
+        );
+        assert!(
+            super::TemplateChange::new("t", &plain, &old)
+                .refusal(&workers)
+                .is_empty()
+        );
         // Lifting the policy with the change: the old policy still rules.
-        assert!(!super::template_update("t", &old, &any_install, &workers).is_empty());
+        assert!(
+            !super::TemplateChange::new("t", &old, &any_install)
+                .refusal(&workers)
+                .is_empty()
+        );
         assert_eq!(
             old.revision(),
             plain.revision(),
@@ -909,7 +956,7 @@ parts:
                 joined: &joined,
                 deadline: None,
             };
-            let warnings = super::template_preview("t", &old, new, &preview);
+            let warnings = super::TemplateChange::new("t", &old, new).preview(&preview);
             assert_eq!(warnings.len(), expected.len(), "{case}: {warnings:#?}");
             for (warning, expected) in warnings.iter().zip(expected) {
                 assert!(warning.contains(expected), "{case}: {warning}");
@@ -927,7 +974,7 @@ parts:
             joined: &joined,
             deadline: std::time::Instant::now().checked_sub(std::time::Duration::from_secs(1)),
         };
-        let warnings = super::template_preview("t", &old, &new, &preview);
+        let warnings = super::TemplateChange::new("t", &old, &new).preview(&preview);
         assert!(
             warnings.iter().any(|w| w.contains("2 config(s) whose machines have not joined"))
                 && warnings.iter().any(|w| w.contains(
@@ -955,9 +1002,13 @@ parts:
                 .collect()
         };
         let within = distinct(super::MAX_SPECS_JUDGED);
-        assert!(super::template_update("t", &old, &new, &within).is_empty());
+        assert!(
+            super::TemplateChange::new("t", &old, &new)
+                .refusal(&within)
+                .is_empty()
+        );
         let beyond = distinct(super::MAX_SPECS_JUDGED + 1);
-        let problems = super::template_update("t", &old, &new, &beyond);
+        let problems = super::TemplateChange::new("t", &old, &new).refusal(&beyond);
         assert!(
             problems[0].contains("more than 2000 distinct specs"),
             "{problems:?}"
@@ -966,7 +1017,11 @@ parts:
         let same: Vec<_> = (0..super::MAX_SPECS_JUDGED * 2)
             .map(|_| config("t", json!({}), Some("worker")))
             .collect();
-        assert!(super::template_update("t", &old, &new, &same).is_empty());
+        assert!(
+            super::TemplateChange::new("t", &old, &new)
+                .refusal(&same)
+                .is_empty()
+        );
     }
 
     #[test]
