@@ -10,7 +10,6 @@
 //! health check itself trusts the cluster CA only and asks anonymously, as kubeadm's apiservers
 //! allow for `/readyz`.
 
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +17,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use rustls_pki_types::ServerName;
 
 use crate::pod_cluster::host::{self, Slot};
 
@@ -153,24 +151,13 @@ impl HealthCheck {
 
     /// Ok when `backend`'s `/readyz` answers 200; the error says what it did instead.
     fn ready(&self, backend: SocketAddr) -> anyhow::Result<()> {
-        let tcp = TcpStream::connect_timeout(&backend, CONNECT_TIMEOUT)
-            .with_context(|| format!("connecting to {backend}"))?;
-        tcp.set_read_timeout(Some(READYZ_TIMEOUT))?;
-        tcp.set_write_timeout(Some(READYZ_TIMEOUT))?;
-        let name = ServerName::from(backend.ip());
-        let connection = rustls::ClientConnection::new(self.config.clone(), name)?;
-        let mut tls = rustls::StreamOwned::new(connection, tcp);
-        let request =
-            format!("GET /readyz HTTP/1.1\r\nHost: {backend}\r\nConnection: close\r\n\r\n");
-        tls.write_all(request.as_bytes())
-            .with_context(|| format!("asking {backend} for /readyz"))?;
-        let mut reply = Vec::new();
-        // A reset after the reply (no close_notify) still leaves the reply read.
-        let _ = tls.read_to_end(&mut reply);
-        let reply = String::from_utf8_lossy(&reply);
-        let status = reply.lines().next().unwrap_or_default();
-        if !status.starts_with("HTTP/1.1 200") {
-            bail!("{backend}/readyz answered {status:?}");
+        let timeouts = crate::tls_probe::Timeouts {
+            connect: CONNECT_TIMEOUT,
+            io: READYZ_TIMEOUT,
+        };
+        let (status, _) = crate::tls_probe::get(self.config.clone(), backend, "/readyz", timeouts)?;
+        if status != 200 {
+            bail!("{backend}/readyz answered {status}");
         }
         Ok(())
     }
@@ -178,6 +165,10 @@ impl HealthCheck {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
+    use rustls_pki_types::ServerName;
+
     use super::*;
     use crate::generator::{GeneratorServer, Reply};
     use crate::pki::TestCa;

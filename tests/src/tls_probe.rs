@@ -4,7 +4,7 @@
 //! test's controller, apiserver or webhook) may hold it: that a connection is accepted proves
 //! nothing, that the certificate chains to our CA and names 127.0.0.1 does.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,52 +24,6 @@ pub async fn handshake(port: u16, ca_pem: &str) -> anyhow::Result<()> {
 
 /// As [`handshake`], at `ip:port`, expecting a certificate for `ip`.
 pub async fn handshake_at(ip: Ipv4Addr, port: u16, ca_pem: &str) -> anyhow::Result<()> {
-    connect_at(ip, port, ca_pem).await.map(drop)
-}
-
-/// The most of a response [`get_at`] reads: a health endpoint answers in a few bytes.
-const MAX_RESPONSE: u64 = 64 * 1024;
-
-/// `GET path` over a TLS connection to `ip:port` that trusts only `ca_pem` (no client
-/// certificate: what an anonymous client, a load balancer's health check, sees); the status code
-/// and the body (with any chunked framing left in: a health body is one short chunk).
-pub async fn get_at(
-    ip: Ipv4Addr,
-    port: u16,
-    ca_pem: &str,
-    path: &str,
-) -> anyhow::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = connect_at(ip, port, ca_pem).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\n\r\n");
-    let mut response = Vec::new();
-    let exchange = async {
-        stream.write_all(request.as_bytes()).await?;
-        (&mut stream)
-            .take(MAX_RESPONSE)
-            .read_to_end(&mut response)
-            .await
-    };
-    tokio::time::timeout(STEP, exchange)
-        .await
-        .with_context(|| format!("GET {path} on {ip}:{port} timed out"))?
-        .with_context(|| format!("GET {path} on {ip}:{port}"))?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .with_context(|| format!("GET {path} on {ip}:{port}: no HTTP status line in {head:?}"))?;
-    Ok((status, body.to_owned()))
-}
-
-/// A TLS connection to `ip:port` whose certificate chains to `ca_pem` and names `ip`.
-async fn connect_at(
-    ip: Ipv4Addr,
-    port: u16,
-    ca_pem: &str,
-) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem)?);
     let stream = tokio::time::timeout(STEP, tokio::net::TcpStream::connect((ip, port)))
         .await
@@ -79,7 +33,66 @@ async fn connect_at(
     tokio::time::timeout(STEP, connector.connect(name, stream))
         .await
         .with_context(|| format!("the TLS handshake on {ip}:{port} timed out"))?
-        .with_context(|| format!("{ip}:{port} does not serve a certificate of the expected CA"))
+        .with_context(|| format!("{ip}:{port} does not serve a certificate of the expected CA"))?;
+    Ok(())
+}
+
+/// The most of a response [`get`] reads: a health endpoint answers in a few bytes.
+const MAX_RESPONSE: u64 = 64 * 1024;
+
+/// How long [`get`] waits: for the connection, and for each read or write after it.
+#[derive(Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub io: Duration,
+}
+
+/// `GET path` at `server` over TLS with `config` (no client certificate: what an anonymous
+/// client, a load balancer's health check, sees), blocking; the status code and the body (with
+/// any chunked framing left in: a health body is one short chunk). The certificate must chain to
+/// `config`'s roots and name `server`'s address.
+pub fn get(
+    config: Arc<rustls::ClientConfig>,
+    server: SocketAddr,
+    path: &str,
+    timeouts: Timeouts,
+) -> anyhow::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let tcp = std::net::TcpStream::connect_timeout(&server, timeouts.connect)
+        .with_context(|| format!("nothing accepts connections on {server}"))?;
+    tcp.set_read_timeout(Some(timeouts.io))?;
+    tcp.set_write_timeout(Some(timeouts.io))?;
+    let connection = rustls::ClientConnection::new(config, ServerName::from(server.ip()))?;
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    while tls.conn.is_handshaking() {
+        (tls.conn.complete_io(&mut tls.sock))
+            .with_context(|| format!("{server} does not serve a certificate of the expected CA"))?;
+    }
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\n\r\n");
+    (tls.write_all(request.as_bytes())).with_context(|| format!("asking {server} for {path}"))?;
+    let mut reply = Vec::new();
+    // A reset after the reply (no close_notify) still leaves the reply read.
+    let _ = (&mut tls).take(MAX_RESPONSE).read_to_end(&mut reply);
+    let text = String::from_utf8_lossy(&reply);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = (head.split_whitespace().nth(1))
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("{server}{path} answered no HTTP status line: {head:?}"))?;
+    Ok((status, body.to_owned()))
+}
+
+/// As [`get`], at `ip:port`, trusting only `ca_pem`, each step bounded by the probe's timeout.
+pub fn get_at(ip: Ipv4Addr, port: u16, ca_pem: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    let timeouts = Timeouts {
+        connect: STEP,
+        io: STEP,
+    };
+    get(
+        client_config(ca_pem)?,
+        SocketAddr::from((ip, port)),
+        path,
+        timeouts,
+    )
 }
 
 /// A TLS client configuration that trusts only the CA certificates in `ca_pem` and presents no
@@ -117,19 +130,20 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread")]
     async fn a_get_returns_the_status_and_the_body_only_from_the_expected_ca() {
         let (ours, theirs) = (TestCa::new("ours"), TestCa::new("theirs"));
         let server = GeneratorServer::start(&ours, |_| Reply::success(serde_json::json!({}))).await;
         let port = server.address().port();
-        let (status, body) = get_at(Ipv4Addr::LOCALHOST, port, &ours.cert_pem, "/readyz")
-            .await
-            .unwrap();
+        let get = |ca: &TestCa| {
+            tokio::task::block_in_place(|| {
+                get_at(Ipv4Addr::LOCALHOST, port, &ca.cert_pem, "/readyz")
+            })
+        };
+        let (status, body) = get(&ours).unwrap();
         assert_eq!(status, 200);
         assert!(body.contains("GeneratePartResponse"), "{body}");
-        let error = get_at(Ipv4Addr::LOCALHOST, port, &theirs.cert_pem, "/readyz")
-            .await
-            .unwrap_err();
+        let error = get(&theirs).unwrap_err();
         assert!(
             format!("{error:#}").contains("does not serve a certificate of the expected CA"),
             "{error:#}"

@@ -803,8 +803,8 @@ async fn assert_control_plane_nodes_alike(
             assert!(ours == init, "{name}'s {file} is the `init` node's");
         }
         let address = hosts.with_node(name, Node::address).unwrap();
-        let (status, body) = tls_probe::get_at(address, PORT, &ca, "/readyz")
-            .await
+        let readyz = || tls_probe::get_at(address, PORT, &ca, "/readyz");
+        let (status, body) = tokio::task::block_in_place(readyz)
             .unwrap_or_else(|e| panic!("{name}'s apiserver at {address}: {e:#}"));
         assert!(
             status == 200 && body.contains("ok"),
