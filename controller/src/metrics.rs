@@ -64,7 +64,7 @@ impl Metrics {
         let render_duration = histogram_vec(&r, "bootplate_render_duration_seconds", "Time to render one config's user-data, by template.", vec![0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0], &["template"]);
         let render_failures = counter_vec(&r, "bootplate_render_failures_total", "Failed renders by template and condition reason.", &["template", "reason"]);
         let secrets_written = IntCounter::new("bootplate_data_secrets_written_total", "Data Secrets created or updated.").expect("valid metric");
-        let events = counter_vec(&r, "bootplate_events_total", "Kubernetes Events by outcome: published, failed (refused by the apiserver), dropped (the delivery queue was full).", &["result"]);
+        let events = counter_vec(&r, "bootplate_events_total", "Kubernetes Events by outcome: published, failed (refused by the apiserver), dropped (the delivery queue was full), limited (a Normal Event past --event-qps and --event-burst).", &["result"]);
         let events_queued = IntGauge::new("bootplate_events_queued", "Events waiting for delivery.").expect("valid metric");
         let tokens = counter_vec(&r, "bootplate_bootstrap_tokens_total", "Bootstrap tokens by action (created, refreshed, rotated, deleted) and errors managing them (error).", &["action"]);
         let configs = gauge_vec(&r, "bootplate_configs", "Configs by state (ready, waiting, failed).", &["state"]);
@@ -97,7 +97,7 @@ impl Metrics {
         for validity in ["valid", "invalid"] {
             templates.with_label_values(&[validity]).set(0);
         }
-        for result in ["published", "failed", "dropped"] {
+        for result in ["published", "failed", "dropped", "limited"] {
             events.with_label_values(&[result]).reset();
         }
         Metrics {
@@ -215,6 +215,11 @@ impl Metrics {
         let dropped = self.events.with_label_values(&["dropped"]);
         dropped.inc();
         dropped.get()
+    }
+
+    /// Counts a Normal Event dropped by the pace (`core::pace`).
+    pub fn event_limited(&self) {
+        self.events.with_label_values(&["limited"]).inc();
     }
 
     /// Counts an Event taken from the queue and published (or refused by the apiserver).

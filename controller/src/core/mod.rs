@@ -10,6 +10,7 @@ pub mod import;
 pub(crate) mod inplace;
 pub mod network;
 pub(crate) mod outcome;
+pub mod pace;
 pub(crate) mod preview;
 pub(crate) mod role;
 pub(crate) mod shard;

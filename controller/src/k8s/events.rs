@@ -9,6 +9,8 @@ use kube::runtime::events::EventType;
 use kube::{Api, Client, Resource};
 use tracing::warn;
 
+use crate::core::pace::{Bucket, EventPace};
+
 /// How many Events may wait for delivery; more are dropped (and counted). A rollout larger than
 /// that outruns the apiserver's pace for Events anyway, and each waiting one is memory: 4096
 /// queued [`Pending`] Events are about 2 MB.
@@ -34,19 +36,24 @@ struct Pending {
 /// reconcile's status and Secret writes never wait behind an Event, and during a rollout of
 /// thousands of machines the Events follow at the pace the apiserver allows instead of slowing
 /// every machine down. Like client-go's recorder, delivery is best effort: an Event is dropped
-/// when the queue is full or the apiserver refuses it, and the metrics count both.
+/// when the queue is full or the apiserver refuses it, and the metrics count both. Normal
+/// Events also pass a pace (`core::pace`, `--event-qps` and `--event-burst`): past it they are
+/// dropped and counted as limited; Warnings are not paced.
 pub struct Publisher {
     queue: tokio::sync::mpsc::Sender<Pending>,
+    pace: std::sync::Mutex<Bucket>,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl Publisher {
     /// Events reported by `controller` from `instance` (the pod's name; the controller's
-    /// name when unknown). Spawns the delivery task: call within a Tokio runtime.
+    /// name when unknown), Normal ones at most at `pace`. Spawns the delivery task: call within
+    /// a Tokio runtime.
     pub fn new(
         client: Client,
         controller: &str,
         instance: Option<String>,
+        pace: EventPace,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Self {
         let (queue, pending) = tokio::sync::mpsc::channel(QUEUE);
@@ -55,7 +62,12 @@ impl Publisher {
             controller: controller.to_owned(),
         };
         tokio::spawn(deliver(client, pending, reporter, metrics.clone()));
-        Publisher { queue, metrics }
+        let pace = std::sync::Mutex::new(Bucket::new(pace));
+        Publisher {
+            queue,
+            pace,
+            metrics,
+        }
     }
 
     /// Waits, at most `within`, until every queued Event was delivered or refused; returns how
@@ -80,6 +92,16 @@ impl Publisher {
         note: String,
         regarding: ObjectReference,
     ) {
+        if type_ == EventType::Normal
+            && !self
+                .pace
+                .lock()
+                .expect("lock")
+                .take(std::time::Instant::now())
+        {
+            self.metrics.event_limited();
+            return;
+        }
         let pending = Pending {
             type_,
             reason: reason.to_owned(),

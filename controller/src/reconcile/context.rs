@@ -41,6 +41,8 @@ pub struct Settings {
     pub boot_not_started_after: Duration,
     /// How many configs are reconciled at once.
     pub concurrency: u16,
+    /// How many Normal Events are published (Warnings are not limited).
+    pub event_pace: crate::core::pace::EventPace,
     /// This controller's build (a digest of its executable), part of every render's inputs.
     pub build: String,
     /// The client certificate generator calls present (`--generator-client-cert-dir`).
@@ -58,6 +60,7 @@ impl Default for Settings {
             boot_report_interval: Duration::from_secs(10),
             boot_not_started_after: Duration::from_secs(10 * 60),
             concurrency: 16,
+            event_pace: Default::default(),
             build: String::new(),
             generator_client_cert: None,
         }
@@ -180,6 +183,7 @@ impl Context {
             client.clone(),
             "bootplate",
             std::env::var("POD_NAME").ok(),
+            settings.event_pace,
             metrics.clone(),
         );
         let (mark_synced, synced) = tokio::sync::watch::channel(false);

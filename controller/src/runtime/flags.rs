@@ -51,6 +51,14 @@ pub struct RunArgs {
     /// this long gets `Ready=False`, reason `BootNotStarted` (templates with boot reports).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub boot_not_started_after: Duration,
+    /// Normal Events (`Rendered`, `TokenCreated`, ...) published per second on average; past
+    /// it they are dropped and counted (`bootplate_events_total{result="limited"}`). 0: no
+    /// limit. Warnings are never limited. See docs/operations.md.
+    #[arg(long, default_value_t = 5.0, value_name = "QPS", value_parser = parse_event_qps)]
+    pub event_qps: f64,
+    /// How many Normal Events may be published at once after a quiet time (at least 1).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub event_burst: u32,
     /// Address serving Prometheus metrics on /metrics.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub metrics_addr: std::net::SocketAddr,
@@ -145,6 +153,16 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// Normal Events per second: a finite number, 0 or more (0: no limit).
+fn parse_event_qps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(qps) if qps.is_finite() && qps >= 0.0 => Ok(qps),
+        _ => Err(format!(
+            "{text:?} is not a number of Events per second (0 or more, for example 5 or 0.5; 0: no limit)"
+        )),
+    }
+}
+
 /// A bootstrap token lifetime: from [`SHORTEST_TTL`] to [`LONGEST_TTL`] (see there why).
 fn parse_token_ttl(text: &str) -> Result<Duration, String> {
     let ttl = parse_duration(text)?;
@@ -215,6 +233,10 @@ impl RunArgs {
             boot_report_interval: self.boot_report_interval,
             boot_not_started_after: self.boot_not_started_after,
             concurrency: self.concurrency,
+            event_pace: crate::core::pace::EventPace {
+                per_second: self.event_qps,
+                burst: self.event_burst,
+            },
             build: String::new(),
             generator_client_cert: None,
         }
@@ -283,6 +305,23 @@ mod tests {
                 (Some(flag), Some(message)) => assert!(message.contains(flag), "{message}"),
                 (expected, found) => panic!("{flags:?}: expected {expected:?}, got {found:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn the_event_pace_is_a_finite_rate_of_zero_or_more() {
+        let pace = |flags: &[&str]| run(flags).settings().event_pace;
+        assert_eq!(pace(&[]), crate::core::pace::EventPace::default());
+        let set = pace(&["--event-qps=0.5", "--event-burst=7"]);
+        assert_eq!((set.per_second, set.burst), (0.5, 7));
+        assert_eq!(pace(&["--event-qps=0"]).per_second, 0.0);
+        for bad in ["-1", "NaN", "inf", "fast"] {
+            let error = Run::try_parse_from(["run", &format!("--event-qps={bad}")])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(error.contains("--event-qps"), "{error}");
+            assert!(error.contains("Events per second"), "{error}");
         }
     }
 
