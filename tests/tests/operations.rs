@@ -566,6 +566,7 @@ impl OutputWithStdin for std::process::Command {
 
 #[tokio::test]
 async fn a_stopping_controller_publishes_the_events_it_queued() {
+    use bootplate::core::pace::EventPace;
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::api::events::v1::Event;
     use kube::runtime::events::EventType;
@@ -576,6 +577,10 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
         env.client.clone(),
         "bootplate",
         None,
+        EventPace {
+            per_second: 0.0,
+            burst: 0,
+        },
         metrics.clone(),
     );
     let regarding = ConfigMap {
@@ -611,5 +616,77 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
     assert_eq!(
         published, QUEUED,
         "every queued Event was published by the time flush returned"
+    );
+}
+
+/// Normal Events past the pace are dropped and counted; Warnings all reach the apiserver.
+#[tokio::test]
+async fn normal_events_past_the_pace_are_counted_and_warnings_all_published() {
+    use bootplate::core::pace::EventPace;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::runtime::events::EventType;
+
+    let env = env().await;
+    let metrics = std::sync::Arc::new(bootplate::metrics::Metrics::new());
+    // A burst of 5, then one an hour: none refills within the test.
+    let pace = EventPace {
+        per_second: 1.0 / 3600.0,
+        burst: 5,
+    };
+    let publisher = bootplate::k8s::events::Publisher::new(
+        env.client.clone(),
+        "bootplate",
+        None,
+        pace,
+        metrics.clone(),
+    );
+    let regarding = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("pace-probe".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (normal, warnings) = (40, 12);
+    for i in 0..normal + warnings {
+        let type_ = if i % 4 == 3 && i / 4 < warnings {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        bootplate::k8s::events::publish(
+            &publisher,
+            &regarding,
+            type_,
+            "PaceProbe",
+            "Probe",
+            format!("event {i}"),
+        );
+    }
+    assert_eq!(publisher.flush(Duration::from_secs(120)).await, 0);
+    let published: Vec<String> = Api::<Event>::namespaced(env.client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PaceProbe"))
+        .filter_map(|e| e.type_)
+        .collect();
+    let count = |type_: &str| published.iter().filter(|t| *t == type_).count();
+    assert_eq!(
+        (count("Normal"), count("Warning")),
+        (5, warnings),
+        "{published:?}"
+    );
+    let text = metrics.encode();
+    assert!(
+        text.contains(&format!(
+            "bootplate_events_total{{result=\"limited\"}} {}",
+            normal - 5
+        )),
+        "{text}"
     );
 }

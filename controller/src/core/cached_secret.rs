@@ -12,13 +12,16 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-/// One cached Secret. `metadata` keeps its name and namespace (the cache's key), its
-/// resourceVersion and the ownerReferences that name a BootplateConfig (the trigger maps a data
-/// Secret to its config by them); the rest are the label and annotations reconciles read.
+/// One cached Secret. `metadata` keeps its name and namespace (the cache's key) and its
+/// resourceVersion; the rest are what reconciles read of its ownerReferences, label and
+/// annotations.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CachedSecret {
-    /// Name, namespace, resourceVersion, BootplateConfig ownerReferences.
+    /// Name, namespace, resourceVersion.
     pub metadata: ObjectMeta,
+    /// The UID of the BootplateConfig its controller ownerReference names. (An ownerReference
+    /// kept whole, with its API version, kind and name, was about 200 bytes a data Secret.)
+    pub controlled_by: Option<String>,
     /// The data Secret label's value: the config whose data Secret this is.
     pub data_secret_of: Option<String>,
     /// The role annotation: the role it was rendered for.
@@ -39,14 +42,9 @@ impl CachedSecret {
         self.data_secret_of.is_some()
     }
 
-    /// The UID of the object that controls it (its controller ownerReference).
+    /// The UID of the BootplateConfig that controls it (its controller ownerReference).
     pub fn controller_uid(&self) -> Option<&str> {
-        self.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-            .map(|o| o.uid.as_str())
+        self.controlled_by.as_deref()
     }
 }
 

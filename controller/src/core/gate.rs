@@ -477,12 +477,11 @@ pub(crate) mod tests {
     /// recreated config (whose UID is `uid`).
     fn moved_secret(uid: &str) -> CachedSecret {
         CachedSecret {
-            metadata: serde_json::from_value(serde_json::json!({
-                "name": "c",
-                "ownerReferences": [{"apiVersion": "bootstrap.bootplate.dev/v1alpha1",
-                    "kind": "BootplateConfig", "name": "c", "uid": uid, "controller": true}],
-            }))
-            .unwrap(),
+            metadata: kube::api::ObjectMeta {
+                name: Some("c".into()),
+                ..Default::default()
+            },
+            controlled_by: Some(uid.into()),
             data_secret_of: Some("c".into()),
             role: Some("worker".into()),
             template_revision: Some("r7".into()),

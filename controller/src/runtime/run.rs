@@ -450,7 +450,7 @@ fn config_controller(
         (configs.clone(), configs.clone(), configs.clone());
     let by_generator = stores.clone();
     Controller::for_stream(triggers.configs, configs)
-        .owns_stream(triggers.data_secrets)
+        .reconcile_on(data_secret_changes(triggers.data_secrets))
         .watches_stream(triggers.machines, machine_to_config)
         .watches_stream(triggers.machine_pools, pool_to_config)
         .watches_stream(triggers.clusters, move |cluster: Cluster| {
@@ -710,6 +710,30 @@ fn pool_watch(
     writer.apply_watcher_event(&watcher::Event::Init);
     writer.apply_watcher_event(&watcher::Event::InitDone);
     (store, futures::stream::empty().boxed())
+}
+
+/// The configs whose data Secret changed, by the Secret's data Secret label (the cache keeps
+/// no ownerReferences, `trim::secret`). The watch retries on its own; its errors are logged.
+fn data_secret_changes(
+    data_secrets: BoxStream<'static, Result<CachedSecret, watcher::Error>>,
+) -> impl futures::Stream<Item = ObjectRef<BootplateConfig>> + Send + 'static {
+    data_secrets.filter_map(|changed| {
+        let config = match changed {
+            Ok(secret) => data_secret_to_config(&secret),
+            Err(e) => {
+                warn!(error = %e, "watch of data Secrets failed; retrying");
+                None
+            }
+        };
+        std::future::ready(config)
+    })
+}
+
+/// The config a data Secret belongs to, by its data Secret label.
+fn data_secret_to_config(secret: &CachedSecret) -> Option<ObjectRef<BootplateConfig>> {
+    let namespace = secret.metadata.namespace.as_deref()?;
+    let config = secret.data_secret_of.as_deref()?;
+    Some(ObjectRef::new(config).within(namespace))
 }
 
 /// The configs of a Cluster's machines, by the cluster-name label CAPI puts on configs, or,

@@ -26,8 +26,8 @@ pub(crate) fn strip<K: Resource>(object: &mut K) {
 
 /// What the cache keeps of a watched Secret's metadata: its name and namespace (the cache's
 /// key), its resourceVersion (`Stores::secret_version`: cached CA hashes, workload clients and
-/// data Secret comparisons are good while it holds), the ownerReferences naming a
-/// BootplateConfig (the trigger's owner and `gate::adoptable`), and as plain fields the data
+/// data Secret comparisons are good while it holds), and as plain fields the UID of the
+/// BootplateConfig its controller ownerReference names (`gate::adoptable`), the data
 /// Secret label (the trigger filter and `gate::adoptable`), the role and template revision a
 /// Secret to adopt was rendered with (`gate::adoptable`) and the hints a restarted process skips
 /// a render by (`skip::LastRender::from_hints`), and whether its machine fetches its render (the
@@ -43,19 +43,15 @@ pub(crate) fn secret(secret: PartialObjectMeta<Secret>) -> CachedSecret {
             name: old.name,
             namespace: old.namespace,
             resource_version: old.resource_version,
-            owner_references: old
-                .owner_references
-                .map(|refs| {
-                    refs.into_iter()
-                        .filter(|r| {
-                            r.kind == "BootplateConfig"
-                                && r.api_version.split('/').next() == Some(crd_types::GROUP)
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .filter(|refs| !refs.is_empty()),
             ..Default::default()
         },
+        controlled_by: (old.owner_references.into_iter().flatten())
+            .find(|r| {
+                r.kind == "BootplateConfig"
+                    && r.api_version.split('/').next() == Some(crd_types::GROUP)
+                    && r.controller == Some(true)
+            })
+            .map(|r| r.uid),
         data_secret_of: labels.remove(labels::DATA_SECRET),
         role: annotation(labels::ROLE),
         template_revision: annotation(labels::TEMPLATE_REVISION),
@@ -177,12 +173,11 @@ mod tests {
             ..Default::default()
         };
         let cached = super::secret(secret);
-        let mut metadata = kept("w-0", None);
-        metadata.owner_references = Some(vec![owner(&group_version, "BootplateConfig")]);
         assert_eq!(
             cached,
             CachedSecret {
-                metadata,
+                metadata: kept("w-0", None),
+                controlled_by: Some("0f8fad5b".into()),
                 data_secret_of: Some("w-0".into()),
                 role: Some("worker".into()),
                 template_revision: Some("r1".into()),
