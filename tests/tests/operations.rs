@@ -10,10 +10,13 @@
 
 use std::time::{Duration, Instant};
 
+use bootplate::core::pace::EventPace;
 use crd_types::{BootplateConfig, ClusterBootstrapTemplate, ClusterBootstrapTemplateSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use testenv::capi_env::{NS, WAIT, cluster_template, env, field, publish_cluster_template};
 use testenv::controller::ControllerProcess;
@@ -564,57 +567,67 @@ impl OutputWithStdin for std::process::Command {
     }
 }
 
+/// A publisher of Events about a probe ConfigMap, paced at `pace`, and its metrics.
+struct EventProbe {
+    publisher: bootplate::k8s::events::Publisher,
+    metrics: std::sync::Arc<bootplate::metrics::Metrics>,
+    regarding: k8s_openapi::api::core::v1::ConfigMap,
+}
+
+impl EventProbe {
+    fn new(env: &testenv::capi_env::Env, name: &str, pace: EventPace) -> Self {
+        let metrics = std::sync::Arc::new(bootplate::metrics::Metrics::new());
+        let publisher = bootplate::k8s::events::Publisher::new(
+            env.client.clone(),
+            "bootplate",
+            None,
+            pace,
+            metrics.clone(),
+        );
+        let mut regarding = k8s_openapi::api::core::v1::ConfigMap::default();
+        regarding.metadata.name = Some(name.into());
+        regarding.metadata.namespace = Some("default".into());
+        EventProbe {
+            publisher,
+            metrics,
+            regarding,
+        }
+    }
+
+    fn publish(&self, type_: EventType, reason: &str, note: String) {
+        let regarding = &self.regarding;
+        bootplate::k8s::events::publish(&self.publisher, regarding, type_, reason, "Probe", note);
+    }
+
+    /// The types of the Events with `reason` the apiserver holds, once the queue is empty.
+    async fn published(&self, env: &testenv::capi_env::Env, reason: &str) -> Vec<String> {
+        assert_eq!(self.publisher.flush(Duration::from_secs(120)).await, 0);
+        assert_eq!(self.metrics.events_waiting(), 0);
+        let events = Api::<Event>::namespaced(env.client.clone(), "default");
+        let listed = events.list(&Default::default()).await.unwrap().items;
+        (listed.into_iter())
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.type_)
+            .collect()
+    }
+}
+
 #[tokio::test]
 async fn a_stopping_controller_publishes_the_events_it_queued() {
-    use bootplate::core::pace::EventPace;
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::api::events::v1::Event;
-    use kube::runtime::events::EventType;
-
     let env = env().await;
-    let metrics = std::sync::Arc::new(bootplate::metrics::Metrics::new());
-    let publisher = bootplate::k8s::events::Publisher::new(
-        env.client.clone(),
-        "bootplate",
-        None,
-        EventPace {
-            per_second: 0.0,
-            burst: 0,
-        },
-        metrics.clone(),
-    );
-    let regarding = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("flush-probe".into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        ..Default::default()
+    let no_limit = EventPace {
+        per_second: 0.0,
+        burst: 0,
     };
+    let probe = EventProbe::new(&env, "flush-probe", no_limit);
     // More Events than the apiserver takes in the time it takes to queue them.
     const QUEUED: usize = 300;
     for i in 0..QUEUED {
-        bootplate::k8s::events::publish(
-            &publisher,
-            &regarding,
-            EventType::Normal,
-            "FlushProbe",
-            "Probe",
-            format!("event {i}"),
-        );
+        probe.publish(EventType::Normal, "FlushProbe", format!("event {i}"));
     }
-    assert_eq!(publisher.flush(Duration::from_secs(120)).await, 0);
-    assert_eq!(metrics.events_waiting(), 0);
-    let published = Api::<Event>::namespaced(env.client.clone(), "default")
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("FlushProbe"))
-        .count();
     assert_eq!(
-        published, QUEUED,
+        probe.published(&env, "FlushProbe").await.len(),
+        QUEUED,
         "every queued Event was published by the time flush returned"
     );
 }
@@ -622,33 +635,13 @@ async fn a_stopping_controller_publishes_the_events_it_queued() {
 /// Normal Events past the pace are dropped and counted; Warnings all reach the apiserver.
 #[tokio::test]
 async fn normal_events_past_the_pace_are_counted_and_warnings_all_published() {
-    use bootplate::core::pace::EventPace;
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::api::events::v1::Event;
-    use kube::runtime::events::EventType;
-
     let env = env().await;
-    let metrics = std::sync::Arc::new(bootplate::metrics::Metrics::new());
     // A burst of 5, then one an hour: none refills within the test.
     let pace = EventPace {
         per_second: 1.0 / 3600.0,
         burst: 5,
     };
-    let publisher = bootplate::k8s::events::Publisher::new(
-        env.client.clone(),
-        "bootplate",
-        None,
-        pace,
-        metrics.clone(),
-    );
-    let regarding = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("pace-probe".into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let probe = EventProbe::new(&env, "pace-probe", pace);
     let (normal, warnings) = (40, 12);
     for i in 0..normal + warnings {
         let type_ = if i % 4 == 3 && i / 4 < warnings {
@@ -656,37 +649,19 @@ async fn normal_events_past_the_pace_are_counted_and_warnings_all_published() {
         } else {
             EventType::Normal
         };
-        bootplate::k8s::events::publish(
-            &publisher,
-            &regarding,
-            type_,
-            "PaceProbe",
-            "Probe",
-            format!("event {i}"),
-        );
+        probe.publish(type_, "PaceProbe", format!("event {i}"));
     }
-    assert_eq!(publisher.flush(Duration::from_secs(120)).await, 0);
-    let published: Vec<String> = Api::<Event>::namespaced(env.client.clone(), "default")
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("PaceProbe"))
-        .filter_map(|e| e.type_)
-        .collect();
+    let published = probe.published(&env, "PaceProbe").await;
     let count = |type_: &str| published.iter().filter(|t| *t == type_).count();
     assert_eq!(
         (count("Normal"), count("Warning")),
         (5, warnings),
         "{published:?}"
     );
-    let text = metrics.encode();
-    assert!(
-        text.contains(&format!(
-            "bootplate_events_total{{result=\"limited\"}} {}",
-            normal - 5
-        )),
-        "{text}"
+    let text = probe.metrics.encode();
+    let limited = format!(
+        "bootplate_events_total{{result=\"limited\"}} {}",
+        normal - 5
     );
+    assert!(text.contains(&limited), "{text}");
 }
