@@ -59,8 +59,10 @@ pub struct BootplateConfigSpec {
     /// Registry mirrors, proxy, extra CAs, NTP servers, kubeadm's image repository and
     /// artifact sources for a restricted network (docs/air-gapped.md). Each field set here
     /// replaces the template's default for it.
+    // Boxed: few configs set it, and the controller caches every config (inline, it was a
+    // fifth of each cached config).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<crate::network::NetworkConfig>,
+    pub network: Option<Box<crate::network::NetworkConfig>>,
     /// Overrides the template's `delivery`: `Inline` or `Fetch` (docs/boot-channel.md, "Fetch
     /// delivery").
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -857,7 +857,7 @@ impl CompiledTemplate {
         cluster: &ClusterInfo,
         machine: &MachineInfo,
     ) -> Result<Value, RenderError> {
-        let merged = network::merge(self.network.as_ref(), config.network.as_ref());
+        let merged = network::merge(self.network.as_ref(), config.network.as_deref());
         let problems: Vec<Problem> = network::check(&merged, network::Source::Resolved)
             .into_iter()
             .map(|(field, message)| {

@@ -269,7 +269,7 @@ pub fn full_config_spec() -> BootplateConfigSpec {
         pre_commands: vec!["echo pre".into()],
         post_commands: vec!["echo post".into()],
         max_output_bytes: Some(524288),
-        network: Some(full_network(true)),
+        network: Some(Box::new(full_network(true))),
         delivery: Some(crd_types::Delivery::Inline),
     }
 }

@@ -95,7 +95,11 @@ fn reaching_into_team_b() -> [(&'static str, BootplateConfigSpec, &'static str);
             "ca-from-b",
             BootplateConfigSpec {
                 template_ref: cluster_template("files"),
-                network: Some(ca_bundle_from("creds", "password", Some(OTHER_NS))),
+                network: Some(Box::new(ca_bundle_from(
+                    "creds",
+                    "password",
+                    Some(OTHER_NS),
+                ))),
                 ..Default::default()
             },
             "spec.network.caBundles[0].secret.namespace",

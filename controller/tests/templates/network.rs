@@ -31,7 +31,7 @@ fn network_input(sha256: &str) -> crd_types::NetworkConfig {
 
 fn network_case(entry: Entry, role: Role) -> Case {
     let mut case = Case::new(entry, role, "v1.31");
-    case.config.network = Some(network_input(STUB_DOWNLOAD_SHA256));
+    case.config.network = Some(Box::new(network_input(STUB_DOWNLOAD_SHA256)));
     case.tag = "network";
     case
 }
@@ -208,7 +208,7 @@ fn a_tampered_download_fails_the_boot() {
         .filter(|e| e.kubeadm)
         .map(|e| {
             let mut case = network_case(*e, Role::Worker);
-            case.config.network = Some(network_input(&wrong));
+            case.config.network = Some(Box::new(network_input(&wrong)));
             // A pre-baked image: nothing but the artifact could put kubeadm in place.
             case.config.skip_parts = vec!["install".to_owned()];
             case
@@ -271,7 +271,7 @@ fn network_changes_are_applied_in_place() {
         let mut first = bare.clone();
         let mut input = network_input(STUB_DOWNLOAD_SHA256);
         (input.proxy, input.artifacts) = (None, Vec::new());
-        first.config.network = Some(input);
+        first.config.network = Some(Box::new(input));
         assert_eq!(
             parts(&first).update_from(&parts(&bare)),
             in_place,
@@ -350,7 +350,7 @@ pub(super) fn other_cases() -> Vec<Case> {
         if case.role == Role::Init {
             input.image_repository = Some("mirror.corp.example:5000/k8s".to_owned());
         }
-        case.config.network = Some(input);
+        case.config.network = Some(Box::new(input));
         case.tag = "network";
     }
     cases
@@ -434,12 +434,12 @@ fn what_a_template_cannot_apply_is_refused_or_said() {
             "v1.31"
         };
         let mut case = Case::new(entry, Role::Worker, version);
-        case.config.network = Some(network_input(STUB_DOWNLOAD_SHA256));
+        case.config.network = Some(Box::new(network_input(STUB_DOWNLOAD_SHA256)));
         let error = case.render().expect_err(entry.name).to_string();
         assert!(error.contains(message), "{}: {error}", entry.name);
     }
     let mut case = Case::new(plain, Role::Worker, "");
-    case.config.network = Some(input_without_downloads());
+    case.config.network = Some(Box::new(input_without_downloads()));
     let data = case.render().expect("renders");
     let boot = check_output("plain-linux", case.format(), &data, false);
     let sandbox = Sandbox::new(plain.image);
@@ -466,7 +466,7 @@ fn what_a_template_cannot_apply_is_refused_or_said() {
 fn plain_linux_network_changes_are_applied_in_place() {
     let plain = *CATALOGUE.iter().find(|e| e.name == "plain-linux").unwrap();
     let mut old = Case::new(plain, Role::Worker, "");
-    old.config.network = Some(input_without_downloads());
+    old.config.network = Some(Box::new(input_without_downloads()));
     let mut new = old.clone();
     new.config.network.as_mut().unwrap().ca_bundles[0].name = "corp-2027".to_owned();
     let in_place = render::UpdatePlan::InPlace {
