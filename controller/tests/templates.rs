@@ -392,6 +392,7 @@ fn decode(format: OutputFormat, data: &[u8]) -> Boot {
             boot
         }
         OutputFormat::MimeMultipart => panic!("no shipped template is a MIME archive"),
+        other => panic!("{other}: the Windows templates are checked by tests/windows.rs"),
     }
 }
 
@@ -845,6 +846,7 @@ fn golden_path(case: &Case) -> PathBuf {
         OutputFormat::Ignition => "json",
         OutputFormat::Script => "sh",
         OutputFormat::MimeMultipart => "mime",
+        other => panic!("{other}: the Windows templates' goldens are tests/windows.rs's"),
     };
     templates_dir()
         .join("golden")
