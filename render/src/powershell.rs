@@ -139,7 +139,15 @@ fn collect_errors(
 }
 
 fn describe(script: &str, node: tree_sitter::Node<'_>) -> SyntaxError {
-    let start = node.start_position();
+    // An error node that starts with comments (a script's `#ps1_sysnative`) is placed at its
+    // first token of code: where the parser stopped understanding it.
+    let mut cursor = node.walk();
+    let at = node
+        .children(&mut cursor)
+        .find(|child| !child.is_extra() && child.kind() != "comment")
+        .filter(|_| node.is_error())
+        .unwrap_or(node);
+    let start = at.start_position();
     let line_start = script
         .split_inclusive('\n')
         .take(start.row)
@@ -256,6 +264,8 @@ mod tests {
         assert!(!errors.is_empty());
         assert_eq!(errors[0].line, 2, "{errors:?}");
         assert!(syntax_errors("Write-Output 'x\n", 5)[0].line >= 1);
+        let errors = syntax_errors("#ps1_sysnative\n# note\nif ($a { 'x' }\n", 5);
+        assert_eq!((errors[0].line, errors[0].column), (3, 1), "{errors:?}");
         assert_eq!(syntax_errors("& {\n  exit 1\n}\n", 5), vec![]);
     }
 

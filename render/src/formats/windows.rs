@@ -262,6 +262,42 @@ mod tests {
         assert_eq!(doc.as_mapping().unwrap().len(), 2, "{out}");
     }
 
+    /// A raw template's output is checked as its reader takes it; the messages quote none of it.
+    #[test]
+    fn raw_windows_outputs_are_checked() {
+        use crd_types::OutputFormat::{Powershell, PowershellAws, WindowsCloudConfig};
+        let check = super::super::check_raw;
+        assert!(
+            check(
+                WindowsCloudConfig,
+                "#cloud-config\nwrite_files: []\nruncmd: [dir]\n"
+            )
+            .is_ok()
+        );
+        let e = check(WindowsCloudConfig, "#cloud-config\nbootcmd: [secret-x]\n").unwrap_err();
+        assert!(e.contains("`bootcmd`") && !e.contains("secret-x"), "{e}");
+        assert!(check(WindowsCloudConfig, "runcmd: [dir]\n").is_err());
+        assert!(check(Powershell, "#ps1_sysnative\nWrite-Output 'x'\n").is_ok());
+        assert!(
+            check(Powershell, "Write-Output 'x'\n")
+                .unwrap_err()
+                .contains("#ps1_sysnative")
+        );
+        let e = check(Powershell, "#ps1_sysnative\nif ($a { 'secret-x' }\n").unwrap_err();
+        assert!(
+            e.contains("output line 2") && !e.contains("secret-x"),
+            "{e}"
+        );
+        assert!(
+            check(
+                PowershellAws,
+                "<powershell>\nWrite-Output 'x'\n</powershell>\n"
+            )
+            .is_ok()
+        );
+        assert!(check(PowershellAws, "<powershell>\nif ($a {\n</powershell>\n").is_err());
+    }
+
     #[test]
     fn tags_inside_an_aws_script_are_refused() {
         let aws = crd_types::OutputFormat::PowershellAws;
