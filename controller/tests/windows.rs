@@ -31,6 +31,7 @@ const VERSIONS: [&str; 2] = ["v1.30", "v1.31"];
 const TOKEN: &str = "abcdef.0123456789abcdef";
 const SCRIPT_PATH: &str = r"C:\bootplate\bootstrap.ps1";
 const JOIN_CONFIG: &str = r"C:\k\kubeadm-join-config.yaml";
+const CONTAINERD_CONFIG: &str = r"C:\Program Files\containerd\config.toml";
 const SENTINEL: &str =
     r"Set-Content -Path 'C:\run\cluster-api\bootstrap-success.complete' -Value 'success'";
 /// Quotes of every kind PowerShell knows, `$()`, backticks, a newline, a here-string end.
@@ -252,10 +253,9 @@ fn cloudbase_init(what: &str, data: &[u8], dir: &Path) -> Value {
                 || message.contains("unsupported")
         })
         .collect();
-    assert!(
-        complaints.is_empty(),
-        "{what}: cloudbase-init: {complaints:?}"
-    );
+    // What cloudbase-init logged, the bootstrap token masked.
+    let shown = format!("{complaints:?}").replace(TOKEN, "<token>");
+    assert!(complaints.is_empty(), "{what}: cloudbase-init: {shown}");
     assert_eq!(report["path_errors"], json!([]), "{what}");
     report
 }
@@ -436,6 +436,18 @@ fn check_case(case: &Case) {
     } else {
         check_script(&what, case, &data, &report)
     };
+    let mut paths: Vec<&str> = files.keys().map(String::as_str).collect();
+    paths.retain(|p| *p != SCRIPT_PATH);
+    assert_eq!(paths, [CONTAINERD_CONFIG, JOIN_CONFIG], "{what}");
+    let image = match case.variant {
+        "default" => "registry.k8s.io/pause:3.10",
+        _ => "registry.example.com/pause:3.10",
+    };
+    let containerd = String::from_utf8_lossy(&files[CONTAINERD_CONFIG]);
+    assert!(
+        containerd.contains(&format!("sandbox_image = \"{image}\"")),
+        "{what}: {containerd}"
+    );
     check_join_config(&what, case, &files);
     let script = match files.get(SCRIPT_PATH) {
         Some(script) => String::from_utf8_lossy(script).into_owned(),
