@@ -270,6 +270,14 @@ mod tests {
     }
 
     #[test]
+    fn an_oversized_script_is_not_parsed() {
+        let script = " ".repeat(PARSE_LIMIT_BYTES as usize + 1);
+        let errors = syntax_errors(&script, 5);
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].message.contains("over the"), "{errors:?}");
+    }
+
+    #[test]
     fn masks_keep_positions() {
         let text = "{{#if a}}\nWrite-Output {{ps_quote b}} {{! note }}\n{{/if}}\n";
         let masked = mask_mustaches(text);
