@@ -125,6 +125,7 @@ fn config(variant: &str) -> Value {
                 "caBundles": [{"name": "corp", "inline": render::network::SAMPLE_CA_PEM}],
                 "ntpServers": ["time.example.com"],
                 "registryMirrors": [{"registry": "docker.io", "endpoints": [{"url": "https://mirror.example.com"}]}],
+                "imageRepository": "registry.example.com/k8s",
                 "artifacts": [{"name": "kubelet", "url": "https://files.example.com/kubelet.exe", "sha256": "ab".repeat(32)}],
             },
         },
@@ -453,6 +454,19 @@ fn check_case(case: &Case) {
         Some(script) => String::from_utf8_lossy(script).into_owned(),
         None => String::from_utf8_lossy(&data).into_owned(),
     };
+    if case.variant != "default" {
+        // The network input, as the script takes it.
+        for taken in [
+            "Import-Certificate -FilePath $bundle -CertStoreLocation 'Cert:\\LocalMachine\\Root'",
+            "Join-Path 'C:\\Program Files\\containerd\\certs.d' 'docker.io'",
+            "HTTP_PROXY = 'http://proxy.example.com:3128'",
+            "$servers = @('time.example.com')",
+            "@('kubelet', 'https://files.example.com/kubelet.exe', 'abab",
+            "# network.imageRepository is for the first control-plane machine only",
+        ] {
+            assert!(script.contains(taken), "{what}: {taken}");
+        }
+    }
     if case.variant == "hostile" {
         // The hostile text stands in the script as one single-quoted string, each quote
         // doubled: PowerShell reads it back as it was (the script's own check then refuses it

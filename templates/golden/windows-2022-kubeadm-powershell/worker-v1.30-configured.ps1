@@ -1,5 +1,5 @@
 #ps1_sysnative
-# Rendered by bootplate from ClusterBootstrapTemplate windows-2022-kubeadm-powershell (revision 63910e64cbcd304d) for role worker.
+# Rendered by bootplate from ClusterBootstrapTemplate windows-2022-kubeadm-powershell (revision 3cdf8ce479aee12e) for role worker.
 $ErrorActionPreference = 'Stop'
 $ProgressPreference = 'SilentlyContinue'
 
@@ -127,6 +127,7 @@ if ($LASTEXITCODE -ne 0) {
   throw 'bootplate: network.ntpServers: w32tm /config failed'
 }
 Restart-Service -Name w32time
+# network.imageRepository is for the first control-plane machine only: a worker pulls no control-plane image.
 }
 
 & {
