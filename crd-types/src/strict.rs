@@ -419,7 +419,7 @@ mod tests {
         assert_eq!(
             shown,
             [
-                "spec.format: `cloud-confg` is not one of `cloud-config`, `ignition`, `script`, `mime-multipart`; did you mean `cloud-config`?",
+                "spec.format: `cloud-confg` is not one of `cloud-config`, `ignition`, `script`, `mime-multipart`, `windows-cloud-config`, `powershell`, `powershell-aws`; did you mean `cloud-config`?",
                 "spec.maxOutputBytes: must be an integer, got a string",
                 "spec.os.name: missing: `name` is required in spec.os",
                 "spec.parts[0].units[0].enable: must be a boolean (true or false), got a string",

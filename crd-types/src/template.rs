@@ -35,7 +35,10 @@ pub struct TemplateSpec {
     /// The OS image this template is written for. Informational: shown by `kubectl get`.
     pub os: OsInfo,
     /// The user-data format the template produces: `cloud-config`, `ignition` (Ignition spec
-    /// 3.x JSON), `script` (a shell script) or `mime-multipart` (a cloud-init MIME archive).
+    /// 3.x JSON), `script` (a shell script) or `mime-multipart` (a cloud-init MIME archive);
+    /// for Windows workers `windows-cloud-config` (cloud-config as cloudbase-init reads it),
+    /// `powershell` (a `#ps1_sysnative` script) or `powershell-aws` (the script inside
+    /// `<powershell>` tags, as EC2Launch reads it).
     pub format: OutputFormat,
     /// Input variables that configs may set. Templates read them as `values.<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -188,6 +191,16 @@ pub enum OutputFormat {
     Script,
     /// A cloud-init MIME multi-part archive.
     MimeMultipart,
+    /// `#cloud-config` YAML for Windows images read by cloudbase-init: only the directives
+    /// cloudbase-init runs (`write_files`, `runcmd`, …); the commands are PowerShell, written
+    /// to one script that `runcmd` starts. Workers only.
+    WindowsCloudConfig,
+    /// A PowerShell script for Windows images (`#ps1_sysnative` first line, as cloudbase-init
+    /// reads it). Workers only.
+    Powershell,
+    /// The same PowerShell script inside `<powershell>…</powershell>`, as EC2Launch on AWS
+    /// Windows images (and cloudbase-init) read it. Workers only.
+    PowershellAws,
 }
 
 impl OutputFormat {
@@ -198,7 +211,21 @@ impl OutputFormat {
             OutputFormat::Ignition => "ignition",
             OutputFormat::Script => "script",
             OutputFormat::MimeMultipart => "mime-multipart",
+            OutputFormat::WindowsCloudConfig => "windows-cloud-config",
+            OutputFormat::Powershell => "powershell",
+            OutputFormat::PowershellAws => "powershell-aws",
         }
+    }
+
+    /// Whether the output is for Windows machines (PowerShell commands, Windows paths, no
+    /// systemd, no POSIX shell, no control plane).
+    pub fn is_windows(self) -> bool {
+        matches!(
+            self,
+            OutputFormat::WindowsCloudConfig
+                | OutputFormat::Powershell
+                | OutputFormat::PowershellAws
+        )
     }
 
     /// The value of the data Secret's `format` key: CAPI infrastructure providers know

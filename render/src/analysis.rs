@@ -216,6 +216,8 @@ fn variable_type(schema: Option<&crd_types::VariableSchema>) -> Ty {
 pub(crate) enum Output {
     /// A shell command or script.
     Shell,
+    /// A PowerShell command or script (the Windows formats).
+    PowerShell,
     /// A YAML document (cloud-config, kubeadm configuration).
     Yaml,
     /// A JSON document (Ignition).
@@ -230,6 +232,7 @@ impl Output {
     fn describe(self) -> &'static str {
         match self {
             Output::Shell => "a shell command",
+            Output::PowerShell => "a PowerShell command",
             Output::Yaml => "a YAML document",
             Output::Json => "a JSON document",
             Output::Unit => "a systemd unit",
@@ -240,6 +243,7 @@ impl Output {
     fn quoting_helper(self) -> &'static str {
         match self {
             Output::Shell => "shell_quote",
+            Output::PowerShell => "ps_quote",
             Output::Yaml => "yaml_quote",
             Output::Unit => "systemd_quote",
             _ => "json",
@@ -248,9 +252,12 @@ impl Output {
 }
 
 /// Helpers whose result cannot break out of the syntax it is written into (`shell_quote` but
-/// in a systemd unit, where the line breaks it keeps start a new setting).
-const QUOTING: [&str; 11] = [
+/// in a systemd unit, where the line breaks it keeps start a new setting; the PowerShell ones
+/// in PowerShell only, and only they there: see [`POSIX_QUOTING`]).
+const QUOTING: [&str; 13] = [
     "shell_quote",
+    "ps_quote",
+    "ps_here",
     "systemd_quote",
     "systemd_env_quote",
     "yaml_quote",
@@ -261,6 +268,17 @@ const QUOTING: [&str; 11] = [
     "sha256",
     "url_encode",
     "octal",
+];
+
+/// Quoting helpers whose result PowerShell reads differently: in its double-quoted strings
+/// (`json`, `yaml_quote`, `systemd_quote`) `$` and backticks expand, and a POSIX-quoted
+/// `'it'\''s'` ends its single-quoted string at the backslash.
+const POSIX_QUOTING: [&str; 5] = [
+    "shell_quote",
+    "systemd_quote",
+    "systemd_env_quote",
+    "yaml_quote",
+    "json",
 ];
 
 /// The handlebars built-ins bootplate keeps: name, smallest and largest number of parameters.
@@ -538,6 +556,10 @@ impl Walk<'_> {
             "kubernetes_minor" => FIXED,
             "lookup" => Ty::Any,
             "shell_quote" if self.output == Output::Unit => free_if_any(&types),
+            n if self.output == Output::PowerShell && POSIX_QUOTING.contains(&n) => {
+                free_if_any(&types)
+            }
+            "ps_quote" | "ps_here" if self.output != Output::PowerShell => free_if_any(&types),
             n if QUOTING.contains(&n) => FIXED,
             "upper" | "lower" | "trim" | "indent" | "nindent" | "join" => free_if_any(&types),
             "default" => types.first().cloned().unwrap_or(Ty::Any),

@@ -70,6 +70,8 @@ pub(crate) struct CompiledPart {
     commands: Vec<Text>,
     generator: Option<PartGenerator>,
     pub(crate) update: UpdateStrategy,
+    /// Its paths are Windows paths (a Windows format).
+    windows: bool,
 }
 
 impl CompiledPart {
@@ -123,6 +125,7 @@ impl CompiledPart {
 /// API server): unique part names, modes, owners, unit and drop-in names.
 pub(crate) fn compile_parts(
     parts: &[Part],
+    windows: bool,
     engine: &mut Engine,
     problems: &mut Vec<Problem>,
 ) -> Vec<CompiledPart> {
@@ -222,6 +225,7 @@ pub(crate) fn compile_parts(
             commands,
             generator: part.generator.clone(),
             update: part.update,
+            windows,
         });
     }
     out
@@ -319,8 +323,9 @@ pub(crate) fn collect(
     budget: &mut Budget,
     generated: &Generated,
 ) -> Result<Body, FieldError> {
+    let windows = parts.first().is_some_and(|p| p.windows);
     let parts = collect_parts(parts, config, role, engine, ctx, budget, generated)?;
-    let split = with_config_files(parts, config, budget)?;
+    let split = with_config_files(parts, config, windows, budget)?;
     let mut body = Body::default();
     body.add_commands(PRE_COMMANDS, config.pre_commands.iter().cloned());
     add_parts(&mut body, split.parts);
@@ -356,6 +361,7 @@ fn add_parts(body: &mut Body, parts: Vec<PartBody>) {
 pub(crate) fn with_config_files(
     parts: Vec<PartBody>,
     config: &BootplateConfigSpec,
+    windows: bool,
     budget: &mut Budget,
 ) -> Result<Split, FieldError> {
     let mut split = Split {
@@ -366,7 +372,7 @@ pub(crate) fn with_config_files(
         if !budget.take(f.content.len()) {
             return Err(FieldError::TooLarge);
         }
-        check_path(&f.path).map_err(|m| {
+        check_path(&f.path, windows).map_err(|m| {
             FieldError::Failed(located(Origin::Config, format!("spec.files[{i}].path"), m))
         })?;
         check_content(&f.content, f.encoding).map_err(|m| {
@@ -418,7 +424,7 @@ pub(crate) fn collect_parts(
             } else {
                 engine.render(&f.content, ctx, budget)?
             };
-            check_path(&path).map_err(|m| {
+            check_path(&path, part.windows).map_err(|m| {
                 FieldError::Failed(located(Origin::Template, format!("{}.path", f.field), m))
             })?;
             check_content(&content, f.encoding).map_err(|m| {
@@ -568,7 +574,7 @@ mod tests {
 
     #[test]
     fn paths_must_be_absolute_and_clean() {
-        assert!(check_path("/etc/a.conf").is_ok());
+        assert!(check_path("/etc/a.conf", false).is_ok());
         for bad in [
             "etc/a",
             "/",
@@ -579,7 +585,7 @@ mod tests {
             "/./a",
             "",
         ] {
-            assert!(check_path(bad).is_err(), "{bad:?}");
+            assert!(check_path(bad, false).is_err(), "{bad:?}");
         }
     }
 

@@ -122,8 +122,12 @@ pub(crate) fn owner(
 }
 
 /// A path must be absolute and clean: the formats write it into YAML, JSON and shell, and
-/// Ignition rejects relative or unnormalised paths.
-pub(crate) fn check_path(path: &str) -> Result<(), &'static str> {
+/// Ignition rejects relative or unnormalised paths. For the Windows formats (`windows`) it is
+/// a Windows path: a drive, `:\`, then names separated by `\`.
+pub(crate) fn check_path(path: &str, windows: bool) -> Result<(), &'static str> {
+    if windows {
+        return check_windows_path(path);
+    }
     if !path.starts_with('/') || path.len() < 2 {
         return Err("the path must be absolute, as in /etc/example.conf");
     }
@@ -138,6 +142,37 @@ pub(crate) fn check_path(path: &str) -> Result<(), &'static str> {
         .any(|seg| seg.is_empty() || seg == "." || seg == "..")
     {
         return Err("the path must be normalised (no empty, `.` or `..` segments)");
+    }
+    Ok(())
+}
+
+fn check_windows_path(path: &str) -> Result<(), &'static str> {
+    let mut chars = path.chars();
+    let drive = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    if !drive || !path[1..].starts_with(":\\") || path.len() < 4 {
+        return Err(
+            "the path must be an absolute Windows path, as in C:\\k\\kubeadm-join-config.yaml",
+        );
+    }
+    if path.ends_with('\\') {
+        return Err("the path must name a file, not end in \\");
+    }
+    if path
+        .chars()
+        .any(|c| c.is_control() || "/<>\"|?*".contains(c))
+        || path[2..].contains(':')
+    {
+        return Err(
+            "the path must not contain control characters or any of / < > : \" | ? * after the drive",
+        );
+    }
+    if path[3..]
+        .split('\\')
+        .any(|seg| seg.is_empty() || seg == "." || seg == ".." || seg.ends_with([' ', '.']))
+    {
+        return Err(
+            "the path must be normalised (no empty, `.` or `..` names, none ending in a dot or space)",
+        );
     }
     Ok(())
 }

@@ -394,7 +394,7 @@ fn validate(response: Response) -> Result<GeneratedPart, ResponseError> {
     let mut part = GeneratedPart::default();
     for (i, f) in response.files.into_iter().enumerate() {
         let field = format!("files[{i}]");
-        files::check_path(&f.path).map_err(|m| bad(format!("{field}.path"), m))?;
+        files::check_path(&f.path, false).map_err(|m| bad(format!("{field}.path"), m))?;
         let encoding = f.encoding.unwrap_or_default();
         files::check_content(&f.content, encoding)
             .map_err(|m| bad(format!("{field}.content"), m))?;

@@ -215,8 +215,10 @@ impl HelperDef for Step {
 }
 
 /// bootplate's helpers: name, usage, number of parameters, function.
-pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 26] = [
+pub(crate) const HELPERS: [(&str, &str, usize, HelperFn); 28] = [
     ("shell_quote", "shell_quote VALUE", 1, shell_quote),
+    ("ps_quote", "ps_quote VALUE", 1, ps_quote),
+    ("ps_here", "ps_here TEXT", 1, ps_here),
     ("systemd_quote", "systemd_quote VALUE", 1, systemd_quote),
     (
         "systemd_env_quote",
@@ -342,6 +344,32 @@ fn shell_quote(args: &[&Value]) -> Result<Value, HelperError> {
         push_quoted(&mut out, word);
     }
     Ok(Value::String(out))
+}
+
+/// PowerShell single quoting: `it's` → `'it''s'` (the typographic single quotes, which
+/// PowerShell reads as quotes too, are doubled the same way). Inside single quotes PowerShell
+/// expands nothing. A list becomes its items, each quoted, separated by commas (one array).
+fn ps_quote(args: &[&Value]) -> Result<Value, HelperError> {
+    let words = match args[0] {
+        Value::Array(items) => texts(items)?,
+        v => vec![text(v)?],
+    };
+    let quoted = words
+        .iter()
+        .map(|w| crate::powershell::quoted_len(w) as u64)
+        .sum::<u64>();
+    fits(quoted.saturating_add((words.len() as u64).saturating_mul(2)))?;
+    let quoted: Vec<String> = words.iter().map(|w| crate::powershell::quote(w)).collect();
+    Ok(Value::String(quoted.join(", ")))
+}
+
+/// A PowerShell verbatim here-string of TEXT (`@'`, the text on the lines after it, `'@`):
+/// multi-line text that reads back unchanged. A text that would end the here-string early (a
+/// line starting with `'@`) or that holds a CR becomes an expression decoding it from base64.
+fn ps_here(args: &[&Value]) -> Result<Value, HelperError> {
+    let t = text(args[0])?;
+    fits((t.len() as u64).saturating_mul(4) / 3 + 80)?;
+    Ok(Value::String(crate::powershell::here_string(&t)))
 }
 
 /// POSIX single quoting of one word (also used by the format writers).
@@ -1028,6 +1056,9 @@ mod tests {
         });
         assert_eq!(ok("{{shell_quote s}}", v.clone()), r"'it'\''s'");
         assert_eq!(ok("{{shell_quote args}}", v.clone()), "'a b' 'c'");
+        assert_eq!(ok("{{ps_quote s}}", v.clone()), "'it''s'");
+        assert_eq!(ok("{{ps_quote args}}", v.clone()), "'a b', 'c'");
+        assert_eq!(ok("{{ps_here text}}", v.clone()), "@'\nline1\nline2\n'@");
         assert_eq!(ok("{{yaml_quote s}}", v.clone()), r#""it's""#);
         assert_eq!(
             ok("--name {{systemd_quote s}}", json!({"s": "50% \"a\""})),

@@ -24,7 +24,9 @@ mod inplace;
 pub mod jinja;
 mod limit;
 mod lint;
+mod lint_windows;
 pub mod network;
+pub mod powershell;
 mod sample;
 mod tree;
 pub mod user_data;
@@ -167,9 +169,22 @@ impl CompiledTemplate {
             (Some(text), _) => {
                 let raw = engine.add("spec.template", text, problems);
                 check_raw_parts(spec, problems);
-                Body::Raw(raw, body::compile_parts(&spec.parts, &mut engine, problems))
+                Body::Raw(
+                    raw,
+                    body::compile_parts(
+                        &spec.parts,
+                        spec.format.is_windows(),
+                        &mut engine,
+                        problems,
+                    ),
+                )
             }
-            (None, false) => Body::Parts(body::compile_parts(&spec.parts, &mut engine, problems)),
+            (None, false) => Body::Parts(body::compile_parts(
+                &spec.parts,
+                spec.format.is_windows(),
+                &mut engine,
+                problems,
+            )),
             (None, true) => {
                 problems.push(Problem::template(
                     "spec",
@@ -178,6 +193,7 @@ impl CompiledTemplate {
                 Body::Parts(Vec::new())
             }
         };
+        check_windows(spec, problems);
         if spec.delivery == Some(Delivery::Fetch) && spec.template.is_some() {
             problems.push(Problem::template(
                 "spec.delivery",
@@ -293,6 +309,7 @@ impl CompiledTemplate {
         ctx: &RenderContext,
         generated: &Generated,
     ) -> Result<Rendered, RenderError> {
+        self.check_windows_render(config, ctx.machine.role)?;
         let _work = helpers::WorkBudget::start();
         let values = self.declarations.values(&self.object, &config.variables)?;
         let limit = Limit::new(self.max_output_bytes, config.max_output_bytes);
@@ -414,6 +431,38 @@ impl CompiledTemplate {
             })
     }
 
+    /// A Windows format renders workers only (Windows runs no Kubernetes control plane) and
+    /// cannot be fetched (a config may ask for it).
+    fn check_windows_render(
+        &self,
+        config: &BootplateConfigSpec,
+        role: Role,
+    ) -> Result<(), RenderError> {
+        if !self.format.is_windows() {
+            return Ok(());
+        }
+        let problem = if role != Role::Worker {
+            Problem::template(
+                "spec.format",
+                format!(
+                    "format {} renders workers only: Windows cannot run a Kubernetes control plane, and this Machine's role is {role}",
+                    self.format
+                ),
+            )
+        } else if self.fetches(config, role) {
+            Problem::config(
+                "spec.delivery",
+                format!(
+                    "delivery: Fetch is not available for format {} (the fetch stub is a POSIX shell script): use Inline",
+                    self.format
+                ),
+            )
+        } else {
+            return Ok(());
+        };
+        Err(RenderError::failed(&self.object, problem))
+    }
+
     /// A raw body cannot be fetched.
     fn check_raw_inline(
         &self,
@@ -451,7 +500,13 @@ impl CompiledTemplate {
             .as_ref()
             .filter(|_| ctx.machine.role != Role::Init)
         else {
-            return Ok((formats::write(self.format, &meta, body), None));
+            let text = formats::write(self.format, &meta, body);
+            formats::check_written(self.format, &text).map_err(|message| {
+                let problem = Problem::template("spec.parts", message)
+                    .with_reason(crd_types::conditions::reason::RENDER_FAILED);
+                RenderError::failed(&self.object, problem)
+            })?;
+            return Ok((text, None));
         };
         let payload = formats::write(OutputFormat::Script, &meta, body);
         if payload.len() as u64 > limit.bytes {
@@ -527,7 +582,9 @@ impl CompiledTemplate {
                     parts,
                     config_files: Vec::new(),
                 },
-                None => body::with_config_files(parts, config, budget_ref)?,
+                None => {
+                    body::with_config_files(parts, config, self.format.is_windows(), budget_ref)?
+                }
             };
             Ok((split, raw))
         });
@@ -943,6 +1000,42 @@ fn check_raw_parts(spec: &TemplateSpec, problems: &mut Vec<Problem>) {
             problems.push(Problem::template(
                 format!("spec.parts[{i}].generator"),
                 "a part beside a raw spec.template takes no generator",
+            ));
+        }
+    }
+}
+
+/// What a Windows format cannot carry, each refused at its field: systemd units, the boot
+/// reporter and the fetch stub (POSIX sh, curl and openssl), `update: InPlace` parts
+/// (bootplate-agent runs on Linux).
+fn check_windows(spec: &TemplateSpec, problems: &mut Vec<Problem>) {
+    if !spec.format.is_windows() {
+        return;
+    }
+    let format = spec.format;
+    if spec.boot_reports != Some(crd_types::BootReports::Disabled) {
+        problems.push(Problem::template(
+            "spec.bootReports",
+            format!("format {format} has no boot reporter (it is a POSIX shell library): set `bootReports: Disabled`"),
+        ));
+    }
+    if spec.delivery == Some(Delivery::Fetch) {
+        problems.push(Problem::template(
+            "spec.delivery",
+            format!("format {format} cannot be fetched (the fetch stub is a POSIX shell script): use `delivery: Inline`"),
+        ));
+    }
+    for (i, part) in spec.parts.iter().enumerate() {
+        if part.update == UpdateStrategy::InPlace {
+            problems.push(Problem::template(
+                format!("spec.parts[{i}].update"),
+                format!("format {format}: bootplate-agent, which applies `update: InPlace` parts, runs on Linux only"),
+            ));
+        }
+        if !part.units.is_empty() {
+            problems.push(Problem::template(
+                format!("spec.parts[{i}].units"),
+                format!("format {format} is for Windows, which has no systemd: register Windows services in commands (New-Service, sc.exe)"),
             ));
         }
     }

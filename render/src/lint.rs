@@ -26,6 +26,7 @@ pub fn lint(
     if problems.is_empty() {
         problems = lint_compiled(&compiled, config);
     }
+    problems.extend(crate::lint_windows::check(spec));
     if let (OutputFormat::Ignition, Some(text)) = (spec.format, &spec.template) {
         for p in problems.iter_mut() {
             locate_ignition_path(p, text);
@@ -131,7 +132,8 @@ pub(crate) fn lint_compiled(
         }
     };
     let mut found: Vec<(Problem, Vec<Role>)> = Vec::new();
-    for role in Role::ALL {
+    let roles = lint_roles(t.format);
+    for &role in roles {
         if let Err(e) = t.render(&config, &sample_context(role)) {
             note(&mut found, e.problems(), role);
         }
@@ -143,7 +145,7 @@ pub(crate) fn lint_compiled(
             .iter()
             .any(|p| p.severity == crate::Severity::Error);
     if clean {
-        for role in Role::ALL {
+        for &role in roles {
             for (shape, ctx) in machine_shapes(role) {
                 if let Err(e) = t.render(&config, &ctx) {
                     let shaped = e.problems().into_iter().map(|p| for_shape(p, shape));
@@ -164,7 +166,7 @@ pub(crate) fn lint_compiled(
         }
     }
     for (mut p, roles) in found {
-        if roles.len() == Role::ALL.len() {
+        if roles.len() == lint_roles(t.format).len() {
             problems.push(p);
         } else {
             for role in roles {
@@ -174,6 +176,16 @@ pub(crate) fn lint_compiled(
         }
     }
     problems
+}
+
+/// The roles lint renders samples for: a Windows format renders workers only (the others are
+/// refused by design, not by the template).
+fn lint_roles(format: OutputFormat) -> &'static [Role] {
+    if format.is_windows() {
+        &[Role::Worker]
+    } else {
+        &Role::ALL
+    }
 }
 
 /// The sample renders (with `config`, or sample values) of every role measured against a
@@ -470,10 +482,11 @@ fn where_text_goes<'a>(
 ) -> (&'a [Role], Output) {
     let Some(rest) = field.strip_prefix("spec.parts[") else {
         let output = match format {
-            OutputFormat::CloudConfig => Output::Yaml,
+            OutputFormat::CloudConfig | OutputFormat::WindowsCloudConfig => Output::Yaml,
             OutputFormat::Ignition => Output::Json,
             OutputFormat::Script => Output::Shell,
             OutputFormat::MimeMultipart => Output::Other,
+            OutputFormat::Powershell | OutputFormat::PowershellAws => Output::PowerShell,
         };
         return (&Role::ALL, output);
     };
@@ -484,7 +497,11 @@ fn where_text_goes<'a>(
     let roles = part.roles();
     let inner = rest.split_once("].").map_or("", |(_, r)| r);
     let output = if inner.starts_with("commands[") {
-        Output::Shell
+        if format.is_windows() {
+            Output::PowerShell
+        } else {
+            Output::Shell
+        }
     } else if inner.starts_with("units[") && inner.ends_with("content") {
         Output::Unit
     } else if let Some(file) = inner.strip_prefix("files[")
@@ -498,6 +515,7 @@ fn where_text_goes<'a>(
         }
         match path.rsplit('.').next() {
             Some("sh") => Output::Shell,
+            Some("ps1") => Output::PowerShell,
             Some("yaml" | "yml") => Output::Yaml,
             Some("json") => Output::Json,
             _ => Output::Other,

@@ -102,6 +102,7 @@ fn check(format: OutputFormat, data: &[u8], dir: &Path) {
         OutputFormat::Ignition => common::check_ignition(&path),
         OutputFormat::Script => common::check_script(&path),
         OutputFormat::MimeMultipart => drop(common::check_mime(&path)),
+        other => panic!("format {other} has no fetch stub"),
     }
 }
 

@@ -410,3 +410,80 @@ fn messages_point_at_the_culprit_once() {
         }
     }
 }
+
+// The Windows formats.
+
+/// Everything lint says of `spec`, as `code field`.
+fn linted(spec: &crd_types::TemplateSpec) -> Vec<String> {
+    lint(OBJECT, spec, None)
+        .iter()
+        .map(|p| format!("{} {}", p.code, p.field))
+        .collect()
+}
+
+/// In PowerShell, only the PowerShell helpers quote; outside it, they do not.
+#[test]
+fn posix_quoting_in_powershell_is_unquoted_and_ps_quote_is_not() {
+    let command = |text: &str| {
+        common::spec_yaml(&format!(
+            "os: {{name: windows}}\nformat: powershell\nbootReports: Disabled\nvariables: [{{name: x, default: a}}]\nparts:\n- name: p\n  commands:\n  - {}\n",
+            serde_json::to_string(text).unwrap()
+        ))
+    };
+    for unquoted in [
+        "Write-Output {{shell_quote values.x}}",
+        "Write-Output {{json values.x}}",
+        "Write-Output '{{values.x}}'",
+    ] {
+        assert_eq!(
+            linted(&command(unquoted)),
+            ["unquoted spec.parts[0].commands[0]"],
+            "{unquoted}"
+        );
+    }
+    for quoted in [
+        "Write-Output {{ps_quote values.x}}",
+        "$t = {{ps_here values.x}}",
+    ] {
+        assert_eq!(linted(&command(quoted)), Vec::<String>::new(), "{quoted}");
+    }
+    // ps_quote in a POSIX shell command does not quote for it.
+    let script = common::spec_yaml(
+        "os: {name: linux}\nformat: script\nvariables: [{name: x, default: a}]\nparts:\n- name: p\n  commands:\n  - echo {{ps_quote values.x}}\n",
+    );
+    assert_eq!(linted(&script), ["unquoted spec.parts[0].commands[0]"]);
+}
+
+/// Units, boot reports, fetch delivery, in-place parts and Linux paths are refused for the
+/// Windows formats, each at its field.
+#[test]
+fn what_windows_cannot_carry_is_refused_at_its_field() {
+    let s = common::spec_yaml(concat!(
+        "os: {name: windows}\nformat: windows-cloud-config\ndelivery: Fetch\nparts:\n",
+        "- name: p\n  update: InPlace\n  units: [{name: a.service, content: \"[Service]\"}]\n",
+        "  files: [{path: /etc/a.conf, content: x}]\n",
+    ));
+    let found = linted(&s);
+    for field in [
+        "spec.bootReports",
+        "spec.delivery",
+        "spec.parts[0].update",
+        "spec.parts[0].units",
+    ] {
+        assert!(
+            found.contains(&format!("template-invalid {field}")),
+            "{field}: {found:?}"
+        );
+    }
+    let paths = common::spec_yaml(
+        "os: {name: windows}\nformat: powershell\nbootReports: Disabled\nparts:\n- name: p\n  files: [{path: /etc/a.conf, content: x}]\n",
+    );
+    let problems = lint(OBJECT, &paths, None);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.field == "spec.parts[0].files[0].path"
+                && p.message.contains("absolute Windows path")),
+        "{problems:?}"
+    );
+}

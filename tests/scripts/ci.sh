@@ -90,6 +90,10 @@ step "install-tools.sh" tests/scripts/install-tools.sh || { log "installing the 
 # a tier that starts first waits for it.
 step "| boot root and VM image" bash -c 'tests/boot/build-root.sh && tests/vm/build-image.sh' \
   >"$logs/images.log" 2>&1 &
+# cloudbase-init 1.1.9 in a Python virtual environment, for the Windows tier (its templates are
+# read by cloudbase-init's own code): made once per digest of its pinned requirements (seconds
+# from pip's cache, under a minute cold), nothing when cached; the tier waits on its lock.
+step "| cloudbase-init venv" tests/windows/cloudbase-init.sh >"$logs/cloudbase-init.log" 2>&1 &
 # kube-apiserver, etcd, kubeadm, the kubelet, kube-scheduler, kube-proxy, kubectl, Cluster API
 # and clusterctl, built from their Go modules (cached), in the background: the tiers that do not
 # run them start as soon as the test build is done. Each tool's path becomes BOOTPLATE_<NAME>

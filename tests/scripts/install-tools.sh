@@ -12,7 +12,8 @@
 # CNI plugins (containernetworking-plugins, in /usr/lib/cni), nftables (kube-proxy runs in its
 # nftables mode, which drives `nft`), iptables (the CNI plugins and kube-proxy's start-up clean-up
 # of older modes call it), iproute2 (the cluster's network namespace, veth and routes) and
-# busybox-static (the shell, HTTP server and client of its probe image).
+# busybox-static (the shell, HTTP server and client of its probe image). python3-venv makes the
+# virtual environment of cloudbase-init (tests/windows/cloudbase-init.sh).
 # kube-apiserver, etcd, kubeadm, the kubelet and Cluster API come from Go modules instead
 # (tests/scripts/build-tools.sh).
 set -euo pipefail
@@ -21,7 +22,7 @@ sudo_if_needed() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 packages=(cloud-init ignition shellcheck prometheus debootstrap debian-archive-keyring openssl
   containerd runc umoci skopeo ca-certificates qemu-system-x86 qemu-utils cloud-image-utils e2fsprogs curl
-  libxml2-utils libblkid-dev containernetworking-plugins nftables iptables iproute2 busybox-static)
+  libxml2-utils libblkid-dev containernetworking-plugins nftables iptables iproute2 busybox-static python3-venv)
 need=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")

@@ -48,7 +48,7 @@ declare -A estimate=(
   [bootplate-tests::control_plane]=297 [bootplate-tests::controller]=270 [bootplate::templates]=217
   [bootplate-tests::security]=113 [bootplate-tests::inplace_capi]=104 [bootplate-tests::fuzz]=95
   [bootplate-tests::release]=67 [bootplate-tests::docs]=63 [bootplate-tests::operations]=57
-  [bootplate-tests::joins]=49 [bootplate::cli]=40
+  [bootplate-tests::joins]=49 [bootplate::cli]=40 [bootplate::windows]=8
 )
 declare -A seconds=()
 if [[ -f $history ]]; then

@@ -17,7 +17,7 @@ use crate::helpers::push_yaml_double_quoted;
 pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
     let mut out = String::with_capacity(super::size_estimate(body));
     out.push_str(&header(meta));
-    write_files(&mut out, &files_to_write(body, meta.report));
+    write_files(&mut out, &files_to_write(body, meta.report), true);
     runcmd(&mut out, &all_commands(body, meta.report, !meta.stub));
     out
 }
@@ -28,18 +28,19 @@ pub(super) fn header(meta: &Meta<'_>) -> String {
 }
 
 /// The `write_files` section with `files` (nothing when there are none: the cloud-init schema
-/// wants at least one entry).
-pub(super) fn write_files(out: &mut String, files: &[File]) {
+/// wants at least one entry), with their `owner` unless `!owner` (cloudbase-init has no owner).
+pub(super) fn write_files(out: &mut String, files: &[File], owner: bool) {
     if files.is_empty() {
         return;
     }
     out.push_str("write_files:\n");
     for f in files {
-        for (key, value) in [
+        let keys = [
             ("- path: ", &f.path),
             ("  permissions: ", &f.permissions),
             ("  owner: ", &f.owner),
-        ] {
+        ];
+        for (key, value) in &keys[..if owner { 3 } else { 2 }] {
             out.push_str(key);
             push_yaml_double_quoted(out, value);
             out.push('\n');

@@ -18,7 +18,7 @@ pub(super) fn write(meta: &Meta<'_>, body: &Body) -> String {
         return archive(&[("text/x-shellscript", "bootstrap.sh", &shell)]);
     }
     let mut config = cloud_config::header(meta);
-    cloud_config::write_files(&mut config, &files_to_write(body, meta.report));
+    cloud_config::write_files(&mut config, &files_to_write(body, meta.report), true);
     let mut shell = script::header(meta);
     script::commands(&mut shell, &all_commands(body, meta.report, true));
     archive(&[

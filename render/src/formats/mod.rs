@@ -15,6 +15,7 @@ mod mime;
 mod report;
 mod script;
 mod shape;
+mod windows;
 
 use crd_types::{FileEncoding, OutputFormat, Role};
 
@@ -60,6 +61,12 @@ const SENTINEL: [&str; 2] = [
     "echo success > /run/cluster-api/bootstrap-success.complete",
 ];
 
+/// The Cluster API bootstrap sentinel on Windows, written last (PowerShell).
+const SENTINEL_WINDOWS: [&str; 2] = [
+    r"New-Item -ItemType Directory -Force -Path 'C:\run\cluster-api' | Out-Null",
+    r"Set-Content -Path 'C:\run\cluster-api\bootstrap-success.complete' -Value 'success'",
+];
+
 const SYSTEMD_DIR: &str = "/etc/systemd/system";
 
 /// Lays `body` out in `format`.
@@ -69,6 +76,9 @@ pub(crate) fn write(format: OutputFormat, meta: &Meta<'_>, body: &Body) -> Strin
         OutputFormat::Ignition => ignition::write(meta, body),
         OutputFormat::Script => script::write(meta, body),
         OutputFormat::MimeMultipart => mime::write(meta, body),
+        OutputFormat::WindowsCloudConfig => windows::write_cloud_config(meta, body),
+        OutputFormat::Powershell => windows::write_powershell(meta, body),
+        OutputFormat::PowershellAws => windows::write_powershell_aws(meta, body),
     }
 }
 
@@ -253,7 +263,94 @@ pub(crate) fn check_raw(format: OutputFormat, text: &str) -> Result<(), String> 
             }
         }
         OutputFormat::MimeMultipart => mime::check(text),
+        OutputFormat::WindowsCloudConfig => check_windows_cloud_config(text),
+        OutputFormat::Powershell => {
+            let first = text.lines().next().unwrap_or("").trim_end();
+            if first != "#ps1_sysnative" && first != "#ps1" {
+                return Err(
+                    "the output is not a powershell script: its first line must be `#ps1_sysnative` (how cloudbase-init knows a PowerShell script)"
+                        .to_owned(),
+                );
+            }
+            check_powershell(text, 0)
+        }
+        OutputFormat::PowershellAws => {
+            windows::check_tags(format, text)?;
+            let inner = text.strip_prefix("<powershell>").unwrap_or(text);
+            let inner = inner
+                .trim_end()
+                .strip_suffix("</powershell>")
+                .unwrap_or(inner);
+            check_powershell(inner, 0)
+        }
     }
+}
+
+/// The cloud-config directives cloudbase-init 1.1.9 runs (its cloud-config plugins); it logs
+/// any other as "not supported" and goes on without it.
+pub const CLOUDBASE_INIT_DIRECTIVES: [&str; 9] = [
+    "write_files",
+    "set_timezone",
+    "timezone",
+    "set_hostname",
+    "hostname",
+    "ntp",
+    "groups",
+    "users",
+    "runcmd",
+];
+
+/// A raw `windows-cloud-config` output: `#cloud-config`, a YAML map, only directives
+/// cloudbase-init runs.
+fn check_windows_cloud_config(text: &str) -> Result<(), String> {
+    if text.lines().next().unwrap_or("").trim_end() != "#cloud-config" {
+        return Err(
+            "the output is not a cloud-config: its first line must be `#cloud-config`".to_owned(),
+        );
+    }
+    let document: serde_yaml::Value =
+        crate::yaml::from_str(text, YamlLimit::document(text)).map_err(|e| yaml_error(&e))?;
+    let Some(map) = document.as_mapping() else {
+        return match document {
+            serde_yaml::Value::Null => Ok(()),
+            _ => Err("the output is not a cloud-config: the YAML document is not a map".to_owned()),
+        };
+    };
+    for key in map.keys() {
+        let name = key.as_str().unwrap_or("");
+        if !CLOUDBASE_INIT_DIRECTIVES.contains(&name) {
+            return Err(format!(
+                "cloudbase-init does not run the cloud-config directive `{}` (it logs \"not supported\" and skips it); it runs {}",
+                crate::error::truncate(name, 40),
+                CLOUDBASE_INIT_DIRECTIVES.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first PowerShell syntax error of `script`, at its output line (`offset` lines before
+/// it in the output).
+fn check_powershell(script: &str, offset: usize) -> Result<(), String> {
+    match crate::powershell::syntax_errors(script, 1).first() {
+        None => Ok(()),
+        Some(e) => Err(format!(
+            "the output is not valid PowerShell (output line {}, column {}): {}",
+            e.line + offset,
+            e.column,
+            if e.message.starts_with("PowerShell cannot parse `") {
+                "PowerShell cannot parse it".to_owned()
+            } else {
+                e.message.clone()
+            }
+        )),
+    }
+}
+
+/// Checks a structured body's output as its reader will take it (the Windows formats; the
+/// others are right by construction). The message quotes no output.
+pub(crate) fn check_written(format: OutputFormat, text: &str) -> Result<(), String> {
+    windows::check_tags(format, text)
 }
 
 /// The cloud-config modules bootplate's users write, with the types cloud-init reads them as,
