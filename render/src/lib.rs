@@ -559,6 +559,7 @@ impl CompiledTemplate {
         ctx: &RenderContext,
         generated: &Generated,
     ) -> Result<Option<PartsRender>, RenderError> {
+        self.check_windows_render(config, ctx.machine.role)?;
         let (parts, raw) = match &self.body {
             Body::Parts(parts) => (parts, None),
             Body::Raw(text, parts) if !parts.is_empty() => (parts, Some(text)),
