@@ -1806,8 +1806,9 @@ fn shipped_templates() -> Vec<(String, serde_yaml::Value)> {
                 serde_yaml::from_str(&std::fs::read_to_string(&p).unwrap()).ok()?;
             let kind = object["kind"].as_str().unwrap_or_default();
             let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-            let windows = ["windows-cloud-config", "powershell"]
-                .contains(&object["spec"]["format"].as_str().unwrap_or_default());
+            let format = object["spec"]["format"].clone();
+            let windows = serde_yaml::from_value::<crd_types::OutputFormat>(format)
+                .is_ok_and(crd_types::OutputFormat::is_windows);
             (kind.ends_with("BootstrapTemplate") && !windows).then_some((name, object))
         })
         .collect();

@@ -66,8 +66,9 @@ fn judged_for(old: &Value, new: &Value, roles: &[Role]) -> Vec<(Role, judge::Rol
 
 /// A Windows format renders workers only.
 fn is_windows(document: &Value) -> bool {
-    let format = document["spec"]["format"].as_str().unwrap_or_default();
-    ["windows-cloud-config", "powershell", "powershell-aws"].contains(&format)
+    let format = document["spec"]["format"].clone();
+    serde_yaml::from_value::<crd_types::OutputFormat>(format)
+        .is_ok_and(crd_types::OutputFormat::is_windows)
 }
 
 /// A Windows template serves no control-plane role in diff, as in the controller (before, diff
