@@ -116,6 +116,8 @@ pub struct Inputs<'a> {
     pub roles: &'a [Role],
     /// `--config`: the variables a template is rendered with.
     pub config: Option<&'a ConfigInput>,
+    /// `--with`: templates both sides share, for configs whose template is not on their side.
+    pub with: &'a [YamlFile],
 }
 
 /// An object's report and its problems: `input` when a revision could not be read, compiled or
@@ -154,8 +156,8 @@ pub fn judge(pairing: &Pairing, inputs: &Inputs<'_>) -> Judged {
     let (Some((_, old_at)), Some((_, new_at))) = (&pairing.old, &pairing.new) else {
         return judged;
     };
-    let old = Prepared::new(inputs.old, *old_at, inputs.config, "old");
-    let new = Prepared::new(inputs.new, *new_at, inputs.config, "new");
+    let old = Prepared::new(SideInputs::of(inputs, inputs.old, "old"), *old_at);
+    let new = Prepared::new(SideInputs::of(inputs, inputs.new, "new"), *new_at);
     let (old, new) = match (old, new) {
         (Ok(old), Ok(new)) => (old, new),
         (old, new) => {
@@ -235,13 +237,31 @@ struct Prepared<'a> {
     config_at: Option<ConfigAt<'a>>,
 }
 
+/// One side of the comparison and what both sides share.
+struct SideInputs<'a> {
+    side: &'a Side,
+    /// `--with`'s templates.
+    with: &'a [YamlFile],
+    /// `--config`.
+    config: Option<&'a ConfigInput>,
+    /// `old` or `new`, for messages.
+    which: &'static str,
+}
+
+impl<'a> SideInputs<'a> {
+    fn of(inputs: &Inputs<'a>, side: &'a Side, which: &'static str) -> SideInputs<'a> {
+        SideInputs {
+            side,
+            with: inputs.with,
+            config: inputs.config,
+            which,
+        }
+    }
+}
+
 impl<'a> Prepared<'a> {
-    fn new(
-        side: &'a Side,
-        at: At,
-        config: Option<&'a ConfigInput>,
-        which: &str,
-    ) -> Result<Prepared<'a>, Vec<Diagnostic>> {
+    fn new(revision: SideInputs<'a>, at: At) -> Result<Prepared<'a>, Vec<Diagnostic>> {
+        let SideInputs { side, config, .. } = revision;
         let file = &side.files[at.file];
         let (template_at, spec, config_at) = match kind(&file.documents[at.index]) {
             "BootstrapTemplate" | "ClusterBootstrapTemplate" => (
@@ -251,7 +271,7 @@ impl<'a> Prepared<'a> {
             ),
             _ => {
                 let (spec, config_at) = config_spec(file, at.index)?;
-                let template_at = resolve(side, &spec, &config_at, which)?;
+                let template_at = resolve(&revision, &spec, &config_at)?;
                 (template_at, Some(spec), Some(config_at))
             }
         };
@@ -325,20 +345,24 @@ fn config_spec(
     Ok((spec, at))
 }
 
-/// The template a config of `side` references, among the side's files.
+/// The template a config of `revision`'s side references: among its side's files, else among
+/// `--with`'s.
 fn resolve<'a>(
-    side: &'a Side,
+    revision: &SideInputs<'a>,
     spec: &BootplateConfigSpec,
     config: &ConfigAt<'_>,
-    which: &str,
 ) -> Result<(&'a YamlFile, usize), Vec<Diagnostic>> {
     let reference = &spec.template_ref;
     let (namespace, _) = name_of(&config.file.documents[config.index]);
-    super::super::references::find(&side.files, reference.kind.as_str(), &reference.name, namespace)
+    let find = |files: &'a [YamlFile]| {
+        super::super::references::find(files, reference.kind.as_str(), &reference.name, namespace)
+    };
+    find(&revision.side.files)
+        .or_else(|| find(revision.with))
         .ok_or_else(|| {
             let message = format!(
-                "{} `{}` is not among the files of the {which} side: give it on both sides (the same file twice when it did not change)",
-                reference.kind, reference.name
+                "{} `{}` is not among the files of the {} side: give it on both sides, or with --with when it did not change",
+                reference.kind, reference.name, revision.which
             );
             vec![config.locate(
                 "spec.templateRef.name",

@@ -34,8 +34,10 @@ of the main branch and of a pull request. Their BootstrapTemplates, ClusterBoots
 BootplateConfigs and BootplateConfigTemplates are paired by kind, namespace and name (two single
 files with one object each of the same kind are paired whatever the names); objects only one
 side has are reported as added or removed. A config is rendered with the template its
-templateRef names on its own side; a template alone with --config's variables, or sample values
-for its required variables.
+templateRef names on its own side, else with the one --with gives (a template both revisions
+share and that did not change: a config template's revisions in one repository, the template
+published from another); a template alone with --config's variables, or sample values for its
+required variables. Objects --with gives are not compared.
 
 Both revisions are rendered for the same machine, with the same stand-ins for the token, the CA
 hash, the certificates and generated parts (no generator is called), and compared part by part
@@ -59,10 +61,12 @@ Exit codes, the same for every format:
   0  no machine is replaced: every role is unchanged or updated in place (or newly served)
   1  the new revision fails to render for a role the old one served (problems on stderr)
   2  bad usage or input: a file that cannot be read, YAML or a schema error, a template that
-     does not compile, a config whose template is not on its side (FILE:LINE:COL on stderr)
+     does not compile, a config whose template is neither on its side nor given with --with
+     (FILE:LINE:COL on stderr)
   3  some machine would be replaced
-Example, in CI:
-  bootplate diff --format markdown base/templates templates >> \"$GITHUB_STEP_SUMMARY\"")]
+Examples, in CI:
+  bootplate diff --format markdown base/templates templates >> \"$GITHUB_STEP_SUMMARY\"
+  bootplate diff --with platform/kubeadm-ubuntu-2404.yaml base/workers.yaml workers.yaml")]
 pub struct DiffArgs {
     /// The old revision: a file or a directory.
     #[arg(value_name = "OLD")]
@@ -88,6 +92,10 @@ pub struct DiffArgs {
     /// templates are rendered with (configs among OLD and NEW use their own).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// A template both revisions share, unchanged (a file or a directory; repeatable): a config
+    /// whose template is not on its own side renders with the one found here. Not compared.
+    #[arg(long = "with", value_name = "PATH")]
+    pub with: Vec<PathBuf>,
     /// How to print: text, json or markdown.
     #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
     pub format: DiffFormat,
@@ -110,6 +118,9 @@ pub fn run(args: &DiffArgs) -> ExitCode {
     let mut unreadable = tree::Unreadable::default();
     let old = tree::read(&args.old, args.recursive, &mut unreadable);
     let new = tree::read(&args.new, args.recursive, &mut unreadable);
+    let with: Vec<_> = (args.with.iter())
+        .flat_map(|path| tree::read(path, args.recursive, &mut unreadable).files)
+        .collect();
     let given = read_given(args, &mut unreadable);
     if !unreadable.is_empty() {
         return refuse(&unreadable.errors, &unreadable.problems);
@@ -124,6 +135,7 @@ pub fn run(args: &DiffArgs) -> ExitCode {
         shape: &shape,
         roles: &roles,
         config: config.as_ref(),
+        with: &with,
     };
     let (mut objects, mut input, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for pairing in tree::pair(&old, &new) {

@@ -58,6 +58,7 @@ fn judged_for(old: &Value, new: &Value, roles: &[Role]) -> Vec<(Role, judge::Rol
         shape: &Shape::Sample,
         roles,
         config: None,
+        with: &[],
     };
     let judged = judge::judge(&pairs[0], &inputs);
     assert!(judged.input.is_empty() && judged.failed.is_empty());
@@ -88,6 +89,7 @@ fn a_windows_templates_control_plane_roles_fail_to_render() {
         shape: &Shape::Sample,
         roles: &[Role::Init, Role::Worker],
         config: None,
+        with: &[],
     };
     let judged = judge::judge(&pairs[0], &inputs);
     let (init, worker) = (&judged.object.roles[0], &judged.object.roles[1]);
@@ -259,4 +261,55 @@ fn a_raw_template_without_parts_is_unchanged_or_replaced() {
             r.parts[0].diff
         );
     }
+}
+
+/// Two revisions of a config template whose template is on neither side: refused naming the
+/// field and `--with`, then judged with the template `--with` gives (and that template itself is
+/// not compared).
+#[test]
+fn a_config_templates_revisions_render_with_the_template_given_with() {
+    let path = shipped_templates()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with("kubeadm-ubuntu-2404.yaml"))
+        .unwrap();
+    let template = YamlFile::parse("t.yaml".into(), std::fs::read_to_string(path).unwrap());
+    let revision = |proxy: &str| {
+        let text = format!(
+            "apiVersion: bootstrap.bootplate.dev/v1alpha1\nkind: BootplateConfigTemplate\nmetadata: {{name: workers, namespace: a}}\nspec:\n  template:\n    spec:\n      templateRef: {{kind: ClusterBootstrapTemplate, name: kubeadm-ubuntu-2404}}\n      network: {{proxy: {{http: '{proxy}'}}}}\n"
+        );
+        serde_yaml::from_str::<Value>(&text).unwrap()
+    };
+    let (old, new) = (
+        side("old.yaml", &revision("http://a.example:3128")),
+        side("new.yaml", &revision("http://b.example:3128")),
+    );
+    let pairs = tree::pair(&old, &new);
+    assert_eq!(pairs.len(), 1, "only the config template is compared");
+    let with = vec![template.unwrap()];
+    let judge_with = |with: &[YamlFile]| {
+        let inputs = Inputs {
+            old: &old,
+            new: &new,
+            shape: &Shape::Sample,
+            roles: &[Role::Worker],
+            config: None,
+            with,
+        };
+        judge::judge(&pairs[0], &inputs)
+    };
+    let alone = judge_with(&[]);
+    assert!(alone.object.roles.is_empty());
+    let problem = alone.input.first().map(ToString::to_string);
+    let problem = problem.unwrap_or_default();
+    assert!(
+        problem.contains("spec.template.spec.templateRef.name")
+            && problem.contains("kubeadm-ubuntu-2404")
+            && problem.contains("--with"),
+        "{problem}"
+    );
+    let judged = judge_with(&with);
+    assert!(judged.input.is_empty(), "{:?}", judged.input);
+    let worker = &judged.object.roles[0];
+    assert_eq!(worker.verdict, Verdict::InPlace, "{:?}", worker.reason);
+    assert_eq!(worker.in_place_parts, ["network"]);
 }
