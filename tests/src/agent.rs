@@ -200,14 +200,15 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// Starts the agent for `node` against the apiserver on `port`, applying into `disk` every
-    /// `interval`; its kubeconfig and log go to `dir`.
+    /// Starts the agent for `node` against the apiserver on `port`, applying every `interval`
+    /// into `on` (its root, its systemctl and the shell its commands run in: a [`NodeDisk`]'s
+    /// [`NodeDisk::node`], or a chrooted node's); its kubeconfig and log go to `dir`.
     pub fn start(
         dir: &Path,
         port: u16,
         ca: &TestCa,
         node: &str,
-        disk: &NodeDisk,
+        on: &agent::Node,
         interval: &str,
     ) -> anyhow::Result<AgentProcess> {
         let kubeconfig = dir.join(format!("{node}.kubeconfig"));
@@ -218,8 +219,12 @@ impl AgentProcess {
             Command::new(binary)
                 .arg(format!("--node-name={node}"))
                 .arg(format!("--kubeconfig={}", kubeconfig.display()))
-                .arg(format!("--root={}", disk.root().display()))
-                .arg(format!("--systemctl={}", disk.systemctl().display()))
+                .arg(format!("--root={}", on.root.display()))
+                .arg(format!(
+                    "--systemctl={}",
+                    Path::new(&on.systemctl).display()
+                ))
+                .arg(format!("--shell={}", Path::new(&on.shell).display()))
                 .arg(format!("--interval={interval}"))
                 .env("RUST_LOG", "info"),
             &dir.join(format!("agent-{node}.log")),

@@ -133,16 +133,24 @@ fn check(what: &str, out: &Output) -> anyhow::Result<String> {
 /// The parts of [`TEMPLATE`] a worker with `network` (the JSON of `spec.network`) renders,
 /// with the update plan's view of them.
 pub fn render_parts(network: serde_json::Value) -> anyhow::Result<render::PartsRender> {
+    render_parts_of(TEMPLATE, network)
+}
+
+/// [`render_parts`] of the shipped template `template` (`templates/<template>.yaml`).
+pub fn render_parts_of(
+    template: &str,
+    network: serde_json::Value,
+) -> anyhow::Result<render::PartsRender> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("a parent");
-    let file = workspace.join(format!("templates/{TEMPLATE}.yaml"));
+    let file = workspace.join(format!("templates/{template}.yaml"));
     let object: crd_types::ClusterBootstrapTemplate =
         serde_yaml::from_str(&std::fs::read_to_string(&file)?)?;
-    let name = format!("ClusterBootstrapTemplate {TEMPLATE}");
+    let name = format!("ClusterBootstrapTemplate {template}");
     let compiled = render::CompiledTemplate::compile(&name, &object.spec.0)?;
     let config: crd_types::BootplateConfigSpec = serde_json::from_value(serde_json::json!({
-        "templateRef": {"kind": "ClusterBootstrapTemplate", "name": TEMPLATE},
+        "templateRef": {"kind": "ClusterBootstrapTemplate", "name": template},
         "network": network,
     }))?;
     let context = render::sample_context(crd_types::Role::Worker);
@@ -158,7 +166,7 @@ pub fn part(parts: &render::PartsRender, name: &str) -> anyhow::Result<PayloadPa
         .iter()
         .find(|p| p.content.name == name)
         .map(|p| p.content.clone())
-        .with_context(|| format!("no part `{name}` in {TEMPLATE}"))
+        .with_context(|| format!("no part `{name}` in the render"))
 }
 
 /// The sandbox's chroot (see the script): the node root's commands run through it.

@@ -39,6 +39,17 @@
 //! Before each change is applied, `bootplate diff` previews it offline (the template and the old
 //! and the new config template, role worker): in place for (a) and (c), replacement naming part
 //! `install` for (b). What the tier then sees Cluster API and bootplate do is that verdict.
+//!
+//! (i) Every shipped template with an `update: InPlace` part (`templates/*.yaml`; the Windows
+//! ones have none), each with a MachineDeployment of one worker on a Cluster at a Kubernetes
+//! version the kubeadm templates know (`kubeadm-*` machines pass the cloud's join check, the
+//! others boot as they are). Each moves through three revisions of its config template: a new
+//! proxy in the network input, then a `postCommands` change. `bootplate diff` previews each move
+//! offline, and what Cluster API and bootplate then do is its verdict: in place naming part
+//! `network` (the Machine kept; its agent runs the template's own `network` commands chrooted
+//! into the node's root, `sandbox-chroot.sh`, and `/etc/environment` holds the new proxy and not
+//! the old), then replacement (a new Machine; the hook's logged answer for that
+//! MachineDeployment carries the reason diff gave).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -49,6 +60,7 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use testenv::agent::{AgentProcess, NodeDisk};
 use testenv::capi::{CapiEnv, NS, Options, condition, objects};
+use testenv::mirror::ChrootNode;
 
 const WAIT: Duration = Duration::from_secs(240);
 const MIRROR_FILE: &str = "/etc/containerd/certs.d/docker.io/hosts.toml";
@@ -124,12 +136,23 @@ fn machine_deployment(name: &str, cluster: &str, replicas: u32, config_template:
         "inplace",
         "v1.37.2",
     );
+    without_surge(&mut md);
+    // The template joins no cluster: the test cloud boots these machines without a join check.
+    plain_machines(&mut md);
+    md
+}
+
+/// Rolls MachineDeployment `md` out one Machine at a time with no surge: an in-place update
+/// never needs a new Machine.
+fn without_surge(md: &mut Value) {
     md["spec"]["rollout"] = json!({"strategy": {"type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}});
-    // The template joins no cluster: the test cloud boots these machines without a join check.
+}
+
+/// Marks the Machines of `md` as no Kubernetes nodes: the cloud boots them without a join check.
+fn plain_machines(md: &mut Value) {
     md["spec"]["template"]["metadata"]["labels"][testenv::capi::cloud::PLAIN_MACHINE_LABEL] =
         json!("true");
-    md
 }
 
 async fn apply(env: &CapiEnv, resource: &kube::api::ApiResource, object: Value) {
@@ -211,10 +234,15 @@ fn config_name(machine: &DynamicObject) -> String {
 /// (two single files: paired whatever their names). The exit code must be the one the report
 /// states.
 fn previewed(old: &Value, new: &Value) -> Value {
+    previewed_with(&template().to_string(), old, new)
+}
+
+/// [`previewed`] with the template `template` (its YAML or JSON text).
+fn previewed_with(template: &str, old: &Value, new: &Value) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, config: &Value| {
         let path = dir.path().join(name);
-        std::fs::write(&path, format!("{}\n---\n{config}\n", template())).unwrap();
+        std::fs::write(&path, format!("{template}\n---\n{config}\n")).unwrap();
         path
     };
     let (old, new) = (write("old.yaml", old), write("new.yaml", new));
@@ -328,7 +356,7 @@ async fn start_agents(
                 env.workload.port(),
                 &env.cluster_ca,
                 &node,
-                &disk,
+                &disk.node(),
                 "1s",
             )
             .unwrap(),
@@ -464,6 +492,7 @@ async fn cluster_api_updates_machines_in_place_through_bootplate() {
     in_place_only_config_template(&env).await;
     admission_warnings(&env).await;
     in_place_only_template(&env).await;
+    every_shipped_template(&env).await;
 }
 
 /// `kubectl apply --dry-run=server` of `object` against the management cluster: its warnings
@@ -1019,4 +1048,290 @@ fn hook_answers(env: &CapiEnv) -> BTreeMap<(String, String), f64> {
         answers.insert((label("hook"), label("answer")), count);
     }
     answers
+}
+
+/// The Cluster of case (i), at a Kubernetes version the kubeadm templates know.
+const SHIPPED_CLUSTER: &str = "st";
+/// The proxy of each revision of case (i) (the third keeps the second's).
+const PROXY_BEFORE: &str = "http://proxy-a.example:3128";
+const PROXY_AFTER: &str = "http://proxy-b.example:3128";
+
+/// A shipped template that case (i) moves machines of through its revisions.
+struct Shipped {
+    /// Its file under the workspace (for [`CapiEnv::publish_shipped_template`]).
+    file: String,
+    /// Its name (a ClusterBootstrapTemplate).
+    name: String,
+    /// Its text, as `bootplate diff` reads it.
+    text: String,
+    /// A `kubeadm-*` template joins a cluster (the cloud checks its join); others do not.
+    joins: bool,
+}
+
+impl Shipped {
+    fn machine_deployment(&self) -> String {
+        format!("st-{}", self.name)
+    }
+
+    /// Revision `n` (1 to 3) of its config template: see the module doc.
+    fn revision(&self, n: u32) -> Value {
+        let name = format!("{}-v{n}", self.name);
+        let mut revision = objects::bootplate_config_template(&name, &self.name);
+        let spec = &mut revision["spec"]["template"]["spec"];
+        let proxy = if n == 1 { PROXY_BEFORE } else { PROXY_AFTER };
+        spec["network"] = json!({"proxy": {"http": proxy}});
+        if n == 3 {
+            spec["postCommands"] = json!(["echo revision 3"]);
+        }
+        revision
+    }
+}
+
+/// Every shipped template with an `update: InPlace` part.
+fn shipped_with_in_place_parts() -> Vec<Shipped> {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(workspace.join("templates")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let document: Value = serde_yaml::from_str(&text).unwrap();
+        let parts = document["spec"]["parts"].as_array().cloned();
+        if !parts
+            .into_iter()
+            .flatten()
+            .any(|p| p["update"] == "InPlace")
+        {
+            continue;
+        }
+        let name = document["metadata"]["name"].as_str().unwrap().to_owned();
+        let stem = path.file_stem().unwrap().to_string_lossy();
+        assert_eq!(stem, name, "a shipped template's file is named after it");
+        let file = path.strip_prefix(&workspace).unwrap();
+        found.push(Shipped {
+            file: file.to_string_lossy().into_owned(),
+            joins: name.starts_with("kubeadm-"),
+            name,
+            text,
+        });
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
+/// (i) Every shipped template's diff verdicts, as Cluster API and bootplate then act on them.
+async fn every_shipped_template(env: &CapiEnv) {
+    let shipped = shipped_with_in_place_parts();
+    assert!(
+        shipped.len() >= 8,
+        "the shipped templates with InPlace parts"
+    );
+    let version = objects::KUBERNETES_VERSION;
+    let control_plane = objects::dev_control_plane(SHIPPED_CLUSTER, version);
+    apply(env, &objects::dev_control_plane_resource(), control_plane).await;
+    let dev_cluster = objects::dev_cluster(SHIPPED_CLUSTER);
+    apply(env, &objects::dev_cluster_resource(), dev_cluster).await;
+    let cluster = objects::cluster(SHIPPED_CLUSTER, Some(SHIPPED_CLUSTER), false);
+    apply(env, &objects::cluster_resource(), cluster).await;
+    for t in &shipped {
+        env.publish_shipped_template(&t.file).await.unwrap();
+        for n in 1..=3 {
+            apply(env, &config_templates(), t.revision(n)).await;
+        }
+        let mut md = objects::machine_deployment(
+            &t.machine_deployment(),
+            SHIPPED_CLUSTER,
+            1,
+            &format!("{}-v1", t.name),
+            "inplace",
+            version,
+        );
+        without_surge(&mut md);
+        if !t.joins {
+            plain_machines(&mut md);
+        }
+        apply(env, &objects::machine_deployment_resource(), md).await;
+    }
+    let mut nodes = Vec::new();
+    let mut agents = Vec::new();
+    for t in &shipped {
+        let joined = wait_joined(env, &t.machine_deployment(), 1).await;
+        let node = booted_network(t);
+        let machine = joined.values().next().unwrap();
+        let agent = AgentProcess::start(
+            env.management.dir(),
+            env.workload.port(),
+            &env.cluster_ca,
+            &node_of(machine),
+            &node.agent(),
+            "2s",
+        );
+        agents.push(agent.unwrap());
+        nodes.push((joined, node));
+    }
+    shipped_in_place(env, &shipped, &nodes).await;
+    shipped_replaced(env, &shipped, &nodes).await;
+}
+
+/// (i), the network input's change: previewed in place naming part `network`, taken in place.
+async fn shipped_in_place(
+    env: &CapiEnv,
+    shipped: &[Shipped],
+    nodes: &[(BTreeMap<String, DynamicObject>, ChrootNode)],
+) {
+    for t in shipped {
+        let preview = previewed_with(&t.text, &t.revision(1), &t.revision(2));
+        assert_eq!(preview["verdict"], "in-place", "{}: {preview}", t.name);
+        assert_eq!(preview["inPlaceParts"], json!(["network"]), "{}", t.name);
+        switch_template(env, &t.machine_deployment(), &format!("{}-v2", t.name)).await;
+    }
+    for (t, (before, node)) in shipped.iter().zip(nodes) {
+        let md = t.machine_deployment();
+        wait_for(
+            env,
+            &format!("{md} to take {}-v2 in place", t.name),
+            || async {
+                let found = machines(env, &md).await;
+                let machine = found.values().next()?;
+                let config = config(env, &config_name(machine)).await;
+                let updated = condition(&config, "InPlaceUpdating")
+                    .is_some_and(|c| c["status"] == "False" && c["reason"] == "InPlaceUpdated");
+                let proxy = &config.data["spec"]["network"]["proxy"]["http"];
+                (updated && proxy == PROXY_AFTER).then_some(())
+            },
+        )
+        .await;
+        assert_eq!(
+            uids(&machines(env, &md).await),
+            uids(before),
+            "{md}: updated in place, not replaced"
+        );
+        let (after, before) = (
+            etc_holding(node, PROXY_AFTER),
+            etc_holding(node, PROXY_BEFORE),
+        );
+        assert!(
+            !after.is_empty() && before.is_empty(),
+            "{}: the agent ran part network's new commands on the node, which replaced the \
+             boot's proxy: files with the new proxy {after:?}, with the old {before:?}",
+            t.name
+        );
+    }
+}
+
+/// A node root where the boot ran part `network` of `t`'s first revision, as cloud-init runs
+/// it (chrooted into the root); its `/etc` then holds the first proxy. The test cloud boots no
+/// user-data here, so this plays that part of the boot.
+fn booted_network(t: &Shipped) -> ChrootNode {
+    let node = ChrootNode::new(&[]).unwrap();
+    let network = t.revision(1)["spec"]["template"]["spec"]["network"].clone();
+    let parts = testenv::mirror::render_parts_of(&t.name, network).unwrap();
+    let part = testenv::mirror::part(&parts, "network").unwrap();
+    for command in &part.commands {
+        let out = node.run(command).unwrap();
+        assert!(
+            out.status.success(),
+            "{}: the boot's part network: {}",
+            t.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(
+        !etc_holding(&node, PROXY_BEFORE).is_empty(),
+        "{}: the boot wrote the proxy",
+        t.name
+    );
+    node
+}
+
+/// The files under `node`'s `/etc` whose content holds `text` (links not followed).
+fn etc_holding(node: &ChrootNode, text: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![node.disk.path("/etc")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            let kind = std::fs::symlink_metadata(&path).unwrap().file_type();
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_file()
+                && std::fs::read(&path).is_ok_and(|b| String::from_utf8_lossy(&b).contains(text))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// (i), the `postCommands` change: previewed as a replacement, and Cluster API replaces the
+/// Machine because bootplate's hook answered `rollout` for the reason diff gave.
+async fn shipped_replaced(
+    env: &CapiEnv,
+    shipped: &[Shipped],
+    nodes: &[(BTreeMap<String, DynamicObject>, ChrootNode)],
+) {
+    let mut reasons = Vec::new();
+    for t in shipped {
+        let preview = previewed_with(&t.text, &t.revision(2), &t.revision(3));
+        assert_eq!(preview["verdict"], "replacement", "{}: {preview}", t.name);
+        let sets = machine_sets(env, &t.machine_deployment()).await;
+        reasons.push((preview["reason"].as_str().unwrap().to_owned(), sets));
+        switch_template(env, &t.machine_deployment(), &format!("{}-v3", t.name)).await;
+    }
+    for ((t, (before, _)), (reason, sets_before)) in shipped.iter().zip(nodes).zip(reasons) {
+        let md = t.machine_deployment();
+        let old = uids(before);
+        wait_for(env, &format!("the rollout of {md}"), || async {
+            let found = machines(env, &md).await;
+            let replaced = found.len() == 1
+                && found.values().all(|m| {
+                    !old.values().any(|u| Some(u) == m.metadata.uid.as_ref())
+                        && !m.data["status"]["nodeRef"].is_null()
+                });
+            replaced.then_some(())
+        })
+        .await;
+        let mut sets = sets_before;
+        sets.extend(machine_sets(env, &md).await);
+        let log = env.bootplate.log();
+        let answered = log.lines().map(without_colours).any(|l| {
+            let of_md = (l.split_whitespace())
+                .filter_map(|w| w.strip_prefix("machine_set="))
+                .any(|set| sets.contains(set.trim_matches('"')));
+            of_md
+                && l.contains("CanUpdateMachineSet")
+                && l.contains("rollout")
+                && l.contains(&reason)
+        });
+        assert!(
+            answered,
+            "{md}: bootplate's hook answered rollout for a MachineSet of it ({sets:?}) because {reason}"
+        );
+    }
+}
+
+/// The names of MachineDeployment `md`'s MachineSets.
+async fn machine_sets(env: &CapiEnv, md: &str) -> BTreeSet<String> {
+    let params = ListParams::default().labels(&format!("cluster.x-k8s.io/deployment-name={md}"));
+    let sets = env.capi("MachineSet", "machinesets").list(&params).await;
+    (sets.unwrap().items.into_iter())
+        .filter_map(|s| s.metadata.name)
+        .collect()
+}
+
+/// A log line without the terminal's colour sequences (`ESC [ ... m`).
+fn without_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| *c == 'm');
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
