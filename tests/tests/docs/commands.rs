@@ -35,6 +35,7 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/changing-templates.md", "bootplate diff templates/kubeadm-ubuntu-2404.yaml templates/kubeadm-ubuntu-2404.yaml", Run),
     ("docs/changing-templates.md", "bootplate diff --format markdown -R templates templates", Run),
     ("docs/changing-templates.md", "bootplate diff --format json --role worker --machine templates/testdata/machine-worker-v1.31.yaml --cluster templates/testdata/cluster.yaml templates/kubeadm-debian-12.yaml templates/kubeadm-debian-12.yaml", Run),
+    ("docs/changing-templates.md", "bootplate diff --with templates/kubeadm-ubuntu-2404.yaml templates/testdata/config-prebaked.yaml templates/testdata/config-prebaked.yaml", Run),
     ("docs/benchmarks.md", "bootplate render --template examples/ubuntu-2404.yaml --machine examples/machine-worker.yaml --cluster examples/cluster.yaml", Run),
     // The alias bombs are refused (exit 1): their flags are checked.
     ("docs/benchmarks.md", "bootplate lint tests/corpus/yaml-alias-bomb-10k.yaml", Help),
@@ -60,6 +61,7 @@ const COMMANDS: &[(&str, &str, Check)] = &[
     ("docs/benchmarks.md", "target/release/capi-bench --machines 200 --rounds 1 --providers cabpk,bootplate,bootplate-noreports,bootplate-fetch", Help),
     ("docs/benchmarks.md", "target/release/scale-bench --machines 20000", Help),
     ("docs/benchmarks.md", "target/release/scale-bench --machines 20000 --skip-restart", Help),
+    ("docs/benchmarks.md", "target/release/scale-bench --machines 20000 --skip-restart --boot-reports off", Help),
     ("docs/benchmarks.md", "target/release/scale-bench --machines 20000 --skip-restart --controller-arg --boot-report-interval=1h --controller-arg --boot-not-started-after=2h", Help),
     ("docs/benchmarks.md", "tests/vm/build-image.sh", Help),
     ("docs/benchmarks.md", "time cargo test -p bootplate-tests --test vm", Help),
