@@ -40,16 +40,18 @@
 //! and the new config template, role worker): in place for (a) and (c), replacement naming part
 //! `install` for (b). What the tier then sees Cluster API and bootplate do is that verdict.
 //!
-//! (i) Every shipped template with an `update: InPlace` part (`templates/*.yaml`; the Windows
-//! ones have none), each with a MachineDeployment of one worker on a Cluster at a Kubernetes
-//! version the kubeadm templates know (`kubeadm-*` machines pass the cloud's join check, the
-//! others boot as they are). Each moves through three revisions of its config template: a new
-//! proxy in the network input, then a `postCommands` change. `bootplate diff` previews each move
-//! offline, and what Cluster API and bootplate then do is its verdict: in place naming part
-//! `network` (the Machine kept; its agent runs the template's own `network` commands chrooted
-//! into the node's root, `sandbox-chroot.sh`, and `/etc/environment` holds the new proxy and not
-//! the old), then replacement (a new Machine; the hook's logged answer for that
-//! MachineDeployment carries the reason diff gave).
+//! (i) Every shipped template (`templates/*.yaml`), each with a MachineDeployment of one worker
+//! on a Cluster at a Kubernetes version the kubeadm templates know (`kubeadm-*` machines pass
+//! the cloud's join check, the others boot as they are). Each moves through three revisions of
+//! its config template: a new proxy in the network input, then a `postCommands` change.
+//! `bootplate diff` previews each move offline, and what Cluster API and bootplate then do is its
+//! verdict. The proxy's change is in place, naming part `network`, for a template with an
+//! `InPlace` part: the Machine kept, its agent running the template's own `network` commands
+//! chrooted into the node's root (`sandbox-chroot.sh`) after the boot ran the first revision's
+//! there, and the node's `/etc` holding the new proxy and not the old. It is a replacement for
+//! one without (the Windows templates). The `postCommands` change is a replacement for every
+//! template: a new Machine, and the hook's logged answer for that MachineDeployment carries the
+//! reason diff gave.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -1066,6 +1068,8 @@ struct Shipped {
     text: String,
     /// A `kubeadm-*` template joins a cluster (the cloud checks its join); others do not.
     joins: bool,
+    /// It has an `update: InPlace` part: the network input's change is taken in place.
+    in_place: bool,
 }
 
 impl Shipped {
@@ -1085,10 +1089,20 @@ impl Shipped {
         }
         revision
     }
+
+    /// The verdict the move to revision `n` must get: in place for the network input's
+    /// change when the template has an `InPlace` part, a replacement otherwise.
+    fn expected(&self, n: u32) -> &'static str {
+        if n == 2 && self.in_place {
+            "in-place"
+        } else {
+            "replacement"
+        }
+    }
 }
 
-/// Every shipped template with an `update: InPlace` part.
-fn shipped_with_in_place_parts() -> Vec<Shipped> {
+/// Every shipped template.
+fn shipped_templates() -> Vec<Shipped> {
     let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut found = Vec::new();
     for entry in std::fs::read_dir(workspace.join("templates")).unwrap() {
@@ -1099,13 +1113,10 @@ fn shipped_with_in_place_parts() -> Vec<Shipped> {
         let text = std::fs::read_to_string(&path).unwrap();
         let document: Value = serde_yaml::from_str(&text).unwrap();
         let parts = document["spec"]["parts"].as_array().cloned();
-        if !parts
+        let in_place = parts
             .into_iter()
             .flatten()
-            .any(|p| p["update"] == "InPlace")
-        {
-            continue;
-        }
+            .any(|p| p["update"] == "InPlace");
         let name = document["metadata"]["name"].as_str().unwrap().to_owned();
         let stem = path.file_stem().unwrap().to_string_lossy();
         assert_eq!(stem, name, "a shipped template's file is named after it");
@@ -1115,18 +1126,27 @@ fn shipped_with_in_place_parts() -> Vec<Shipped> {
             joins: name.starts_with("kubeadm-"),
             name,
             text,
+            in_place,
         });
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
     found
 }
 
+/// A machine of case (i): its Machine by name, and for a template with an `InPlace` part the
+/// node root its agent applies into.
+struct ShippedMachine {
+    machines: BTreeMap<String, DynamicObject>,
+    node: Option<ChrootNode>,
+}
+
 /// (i) Every shipped template's diff verdicts, as Cluster API and bootplate then act on them.
 async fn every_shipped_template(env: &CapiEnv) {
-    let shipped = shipped_with_in_place_parts();
+    let shipped = shipped_templates();
+    let with_in_place = shipped.iter().filter(|t| t.in_place).count();
     assert!(
-        shipped.len() >= 8,
-        "the shipped templates with InPlace parts"
+        shipped.len() >= 10 && with_in_place >= 8,
+        "the shipped templates, most with InPlace parts"
     );
     let version = objects::KUBERNETES_VERSION;
     let control_plane = objects::dev_control_plane(SHIPPED_CLUSTER, version);
@@ -1154,12 +1174,21 @@ async fn every_shipped_template(env: &CapiEnv) {
         }
         apply(env, &objects::machine_deployment_resource(), md).await;
     }
-    let mut nodes = Vec::new();
+    let mut running = Vec::new();
     let mut agents = Vec::new();
     for t in &shipped {
-        let joined = wait_joined(env, &t.machine_deployment(), 1).await;
+        let md = t.machine_deployment();
+        if !t.in_place {
+            let machines = wait_nodes(env, &md).await;
+            running.push(ShippedMachine {
+                machines,
+                node: None,
+            });
+            continue;
+        }
+        let machines = wait_joined(env, &md, 1).await;
         let node = booted_network(t);
-        let machine = joined.values().next().unwrap();
+        let machine = machines.values().next().unwrap();
         let agent = AgentProcess::start(
             env.management.dir(),
             env.workload.port(),
@@ -1169,56 +1198,95 @@ async fn every_shipped_template(env: &CapiEnv) {
             "2s",
         );
         agents.push(agent.unwrap());
-        nodes.push((joined, node));
+        running.push(ShippedMachine {
+            machines,
+            node: Some(node),
+        });
     }
-    shipped_in_place(env, &shipped, &nodes).await;
-    shipped_replaced(env, &shipped, &nodes).await;
+    for n in [2, 3] {
+        shipped_move(env, &shipped, &mut running, n).await;
+    }
 }
 
-/// (i), the network input's change: previewed in place naming part `network`, taken in place.
-async fn shipped_in_place(
-    env: &CapiEnv,
-    shipped: &[Shipped],
-    nodes: &[(BTreeMap<String, DynamicObject>, ChrootNode)],
-) {
+/// Waits until MachineDeployment `md` has one Machine with a Node; returns it by name.
+async fn wait_nodes(env: &CapiEnv, md: &str) -> BTreeMap<String, DynamicObject> {
+    wait_for(env, &format!("a Machine of {md} with a Node"), || async {
+        let found = machines(env, md).await;
+        let noded = found.len() == 1
+            && found
+                .values()
+                .all(|m| !m.data["status"]["nodeRef"].is_null());
+        noded.then_some(found)
+    })
+    .await
+}
+
+/// (i), the move of every shipped template's MachineDeployment to revision `n`: previewed by
+/// `bootplate diff`, then taken as previewed.
+async fn shipped_move(env: &CapiEnv, shipped: &[Shipped], running: &mut [ShippedMachine], n: u32) {
+    let mut previews = Vec::new();
     for t in shipped {
-        let preview = previewed_with(&t.text, &t.revision(1), &t.revision(2));
-        assert_eq!(preview["verdict"], "in-place", "{}: {preview}", t.name);
-        assert_eq!(preview["inPlaceParts"], json!(["network"]), "{}", t.name);
-        switch_template(env, &t.machine_deployment(), &format!("{}-v2", t.name)).await;
-    }
-    for (t, (before, node)) in shipped.iter().zip(nodes) {
-        let md = t.machine_deployment();
-        wait_for(
-            env,
-            &format!("{md} to take {}-v2 in place", t.name),
-            || async {
-                let found = machines(env, &md).await;
-                let machine = found.values().next()?;
-                let config = config(env, &config_name(machine)).await;
-                let updated = condition(&config, "InPlaceUpdating")
-                    .is_some_and(|c| c["status"] == "False" && c["reason"] == "InPlaceUpdated");
-                let proxy = &config.data["spec"]["network"]["proxy"]["http"];
-                (updated && proxy == PROXY_AFTER).then_some(())
-            },
-        )
-        .await;
+        let preview = previewed_with(&t.text, &t.revision(n - 1), &t.revision(n));
         assert_eq!(
-            uids(&machines(env, &md).await),
-            uids(before),
-            "{md}: updated in place, not replaced"
-        );
-        let (after, before) = (
-            etc_holding(node, PROXY_AFTER),
-            etc_holding(node, PROXY_BEFORE),
-        );
-        assert!(
-            !after.is_empty() && before.is_empty(),
-            "{}: the agent ran part network's new commands on the node, which replaced the \
-             boot's proxy: files with the new proxy {after:?}, with the old {before:?}",
+            preview["verdict"],
+            t.expected(n),
+            "{} v{n}: {preview}",
             t.name
         );
+        if preview["verdict"] == "in-place" {
+            assert_eq!(preview["inPlaceParts"], json!(["network"]), "{}", t.name);
+        }
+        let sets = machine_sets(env, &t.machine_deployment()).await;
+        previews.push((preview, sets));
+        switch_template(env, &t.machine_deployment(), &format!("{}-v{n}", t.name)).await;
     }
+    for ((t, machine), (preview, sets)) in shipped.iter().zip(running).zip(previews) {
+        if preview["verdict"] == "in-place" {
+            taken_in_place(env, t, machine).await;
+        } else {
+            let reason = preview["reason"].as_str().unwrap();
+            machine.machines = replaced(env, t, &machine.machines, sets, reason).await;
+        }
+    }
+}
+
+/// The network input's change taken in place: the Machine kept, its config updated, and the
+/// node's `/etc` holding the new proxy and not the boot's.
+async fn taken_in_place(env: &CapiEnv, t: &Shipped, machine: &ShippedMachine) {
+    let md = t.machine_deployment();
+    wait_for(
+        env,
+        &format!("{md} to take {}-v2 in place", t.name),
+        || async {
+            let found = machines(env, &md).await;
+            let machine = found.values().next()?;
+            let config = config(env, &config_name(machine)).await;
+            let updated = condition(&config, "InPlaceUpdating")
+                .is_some_and(|c| c["status"] == "False" && c["reason"] == "InPlaceUpdated");
+            let proxy = &config.data["spec"]["network"]["proxy"]["http"];
+            (updated && proxy == PROXY_AFTER).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        uids(&machines(env, &md).await),
+        uids(&machine.machines),
+        "{md}: updated in place, not replaced"
+    );
+    let node = machine
+        .node
+        .as_ref()
+        .expect("a node root for a template with InPlace parts");
+    let (after, before) = (
+        etc_holding(node, PROXY_AFTER),
+        etc_holding(node, PROXY_BEFORE),
+    );
+    assert!(
+        !after.is_empty() && before.is_empty(),
+        "{}: the agent ran part network's new commands on the node, which replaced the \
+         boot's proxy: files with the new proxy {after:?}, with the old {before:?}",
+        t.name
+    );
 }
 
 /// A node root where the boot ran part `network` of `t`'s first revision, as cloud-init runs
@@ -1266,51 +1334,42 @@ fn etc_holding(node: &ChrootNode, text: &str) -> Vec<std::path::PathBuf> {
     found
 }
 
-/// (i), the `postCommands` change: previewed as a replacement, and Cluster API replaces the
-/// Machine because bootplate's hook answered `rollout` for the reason diff gave.
-async fn shipped_replaced(
+/// A move previewed as a replacement: Cluster API replaces the Machine (`before`) because
+/// bootplate's hook answered `rollout` for one of the MachineDeployment's MachineSets (`sets`
+/// from before the move, and those after it) with `reason`, what diff gave. Returns the new
+/// Machine.
+async fn replaced(
     env: &CapiEnv,
-    shipped: &[Shipped],
-    nodes: &[(BTreeMap<String, DynamicObject>, ChrootNode)],
-) {
-    let mut reasons = Vec::new();
-    for t in shipped {
-        let preview = previewed_with(&t.text, &t.revision(2), &t.revision(3));
-        assert_eq!(preview["verdict"], "replacement", "{}: {preview}", t.name);
-        let sets = machine_sets(env, &t.machine_deployment()).await;
-        reasons.push((preview["reason"].as_str().unwrap().to_owned(), sets));
-        switch_template(env, &t.machine_deployment(), &format!("{}-v3", t.name)).await;
-    }
-    for ((t, (before, _)), (reason, sets_before)) in shipped.iter().zip(nodes).zip(reasons) {
-        let md = t.machine_deployment();
-        let old = uids(before);
-        wait_for(env, &format!("the rollout of {md}"), || async {
-            let found = machines(env, &md).await;
-            let replaced = found.len() == 1
-                && found.values().all(|m| {
-                    !old.values().any(|u| Some(u) == m.metadata.uid.as_ref())
-                        && !m.data["status"]["nodeRef"].is_null()
-                });
-            replaced.then_some(())
-        })
-        .await;
-        let mut sets = sets_before;
-        sets.extend(machine_sets(env, &md).await);
-        let log = env.bootplate.log();
-        let answered = log.lines().map(without_colours).any(|l| {
-            let of_md = (l.split_whitespace())
-                .filter_map(|w| w.strip_prefix("machine_set="))
-                .any(|set| sets.contains(set.trim_matches('"')));
-            of_md
-                && l.contains("CanUpdateMachineSet")
-                && l.contains("rollout")
-                && l.contains(&reason)
-        });
-        assert!(
-            answered,
-            "{md}: bootplate's hook answered rollout for a MachineSet of it ({sets:?}) because {reason}"
-        );
-    }
+    t: &Shipped,
+    before: &BTreeMap<String, DynamicObject>,
+    mut sets: BTreeSet<String>,
+    reason: &str,
+) -> BTreeMap<String, DynamicObject> {
+    let md = t.machine_deployment();
+    let old = uids(before);
+    let after = wait_for(env, &format!("the rollout of {md}"), || async {
+        let found = machines(env, &md).await;
+        let replaced = found.len() == 1
+            && found.values().all(|m| {
+                !old.values().any(|u| Some(u) == m.metadata.uid.as_ref())
+                    && !m.data["status"]["nodeRef"].is_null()
+            });
+        replaced.then_some(found)
+    })
+    .await;
+    sets.extend(machine_sets(env, &md).await);
+    let log = env.bootplate.log();
+    let answered = log.lines().map(without_colours).any(|l| {
+        let of_md = (l.split_whitespace())
+            .filter_map(|w| w.strip_prefix("machine_set="))
+            .any(|set| sets.contains(set.trim_matches('"')));
+        of_md && l.contains("CanUpdateMachineSet") && l.contains("rollout") && l.contains(reason)
+    });
+    assert!(
+        answered,
+        "{md}: bootplate's hook answered rollout for a MachineSet of it ({sets:?}) because {reason}"
+    );
+    after
 }
 
 /// The names of MachineDeployment `md`'s MachineSets.
