@@ -973,17 +973,7 @@ async fn rollout(env: &CapiEnv, before: &BTreeMap<String, DynamicObject>) {
         &["they are replaced: part `install` changed"],
     );
     switch_template(env, "a", "a-v3").await;
-    let old = uids(before);
-    let after = wait_for(env, "the rollout of MachineDeployment a", || async {
-        let found = machines(env, "a").await;
-        let replaced = found.len() == 2
-            && found.values().all(|m| {
-                !old.values().any(|u| Some(u) == m.metadata.uid.as_ref())
-                    && !m.data["status"]["nodeRef"].is_null()
-            });
-        replaced.then_some(found)
-    })
-    .await;
+    let after = wait_replaced(env, "a", before, 2).await;
     for machine in after.values() {
         let config = config(env, &config_name(machine)).await;
         assert_eq!(config.data["spec"]["variables"]["runtime"], "2.1");
@@ -1346,17 +1336,7 @@ async fn replaced(
     reason: &str,
 ) -> BTreeMap<String, DynamicObject> {
     let md = t.machine_deployment();
-    let old = uids(before);
-    let after = wait_for(env, &format!("the rollout of {md}"), || async {
-        let found = machines(env, &md).await;
-        let replaced = found.len() == 1
-            && found.values().all(|m| {
-                !old.values().any(|u| Some(u) == m.metadata.uid.as_ref())
-                    && !m.data["status"]["nodeRef"].is_null()
-            });
-        replaced.then_some(found)
-    })
-    .await;
+    let after = wait_replaced(env, &md, before, 1).await;
     sets.extend(machine_sets(env, &md).await);
     let log = env.bootplate.log();
     let answered = log.lines().map(without_colours).any(|l| {
@@ -1370,6 +1350,31 @@ async fn replaced(
         "{md}: bootplate's hook answered rollout for a MachineSet of it ({sets:?}) because {reason}"
     );
     after
+}
+
+/// Waits until MachineDeployment `md` has `count` Machines with a Node, none of them one of
+/// `before`; returns them.
+async fn wait_replaced(
+    env: &CapiEnv,
+    md: &str,
+    before: &BTreeMap<String, DynamicObject>,
+    count: usize,
+) -> BTreeMap<String, DynamicObject> {
+    let old = uids(before);
+    wait_for(
+        env,
+        &format!("the rollout of MachineDeployment {md}"),
+        || async {
+            let found = machines(env, md).await;
+            let replaced = found.len() == count
+                && found.values().all(|m| {
+                    !old.values().any(|u| Some(u) == m.metadata.uid.as_ref())
+                        && !m.data["status"]["nodeRef"].is_null()
+                });
+            replaced.then_some(found)
+        },
+    )
+    .await
 }
 
 /// The names of MachineDeployment `md`'s MachineSets.
