@@ -854,13 +854,7 @@ fn machine_set_of(machine: &DynamicObject) -> String {
 /// The one MachineSet of MachineDeployment `md` whose Machines bootstrap from
 /// BootplateConfigTemplate `template`.
 async fn machine_set_using(env: &CapiEnv, md: &str, template: &str) -> String {
-    let params = ListParams::default().labels(&format!("cluster.x-k8s.io/deployment-name={md}"));
-    let sets = env
-        .capi("MachineSet", "machinesets")
-        .list(&params)
-        .await
-        .unwrap()
-        .items;
+    let sets = machine_set_objects(env, md).await;
     let using: Vec<String> = (sets.iter())
         .filter(|s| {
             s.data["spec"]["template"]["spec"]["bootstrap"]["configRef"]["name"] == template
@@ -1379,11 +1373,16 @@ async fn wait_replaced(
 
 /// The names of MachineDeployment `md`'s MachineSets.
 async fn machine_sets(env: &CapiEnv, md: &str) -> BTreeSet<String> {
-    let params = ListParams::default().labels(&format!("cluster.x-k8s.io/deployment-name={md}"));
-    let sets = env.capi("MachineSet", "machinesets").list(&params).await;
-    (sets.unwrap().items.into_iter())
+    (machine_set_objects(env, md).await.into_iter())
         .filter_map(|s| s.metadata.name)
         .collect()
+}
+
+/// MachineDeployment `md`'s MachineSets.
+async fn machine_set_objects(env: &CapiEnv, md: &str) -> Vec<DynamicObject> {
+    let params = ListParams::default().labels(&format!("cluster.x-k8s.io/deployment-name={md}"));
+    let sets = env.capi("MachineSet", "machinesets").list(&params).await;
+    sets.unwrap().items
 }
 
 /// A log line without the terminal's colour sequences (`ESC [ ... m`).

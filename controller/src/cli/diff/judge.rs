@@ -260,8 +260,8 @@ impl<'a> SideInputs<'a> {
 }
 
 impl<'a> Prepared<'a> {
-    fn new(revision: SideInputs<'a>, at: At) -> Result<Prepared<'a>, Vec<Diagnostic>> {
-        let SideInputs { side, config, .. } = revision;
+    fn new(given: SideInputs<'a>, at: At) -> Result<Prepared<'a>, Vec<Diagnostic>> {
+        let SideInputs { side, config, .. } = given;
         let file = &side.files[at.file];
         let (template_at, spec, config_at) = match kind(&file.documents[at.index]) {
             "BootstrapTemplate" | "ClusterBootstrapTemplate" => (
@@ -271,7 +271,7 @@ impl<'a> Prepared<'a> {
             ),
             _ => {
                 let (spec, config_at) = config_spec(file, at.index)?;
-                let template_at = resolve(&revision, &spec, &config_at)?;
+                let template_at = resolve(&given, &spec, &config_at)?;
                 (template_at, Some(spec), Some(config_at))
             }
         };
@@ -345,10 +345,10 @@ fn config_spec(
     Ok((spec, at))
 }
 
-/// The template a config of `revision`'s side references: among its side's files, else among
+/// The template a config of `given`'s side references: among its side's files, else among
 /// `--with`'s.
 fn resolve<'a>(
-    revision: &SideInputs<'a>,
+    given: &SideInputs<'a>,
     spec: &BootplateConfigSpec,
     config: &ConfigAt<'_>,
 ) -> Result<(&'a YamlFile, usize), Vec<Diagnostic>> {
@@ -357,12 +357,12 @@ fn resolve<'a>(
     let find = |files: &'a [YamlFile]| {
         super::super::references::find(files, reference.kind.as_str(), &reference.name, namespace)
     };
-    find(&revision.side.files)
-        .or_else(|| find(revision.with))
+    find(&given.side.files)
+        .or_else(|| find(given.with))
         .ok_or_else(|| {
             let message = format!(
                 "{} `{}` is not among the files of the {} side: give it on both sides, or with --with when it did not change",
-                reference.kind, reference.name, revision.which
+                reference.kind, reference.name, given.which
             );
             vec![config.locate(
                 "spec.templateRef.name",
