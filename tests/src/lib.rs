@@ -22,12 +22,12 @@ pub mod mirror;
 pub mod node;
 pub mod pki;
 pub mod pod_cluster;
+pub mod ports;
 pub mod rbac;
 pub mod release;
 pub mod tls_probe;
 pub mod tools;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -71,9 +71,10 @@ pub fn apiserver_binary() -> anyhow::Result<PathBuf> {
     tools::path("kube-apiserver")
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
+/// A free TCP port for a process the test starts (see [`ports`]: outside the ephemeral range
+/// and claimed for this test process alone).
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    ports::claim()
 }
 
 fn run(cmd: &mut Command) -> anyhow::Result<()> {
