@@ -228,4 +228,85 @@ mod tests {
         assert_eq!(tools["etcd"], PathBuf::from("/c/bin/etcd"));
         assert_eq!(tools.len(), 2);
     }
+
+    /// tests/scripts/source-mtimes.py, which decides what cargo rebuilds in a warm run: a file
+    /// whose content the last run had gets that run's time back; a changed one, one whose
+    /// content returns after another, and one not clean in the work tree get a newer time.
+    #[test]
+    fn ci_source_times_return_only_for_content_the_last_run_had() {
+        use std::time::{Duration, SystemTime};
+        let repo = tempfile::tempdir().unwrap();
+        let record = repo.path().join("record.tsv");
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .current_dir(repo.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        let write = |name: &str, text: &str| std::fs::write(repo.path().join(name), text).unwrap();
+        let run = || {
+            let script = repo_root().join("tests/scripts/source-mtimes.py");
+            let out = std::process::Command::new(script)
+                .arg(&record)
+                .current_dir(repo.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        };
+        let mtime = |name: &str| {
+            std::fs::metadata(repo.path().join(name))
+                .unwrap()
+                .modified()
+                .unwrap()
+        };
+        // A later clone: every file newer than anything built before.
+        let recloned = || {
+            let later = SystemTime::now() + Duration::from_secs(3600);
+            for name in ["kept", "changed"] {
+                let file = std::fs::File::options()
+                    .write(true)
+                    .open(repo.path().join(name))
+                    .unwrap();
+                file.set_modified(later).unwrap();
+            }
+        };
+        git(&["init", "-q"]);
+        write("kept", "same\n");
+        write("changed", "first\n");
+        git(&["add", "kept", "changed"]);
+        git(&["commit", "-qm", "one"]);
+        run();
+        let (kept, first) = (mtime("kept"), mtime("changed"));
+
+        write("changed", "second\n");
+        git(&["commit", "-qam", "two"]);
+        recloned();
+        let before = SystemTime::now();
+        run();
+        assert_eq!(mtime("kept"), kept, "an unchanged file lost its time");
+        assert!(
+            mtime("changed") >= before,
+            "a changed file kept an old time"
+        );
+        assert!(mtime("changed") < before + Duration::from_secs(600));
+
+        write("changed", "first\n");
+        git(&["commit", "-qam", "three"]);
+        let before = SystemTime::now();
+        run();
+        assert_ne!(
+            mtime("changed"),
+            first,
+            "content that came back got its first time"
+        );
+        assert!(mtime("changed") >= before);
+
+        write("kept", "edited, not committed\n");
+        let before = SystemTime::now();
+        run();
+        assert!(mtime("kept") >= before, "a file not clean kept an old time");
+    }
 }
