@@ -2,12 +2,13 @@
 //! disk, with the image's own kernel, systemd and cloud-init, and what it did is read from the
 //! disk afterwards (tests/vm/: build-image.sh builds and caches the images, boot.sh boots one).
 //! Unlike the boot proof, nothing is a stand-in: systemd runs the units the user-data enables,
-//! `hostnamectl`, `useradd`, kubeadm and the kubelet are the machine's own. Four boots:
-//! plain-linux on the plain image; kubeadm-debian-12 on the pre-baked one joining a real control
-//! plane, rendered offline by `bootplate render --token` with a token the test made; the same
-//! template for a Machine under Cluster API's own manager, booted from the data Secret the
-//! controller wrote, with the token the controller created; and beside it a Machine whose join
-//! command fails, whose boot report reaches bootplate (docs/boot-channel.md).
+//! `hostnamectl`, `useradd`, kubeadm and the kubelet are the machine's own. Three boots:
+//! plain-linux on the plain image; kubeadm-debian-12 on the pre-baked one for a Machine under
+//! Cluster API's own manager, booted from the data Secret the controller wrote, with the token
+//! the controller created, joining a real control plane; and beside it a Machine whose join
+//! command fails, whose boot report reaches bootplate (docs/boot-channel.md). The offline render
+//! (`bootplate render --token`) joins for real in tests/tests/joins.rs; its boot in a VM repeated
+//! this one's (same template, image and join) and took four to six minutes of a core.
 //! Needs root and tests/scripts/install-tools.sh's qemu, cloud-localds and debugfs.
 
 use std::ffi::OsStr;
@@ -17,12 +18,9 @@ use std::process::Command;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use testenv::ApiServer;
-use testenv::controller::RenderObjects;
-use testenv::joins::{self, JoinServices};
-use testenv::pki::TestCa;
+use testenv::joins;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -205,104 +203,13 @@ spec:
     );
 }
 
-/// kubeadm-debian-12 on a pre-baked image (`skipParts: [install]`: containerd, runc, kubeadm
-/// and the kubelet already there), rendered for a worker Machine with the workload cluster's
-/// real token and CA: the VM's real kubeadm joins the real control plane of testenv::joins
-/// through qemu's user-mode networking (the host is 10.0.2.2 to the guest, so the cluster's
-/// endpoint and its signed `cluster-info` say 10.0.2.2), the kubelet registers the Node under
-/// the Machine's name after its CSR from the token's user was approved, and the sentinel is
-/// written.
-#[tokio::test(flavor = "multi_thread")]
-async fn kubeadm_prebaked_image_joins_from_a_vm() {
-    let ca = TestCa::new("kubernetes");
-    let apiserver = ApiServer::start_for_joins(&ca).await.unwrap();
-    let _services = JoinServices::start(&apiserver, &ca).await.unwrap();
-    let client = apiserver.client().await.unwrap();
-    let port = apiserver.port();
-
-    guest_reaches_cluster_info(&client, port).await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
-    let token = joins::token_secret(
-        "vmjoin",
-        "0123456789abcdef",
-        std::time::Duration::from_secs(1800),
-        false,
-    );
-    secrets
-        .create(&PostParams::default(), &token)
-        .await
-        .unwrap();
-
-    let work = tempfile::tempdir().unwrap();
-    let d = work.path();
-    let version = joins::kube_version().unwrap();
-    let machine = "vm-worker-0";
-    let files = RenderObjects {
-        namespace: "vm",
-        endpoint: ("10.0.2.2", port),
-        service_cidr: "10.0.0.0/24",
-        machine,
-        version: &version,
-        control_plane: false,
-        config_spec: json!({
-            "templateRef": {"kind": "ClusterBootstrapTemplate", "name": "kubeadm-debian-12"},
-            "skipParts": ["install"],
-        }),
-    }
-    .write(d);
-    std::fs::write(d.join("ca.crt"), &ca.cert_pem).unwrap();
-    std::fs::write(d.join("ca.key"), &ca.key_pem).unwrap();
-    let (ca_cert, ca_key) = (d.join("ca.crt"), d.join("ca.key"));
-    let user_data = render(
-        "kubeadm-debian-12.yaml",
-        &files.machine,
-        &files.cluster,
-        &files.config,
-        &[
-            "--role".as_ref(),
-            "worker".as_ref(),
-            "--token".as_ref(),
-            "vmjoin.0123456789abcdef".as_ref(),
-            "--ca-cert".as_ref(),
-            ca_cert.as_os_str(),
-            "--ca-key".as_ref(),
-            ca_key.as_os_str(),
-        ],
-    );
-
-    let image = prebaked_image();
-    let dir = tokio::task::spawn_blocking(move || boot(&image, &user_data, "vm-kubeadm", true))
-        .await
-        .unwrap();
-    let disk = dir.join("disk.raw");
-
-    let approved = approved_csr_from(&client, "system:bootstrap:vmjoin").await;
-    assert!(approved, "no approved CSR from system:bootstrap:vmjoin");
-    let nodes: Api<Node> = Api::all(client);
-    assert!(
-        nodes.get_opt(machine).await.unwrap().is_some(),
-        "no Node {machine}; console: {}/console.log",
-        dir.display()
-    );
-    assert_eq!(
-        read_disk(
-            &disk,
-            "/var/lib/bootplate-vm/run/cluster-api/bootstrap-success.complete"
-        )
-        .as_deref(),
-        Some("success\n")
-    );
-    assert!(
-        read_disk(&disk, "/etc/kubernetes/kubelet.conf").is_some_and(|c| c.contains("10.0.2.2"))
-    );
-}
-
 /// The user-data Cluster API hands a machine, booted: kubeadm-debian-12 on the pre-baked image
 /// for a worker Machine under Cluster API's own manager (the real-joins environment of the
 /// Cluster API tier's scenario i), its user-data read from the data Secret bootplate wrote for
 /// the Machine, with the token bootplate created in the workload cluster; nothing is rendered
 /// or minted by the test. The Cluster's endpoint is the workload apiserver as the guest reaches
-/// it (10.0.2.2, as for the pre-baked join above). The VM's kubeadm joins with that token (its
+/// it (10.0.2.2: qemu's user-mode networking gives the guest the host's loopback there, so the
+/// cluster's signed `cluster-info` says 10.0.2.2 too). The VM's kubeadm joins with that token (its
 /// CSR comes from `system:bootstrap:<the token's id>`), the kubelet registers the Node under
 /// the Machine's name, Cluster API sets the Machine's nodeRef, and bootplate deletes the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,6 +256,19 @@ async fn a_machine_under_cluster_api_boots_its_data_secret_in_a_vm_and_joins() {
         nodes.get_opt(MACHINE).await.unwrap().is_some(),
         "no Node {MACHINE}; console: {}/console.log",
         dir.display()
+    );
+    let disk = dir.join("disk.raw");
+    assert_eq!(
+        read_disk(
+            &disk,
+            "/var/lib/bootplate-vm/run/cluster-api/bootstrap-success.complete"
+        )
+        .as_deref(),
+        Some("success\n")
+    );
+    assert!(
+        read_disk(&disk, "/etc/kubernetes/kubelet.conf").is_some_and(|c| c.contains("10.0.2.2")),
+        "the kubelet's kubeconfig names the endpoint the guest reaches"
     );
     testenv::eventually("Cluster API sets the Machine's nodeRef", wait, || async {
         let machine = env.capi("Machine", "machines").get(MACHINE).await.ok()?;
