@@ -188,25 +188,6 @@ pub async fn answers(port: u16, path: &'static str) -> bool {
         .unwrap_or(false)
 }
 
-/// `text` without ANSI colour codes (the text log format colours field names).
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // ESC [ parameters final-letter
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 impl ControllerProcess {
     /// Starts `bootplate run --kubeconfig <kubeconfig> <extra>` with its metrics and health
     /// endpoints on free loopback ports, logging to `log`, and waits until `/healthz` answers.
@@ -335,7 +316,7 @@ impl ControllerProcess {
     /// resourceVersion `version` or later (etcd's resourceVersions are increasing integers).
     pub fn reconciled(&self, namespace: &str, name: &str, version: u64) -> bool {
         let config = format!("config={namespace}/{name} ");
-        plain(&self.log()).lines().any(|line| {
+        self.log().lines().any(|line| {
             line.contains("config reconciled")
                 && line.contains(&config)
                 && line
@@ -348,7 +329,7 @@ impl ControllerProcess {
     /// Whether the process logged a line with `message` about config `namespace/name`.
     pub fn logged_about(&self, message: &str, namespace: &str, name: &str) -> bool {
         let config = format!("config={namespace}/{name}");
-        plain(&self.log())
+        self.log()
             .lines()
             .any(|line| line.contains(message) && line.split_whitespace().any(|w| w == config))
     }
