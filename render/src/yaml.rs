@@ -200,6 +200,16 @@ impl Tally {
                     location: e.location().map(|l| (l.line(), l.column())),
                     source: self.limit.source,
                 }))),
+                // serde_yaml's own cap on following aliases, reached before this limit.
+                None if e.to_string().starts_with("repetition limit exceeded") => {
+                    Err(YamlError::TooLarge(Box::new(TooLarge {
+                        document: index,
+                        what: "alias repetitions per event of the text",
+                        limit: 100,
+                        location: e.location().map(|l| (l.line(), l.column())),
+                        source: self.limit.source,
+                    })))
+                }
                 // Not measured to its end: not parsed either.
                 None => Err(YamlError::Syntax(e)),
             },
@@ -379,6 +389,26 @@ mod tests {
             assert!(message.contains("a test limit"), "{message}");
             assert_eq!(check(text, *limit).unwrap_err(), **t);
         }
+    }
+
+    /// serde_yaml stops following aliases past 100 per event of the text; a text that reaches
+    /// that before the node limit is refused as an expansion too, not as bad YAML.
+    #[test]
+    fn serde_yamls_own_alias_cap_is_refused_as_an_expansion() {
+        // 250 lists of 250 aliases: about 62 750 nodes, within the document limit, and 62 750
+        // aliases followed for about 500 events.
+        let list = |alias: &str| format!("[{}]", vec![alias; 250].join(", "));
+        let text = format!("a: &a x\nb: &b {}\nc: {}\n", list("*a"), list("*b"));
+        let limit = YamlLimit::document(&text);
+        let e = from_str::<serde_yaml::Value>(&text, limit).unwrap_err();
+        let YamlError::TooLarge(t) = &e else {
+            panic!("not refused as an expansion: {e}")
+        };
+        assert_eq!(
+            (t.what, t.limit),
+            ("alias repetitions per event of the text", 100)
+        );
+        assert!(e.to_string().contains("grows past"), "{e}");
     }
 
     #[test]
