@@ -13,7 +13,9 @@
 # nftables mode, which drives `nft`), iptables (the CNI plugins and kube-proxy's start-up clean-up
 # of older modes call it), iproute2 (the cluster's network namespace, veth and routes) and
 # busybox-static (the shell, HTTP server and client of its probe image). python3-venv makes the
-# virtual environment of cloudbase-init (tests/windows/cloudbase-init.sh).
+# virtual environment of cloudbase-init (tests/windows/cloudbase-init.sh). It also raises the
+# kernel's inotify instances per user to 1024 when lower (the kubelets running at once need more
+# than the default 128).
 # kube-apiserver, etcd, kubeadm, the kubelet and Cluster API come from Go modules instead
 # (tests/scripts/build-tools.sh).
 set -euo pipefail
@@ -39,3 +41,12 @@ for tool in cloud-init ignition-validate shellcheck promtool kubectl debootstrap
   debugfs curl xmllint nft iptables ip nsenter /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
   command -v "$tool" >/dev/null || { log "ERROR: $tool is missing after install"; exit 1; }
 done
+# Many kubelets, kube-proxies and containerds run at once (the whole control plane's nodes beside
+# a pod cluster and the in-place tier's), each holding inotify instances: the kernel's default of
+# 128 per user ran out in a run ("fsnotify watcher init: too many open files" from a kube-proxy).
+# Raised to what the suite needs, never lowered.
+min_inotify_instances=1024
+if (($(cat /proc/sys/fs/inotify/max_user_instances) < min_inotify_instances)); then
+  log "raising fs.inotify.max_user_instances to $min_inotify_instances (many kubelets run at once)"
+  echo "$min_inotify_instances" | sudo_if_needed tee /proc/sys/fs/inotify/max_user_instances >/dev/null
+fi
