@@ -9,7 +9,7 @@ last build. A fresh clone makes every file new, so every run rebuilt every works
 every profile (the test build, the static release build, the agent's LTO build): about 550 s of
 CPU in a warm run, most of it for crates whose sources had not changed.
 
-RECORD (a file beside the cargo target directory) holds, for each tracked path, the Git blob of
+RECORD (a file in the cargo target directory, removed with it) holds, for each tracked path, the Git blob of
 its content and the time it was given in the last run. A path whose blob is the same gets that
 time back; any other path (new, changed, or not clean in the work tree) gets the current time,
 newer than any build in the target directory, and the record keeps only this run's state. So a
@@ -82,7 +82,10 @@ def main():
             os.utime(path, ns=(when, when), follow_symlinks=False)
         except FileNotFoundError:
             continue
-        kept, renewed = (kept + 1, renewed) if when != now else (kept, renewed + 1)
+        if when == now:
+            renewed += 1
+        else:
+            kept += 1
         lines.append(f"{path}\t{blob}\t{when}\n")
     os.makedirs(os.path.dirname(os.path.abspath(record_path)), exist_ok=True)
     with open(record_path + ".new", "w") as f:

@@ -191,8 +191,9 @@ pub async fn answers(port: u16, path: &'static str) -> bool {
 impl ControllerProcess {
     /// Starts `bootplate run --kubeconfig <kubeconfig> <extra>` with its metrics and health
     /// endpoints on free loopback ports, logging to `log`, and waits until `/healthz` answers.
-    /// A port is free when picked and bound by the process a moment later; another test may
-    /// take it in between, so a process that cannot listen is started again on other ports.
+    /// Its ports are claimed for this test process ([`crate::ports`]), so no other test hands
+    /// them out; a process outside the suite could still bind one first, so a process that
+    /// cannot listen is started again on other ports.
     pub async fn start(kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
         match Self::start_or_exited(kubeconfig, log, extra).await? {
             Ok(process) => Ok(process),

@@ -151,8 +151,8 @@ struct Made {
 
 /// What tells a shared object unchanged: its UID and, for the policy and its binding, their
 /// generation (the apiserver writes their status, which changes no rule); for the Role and
-/// RoleBinding, which have none, their resourceVersion.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// RoleBinding, which have none, their resourceVersion. A missing object's is the default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Stamp {
     uid: Option<String>,
     version: Option<String>,
@@ -240,13 +240,9 @@ async fn stamps(workload: &Client) -> kube::Result<Vec<Stamp>> {
             .map(|o| o.metadata),
         (apis.role_bindings.get_metadata_opt(SHARED).await?).map(|o| o.metadata),
     ];
-    let absent = Stamp {
-        uid: None,
-        version: None,
-    };
     Ok(found
         .iter()
-        .map(|meta| meta.as_ref().map_or(absent.clone(), Stamp::of))
+        .map(|meta| meta.as_ref().map(Stamp::of).unwrap_or_default())
         .collect())
 }
 
