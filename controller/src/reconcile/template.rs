@@ -8,6 +8,7 @@ use crd_types::conditions::{self, reason};
 use crd_types::{
     BootstrapTemplate, BootstrapTemplateStatus, ClusterBootstrapTemplate, TemplateSpec,
 };
+use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -15,7 +16,7 @@ use tracing::warn;
 
 use crate::core::status::{self, Desired};
 use crate::error::{Error, Result};
-use crate::k8s::templates::display_of;
+use crate::k8s::templates::{SpecStamp, display_of};
 use crate::reconcile::context::Context;
 
 /// Reconciles a namespaced template.
@@ -51,7 +52,7 @@ where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let display = display_of(template);
-    let desired = check(ctx, &display, spec, template.meta().generation, previous);
+    let desired = check(ctx, &display, template.meta(), spec, previous);
     report(ctx, api, template, previous, desired).await
 }
 
@@ -65,20 +66,22 @@ pub fn error_policy<K: ResourceExt>(template: Arc<K>, error: &Error, _ctx: Arc<C
 fn check(
     ctx: &Context,
     display: &str,
+    meta: &ObjectMeta,
     spec: &TemplateSpec,
-    generation: Option<i64>,
     previous: Option<&BootstrapTemplateStatus>,
 ) -> BootstrapTemplateStatus {
+    let generation = meta.generation;
     // Warnings (say, a declared variable nothing reads) do not make a template invalid.
-    let problems: Vec<String> = match ctx.compiled.get_or_compile(display, spec) {
-        Ok(compiled) => compiled
-            .lint()
-            .iter()
-            .filter(|p| p.severity == render::Severity::Error)
-            .map(ToString::to_string)
-            .collect(),
-        Err(message) => vec![message],
-    };
+    let problems: Vec<String> =
+        match (ctx.compiled).get_or_compile(display, SpecStamp::of(meta), spec) {
+            Ok(compiled) => compiled
+                .lint()
+                .iter()
+                .filter(|p| p.severity == render::Severity::Error)
+                .map(ToString::to_string)
+                .collect(),
+            Err(message) => vec![message],
+        };
     let valid = problems.is_empty();
     let message = if valid {
         format!("{display} compiles and renders for every role it supports")
