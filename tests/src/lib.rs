@@ -17,6 +17,7 @@ pub mod fixtures;
 pub mod generator;
 pub mod images;
 pub mod joins;
+pub mod lock_file;
 pub mod machine_script;
 pub mod mirror;
 pub mod node;

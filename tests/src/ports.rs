@@ -8,7 +8,7 @@
 //! own, and each is claimed with a lock file held for the life of the test process, so that two
 //! test processes running at once never hand out the same one.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::hash::{BuildHasher, RandomState};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ pub fn claim() -> anyhow::Result<u16> {
     let (lowest, end) = range()?;
     let span = u32::from(end - lowest);
     let start = (RandomState::new().hash_one(std::process::id()) % u64::from(span)) as u32;
-    let dir = lock_dir()?;
+    let dir = lock_dir();
     for step in 0..span {
         let port = lowest + ((start + step) % span) as u16;
         let Some(lock) = try_lock(&dir, port)? else {
@@ -60,21 +60,15 @@ fn range() -> anyhow::Result<(u16, u16)> {
     Ok((LOWEST, first))
 }
 
-fn lock_dir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join("bootplate-test-ports");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+/// Where the ports' lock files are (created with the first of them).
+fn lock_dir() -> PathBuf {
+    std::env::temp_dir().join("bootplate-test-ports")
 }
 
 /// The lock of `port`'s file, or None when another process holds it.
 fn try_lock(dir: &std::path::Path, port: u16) -> anyhow::Result<Option<File>> {
     let path = dir.join(port.to_string());
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let file = crate::lock_file::open(&path)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(file)),
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
@@ -117,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_port_whose_lock_another_holder_has_is_not_claimed() {
-        let dir = lock_dir().unwrap();
+        let dir = lock_dir();
         let port = claim().unwrap();
         // A second open file description of the same lock file is another holder.
         assert!(

@@ -401,16 +401,9 @@ fn slot_lock(n: u8) -> String {
     format!("/run/lock/bootplate-pod-cluster-{n}.lock")
 }
 
-/// Opens (creating) a lock file under `/run/lock`, readable too (a slot's holds its directory).
+/// Opens (creating) a lock file under `/run/lock`.
 fn open_lock(path: &str) -> anyhow::Result<File> {
-    std::fs::create_dir_all("/run/lock")?;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .with_context(|| format!("opening {path}"))
+    crate::lock_file::open(std::path::Path::new(path))
 }
 
 impl Tunables {
