@@ -7,7 +7,9 @@
 //!
 //! 1. floor: a plain client performs the writes no implementation can avoid (per config: the
 //!    bootstrap token Secret in the workload cluster, the data Secret, the status patch), with
-//!    the controller's concurrency and identity, on a second set of N configs;
+//!    the controller's concurrency and identity, on a second set of N configs; its data Secrets
+//!    hold a worker's user-data as the controller renders it in the same run (with the boot
+//!    reporter when reports are on);
 //! 2. controller: starts `bootplate run` and times it from process start until the benchmark's
 //!    own watch has seen every config ready; peak RSS is the process's VmHWM; its API requests
 //!    are counted from both apiservers' audit logs (by user: the controller impersonates its
@@ -203,6 +205,7 @@ impl Bench {
             Some(self.floor(&floor_configs, &revision).await?)
         };
         let controller = self.controller_phase(n).await?;
+        self.print_user_data_size().await?;
         if let Some(floor) = floor {
             println!(
                 "RESULT N={n} time: controller {:.2} s, floor {:.2} s, ratio controller/floor {:.2}",
@@ -211,6 +214,16 @@ impl Bench {
                 controller.seconds / floor
             );
         }
+        Ok(())
+    }
+
+    /// The size of the user-data the controller wrote for the first config, beside the floor's.
+    async fn print_user_data_size(&self) -> anyhow::Result<()> {
+        let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), BENCH_NS);
+        let secret = secrets.get("c0-w0").await?;
+        let value = secret.data.as_ref().and_then(|d| d.get("value"));
+        let bytes = value.map_or(0, |v| v.0.len());
+        println!("controller: {bytes} bytes of user-data in the data Secret of c0-w0");
         Ok(())
     }
 
@@ -324,16 +337,8 @@ impl Bench {
     async fn floor(&self, configs: &[BootplateConfig], revision: &str) -> anyhow::Result<f64> {
         let management = client_from_file(&self.controller_kubeconfig).await?;
         let workload = client_from_yaml(&self.workload_kubeconfig).await?;
-        // The bytes of one worker's user-data: the floor writes the same amount per config.
-        let spec: TemplateSpec = serde_yaml::from_str(TEMPLATE)?;
-        let compiled =
-            render::CompiledTemplate::compile("ClusterBootstrapTemplate kubeadm", &spec)?;
-        let user_data = compiled
-            .render(
-                &BootplateConfigSpec::default(),
-                &render::sample_context(crd_types::Role::Worker),
-            )?
-            .data;
+        let user_data = floor_user_data(self.args.boot_reports)?;
+        println!("floor: {} bytes of user-data per config", user_data.len());
         let tokens: Api<Secret> = Api::namespaced(workload, "kube-system");
         let secrets: Api<Secret> = Api::namespaced(management.clone(), FLOOR_NS);
         let status: Api<BootplateConfig> = Api::namespaced(management, FLOOR_NS);
@@ -541,6 +546,42 @@ fn template_ref() -> TemplateRef {
         name: "kubeadm".into(),
         namespace: None,
     }
+}
+
+/// The bytes of one worker's user-data as the controller renders them in this run, which the
+/// floor writes for every config: with boot reports on, the reporter, its CA and the machine's
+/// report target are part of them (about 9.6 KB of the 13.3 KB).
+fn floor_user_data(boot_reports: bool) -> anyhow::Result<Vec<u8>> {
+    let spec: TemplateSpec = serde_yaml::from_str(TEMPLATE)?;
+    let compiled = render::CompiledTemplate::compile("ClusterBootstrapTemplate kubeadm", &spec)?;
+    let mut context = render::sample_context(crd_types::Role::Worker);
+    if boot_reports {
+        // The values the controller puts there, of the same lengths: a config's and a
+        // Cluster's UID, the cluster's CA, its endpoint, a token.
+        let (config_uid, cluster_uid) = (uuid_shaped(1), uuid_shaped(2));
+        let token = bootplate::core::token::Token::generate();
+        context.boot_report = Some(render::context::BootReport {
+            server: "https://10.0.0.10:6443".into(),
+            ca_pem: bootplate::pki::generate_ca("kubernetes")?.cert,
+            namespace: bootplate::core::token::NAMESPACE.into(),
+            name: bootplate::k8s::boot_report::name(&config_uid),
+            metadata: bootplate::k8s::boot_report::machine_metadata(
+                &config_uid,
+                &cluster_uid,
+                &token,
+            ),
+            token: token.expose(),
+            secrets: Vec::new(),
+            min_interval_seconds: 10,
+        });
+    }
+    let rendered = compiled.render(&BootplateConfigSpec::default(), &context)?;
+    Ok(rendered.data)
+}
+
+/// A UID-shaped text (36 characters).
+fn uuid_shaped(n: u32) -> String {
+    format!("{n:08x}-0000-4000-8000-000000000000")
 }
 
 async fn floor_one(

@@ -36,7 +36,7 @@ use crate::labels;
 pub(crate) const PREFIX: &str = "bootplate-boot-";
 
 /// The name of the report objects of config `config_uid`.
-pub(crate) fn name(config_uid: &str) -> String {
+pub fn name(config_uid: &str) -> String {
     format!("{PREFIX}{config_uid}")
 }
 
@@ -44,7 +44,7 @@ pub(crate) fn name(config_uid: &str) -> String {
 /// labels the listing selects and the config's, owned by `token`'s Secret, so the garbage
 /// collector removes it with the token. A token whose Secret is not known yet (the trial
 /// render's stand-in) gets a stand-in UID of the same length.
-pub(crate) fn machine_metadata(config_uid: &str, cluster_uid: &str, token: &Token) -> String {
+pub fn machine_metadata(config_uid: &str, cluster_uid: &str, token: &Token) -> String {
     let stand_in = "00000000-0000-0000-0000-000000000000";
     let target = Target {
         config_uid,

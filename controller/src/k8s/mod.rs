@@ -1,7 +1,7 @@
 //! Thin adapters over the Kubernetes client: each reads or writes one kind of object and
 //! decides nothing the core could decide.
 
-pub(crate) mod boot_report;
+pub mod boot_report;
 pub(crate) mod certs;
 pub(crate) mod compare;
 pub(crate) mod data_secret;
