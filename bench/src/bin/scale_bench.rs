@@ -220,10 +220,11 @@ impl Bench {
     /// The size of the user-data the controller wrote for the first config, beside the floor's.
     async fn print_user_data_size(&self) -> anyhow::Result<()> {
         let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), BENCH_NS);
-        let secret = secrets.get("c0-w0").await?;
+        let (_, name) = machine_names(0, 1);
+        let secret = secrets.get(&name).await?;
         let value = secret.data.as_ref().and_then(|d| d.get("value"));
         let bytes = value.map_or(0, |v| v.0.len());
-        println!("controller: {bytes} bytes of user-data in the data Secret of c0-w0");
+        println!("controller: {bytes} bytes of user-data in the data Secret of {name}");
         Ok(())
     }
 
@@ -287,8 +288,7 @@ impl Bench {
             .map(|i| {
                 let (machines, configs) = (&machines, &configs);
                 async move {
-                    let cluster = format!("c{}", i % clusters);
-                    let name = format!("{cluster}-w{i}");
+                    let (cluster, name) = machine_names(i, clusters);
                     let machine = machines
                         .create(
                             &PostParams::default(),
@@ -560,8 +560,13 @@ fn floor_user_data(boot_reports: bool) -> anyhow::Result<Vec<u8>> {
         // Cluster's UID, the cluster's CA, its endpoint, a token.
         let (config_uid, cluster_uid) = (uuid_shaped(1), uuid_shaped(2));
         let token = bootplate::core::token::Token::generate();
+        let endpoint = (fixtures::cluster(BENCH_NS, "c0")
+            .spec
+            .control_plane_endpoint)
+            .map(|e| format!("{}:{}", e.host, e.port))
+            .context("the fixture Cluster has no control plane endpoint")?;
         context.boot_report = Some(render::context::BootReport {
-            server: "https://10.0.0.10:6443".into(),
+            server: format!("https://{endpoint}"),
             ca_pem: bootplate::pki::generate_ca("kubernetes")?.cert,
             namespace: bootplate::core::token::NAMESPACE.into(),
             name: bootplate::k8s::boot_report::name(&config_uid),
@@ -577,6 +582,14 @@ fn floor_user_data(boot_reports: bool) -> anyhow::Result<Vec<u8>> {
     }
     let rendered = compiled.render(&BootplateConfigSpec::default(), &context)?;
     Ok(rendered.data)
+}
+
+/// The Cluster and the name of machine `i` (its config and data Secret share the name): the
+/// machines are spread over `clusters` in turn.
+fn machine_names(i: usize, clusters: usize) -> (String, String) {
+    let cluster = format!("c{}", i % clusters);
+    let name = format!("{cluster}-w{i}");
+    (cluster, name)
 }
 
 /// A UID-shaped text (36 characters).
