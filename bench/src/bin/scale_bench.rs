@@ -343,6 +343,7 @@ impl Bench {
         let secrets: Api<Secret> = Api::namespaced(management.clone(), FLOOR_NS);
         let status: Api<BootplateConfig> = Api::namespaced(management, FLOOR_NS);
         let cpu = self.servers_cpu();
+        let own_cpu = cpu_seconds(std::process::id());
         let started = Instant::now();
         futures::stream::iter(configs)
             .map(|config| {
@@ -359,7 +360,10 @@ impl Bench {
             configs.len() as f64 / seconds
         );
         let [management, workload] = self.servers_cpu_since(cpu);
-        println!("floor: CPU seconds: management {management}, workload {workload}");
+        println!(
+            "floor: CPU seconds: management {management}, workload {workload}, the floor client (this benchmark) {:.1}",
+            cpu_seconds(std::process::id()) - own_cpu
+        );
         Ok(seconds)
     }
 
@@ -410,6 +414,7 @@ impl Bench {
         listed_rx.await.context("the benchmark's watch ended")?;
         let audit = self.audit_offsets()?;
         let cpu = self.servers_cpu();
+        let own_cpu = cpu_seconds(std::process::id());
         let started = Instant::now();
         let mut controller = self.start_controller("controller.log").await?;
         let pid = controller.pid();
@@ -426,8 +431,9 @@ impl Bench {
             n as f64 / seconds
         );
         println!(
-            "controller: CPU seconds until ready: controller {:.1}, management {management}, workload {workload}",
-            cpu_seconds(pid)
+            "controller: CPU seconds until ready: controller {:.1}, management {management}, workload {workload}, the readiness watch (this benchmark) {:.1}",
+            cpu_seconds(pid),
+            cpu_seconds(std::process::id()) - own_cpu
         );
         let settled = wait_quiet(&controller, n).await;
         println!(

@@ -9,19 +9,20 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::labels;
 
-/// Applies `status` to `object` unless it already has it. Returns whether it wrote.
+/// Applies `status` to `object` unless it already has it. Returns the object written, `None`
+/// when it wrote nothing.
 pub(crate) async fn apply<K, S>(
     api: &Api<K>,
     object: &K,
     current: Option<&S>,
     status: &S,
-) -> Result<bool>
+) -> Result<Option<K>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize + PartialEq,
 {
     if current == Some(status) {
-        return Ok(false);
+        return Ok(None);
     }
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
@@ -29,11 +30,12 @@ where
         "status": status,
     });
     let name = object.meta().name.clone().unwrap_or_default();
-    api.patch_status(
-        &name,
-        &PatchParams::apply(labels::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(true)
+    let written = api
+        .patch_status(
+            &name,
+            &PatchParams::apply(labels::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(Some(written))
 }

@@ -9,6 +9,7 @@ pub(crate) mod generate;
 pub(crate) mod inplace;
 pub(crate) mod joined;
 pub(crate) mod memory;
+pub(crate) mod own_writes;
 pub(crate) mod render;
 pub(crate) mod retry;
 pub(crate) mod template;

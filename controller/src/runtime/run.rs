@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::boot;
 use crate::reconcile::context::{Caches, Context, Settings};
 use crate::reconcile::deleted::{self, DeletedConfig};
+use crate::reconcile::own_writes::{OwnWrites, WriteTarget};
 use crate::reconcile::{config as config_controller, template as template_controller};
 use crate::runtime::http::Readiness;
 use crate::runtime::leader::LeaderElection;
@@ -319,8 +320,8 @@ fn watches(
     let ((templates, template_events), (cluster_templates, cluster_template_events)) =
         watch_templates(client, ns, metrics, compiled);
     let (generators, generator_events) = watch_generators(client, caches);
-    let (secrets, data_secrets) = watch_secrets(client, ns);
-    let forget_config = forget_config(metrics.clone(), deleted_configs);
+    let (secrets, data_secrets) = watch_secrets(client, ns, caches.own_writes.clone());
+    let forget_config = forget_config(metrics.clone(), deleted_configs, &caches.own_writes);
     // Configs: those of this shard only; what they read (Machines, Clusters) in full.
     let filter = settings.watch_filter.as_deref();
     let config_scope = match shard::config_selector(
@@ -330,12 +331,26 @@ fn watches(
         Some(selector) => watcher::Config::default().labels(&selector),
         None => watcher::Config::default(),
     };
-    let (configs, config_events) = watch(
+    let own_writes = caches.own_writes.clone();
+    let (configs, config_events) = watch_as(
         api(client, ns),
         config_scope,
-        strip,
+        |mut config: BootplateConfig| {
+            strip(&mut config);
+            config
+        },
         Deletions::Skip,
         forget_config,
+        move |config| {
+            let (namespace, name) = (config.namespace().unwrap_or_default(), config.name_any());
+            let version = config.resource_version();
+            own_writes.is_echo(
+                WriteTarget::ConfigStatus,
+                &namespace,
+                &name,
+                version.as_deref(),
+            )
+        },
     );
     let stores = Stores {
         configs,
@@ -367,6 +382,7 @@ fn watches(
 fn watch_secrets(
     client: &Client,
     ns: Option<&str>,
+    own_writes: Arc<OwnWrites>,
 ) -> (
     Store<CachedSecret>,
     impl futures::Stream<Item = Result<CachedSecret, watcher::Error>> + Send + 'static,
@@ -377,6 +393,12 @@ fn watch_secrets(
         trim::secret,
         Deletions::Include,
         |_| {},
+        move |secret: &CachedSecret| {
+            let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
+            let name = secret.metadata.name.as_deref().unwrap_or_default();
+            let version = secret.metadata.resource_version.as_deref();
+            own_writes.is_echo(WriteTarget::DataSecret, namespace, name, version)
+        },
     );
     let data_secrets = events.try_filter(|s| std::future::ready(s.is_data_secret()));
     (secrets, data_secrets)
@@ -438,10 +460,12 @@ fn watch_generators(
 }
 
 /// The config controller: a config is reconciled when it, its data Secret, its Machine or
-/// MachinePool, its Cluster, its template or a generator its template names changes.
+/// MachinePool, its Cluster, its template or a generator its template names changes, and when
+/// `retriggers` names it (its boot report changed, or a change was held back during one of
+/// its writes: `reconcile::own_writes`).
 fn config_controller(
     triggers: Triggers,
-    boot_reports_changed: impl futures::Stream<Item = ObjectRef<BootplateConfig>> + Send + 'static,
+    retriggers: impl futures::Stream<Item = ObjectRef<BootplateConfig>> + Send + 'static,
     stores: &Stores,
     concurrency: u16,
 ) -> Controller<BootplateConfig> {
@@ -475,7 +499,7 @@ fn config_controller(
         .watches_stream(triggers.generators, move |generator: BootstrapGenerator| {
             configs_of_generator(&by_generator, &generator.name_any())
         })
-        .reconcile_on(boot_reports_changed)
+        .reconcile_on(retriggers)
         .trigger_backoff(NoSharedBackoff)
         .with_config(controller::Config::default().concurrency(concurrency))
 }
@@ -488,12 +512,17 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let caches = Caches::new(&settings);
+    let (own_writes, own_writes_retriggered) = OwnWrites::channel();
+    let caches = Caches {
+        own_writes: Arc::new(own_writes),
+        ..Caches::new(&settings)
+    };
     let (deleted_tx, deleted_rx) = deleted::channel();
     let pools = machine_pools_served(&client).await?;
     let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);
     let (report_changed_tx, report_changed_rx) = futures::channel::mpsc::unbounded();
-    let controller = config_controller(triggers, report_changed_rx, &stores, settings.concurrency);
+    let retriggers = futures::stream::select(report_changed_rx, own_writes_retriggered);
+    let controller = config_controller(triggers, retriggers, &stores, settings.concurrency);
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings.clone(),
@@ -623,17 +652,19 @@ fn watch<K: Cached>(
         trim(&mut object);
         object
     };
-    watch_as(api, config, trimmed, deletions, deleted)
+    watch_as(api, config, trimmed, deletions, deleted, |_| false)
 }
 
 /// [`watch`] of objects of kind `A`, cached and triggering as what `convert` makes of each
-/// (a type that holds only what is read).
+/// (a type that holds only what is read). A watched change that `echo` says is this
+/// controller's own write is cached but triggers nothing (`reconcile::own_writes`).
 fn watch_as<A: Cached, K>(
     api: Api<A>,
     config: watcher::Config,
     mut convert: impl FnMut(A) -> K + Send + 'static,
     deletions: Deletions,
     deleted: impl Fn(&K) + Send + 'static,
+    echo: impl Fn(&K) -> bool + Send + 'static,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -645,7 +676,10 @@ where
     let events = watcher(api, config)
         .default_backoff()
         .map_ok(move |event| trim::map_event(event, &mut convert))
-        .reflect(writer);
+        .reflect(writer)
+        .try_filter(move |event| {
+            std::future::ready(!matches!(event, watcher::Event::Apply(object) if echo(object)))
+        });
     (store.clone(), settled(events, store, deletions, deleted))
 }
 
@@ -791,9 +825,12 @@ where
 fn forget_config(
     metrics: Arc<Metrics>,
     deleted: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,
+    own_writes: &Arc<OwnWrites>,
 ) -> impl Fn(&BootplateConfig) + Send + 'static {
+    let own_writes = own_writes.clone();
     move |config| {
         metrics.config_deleted(&crate::reconcile::context::config_key(config));
+        own_writes.forget(&config.namespace().unwrap_or_default(), &config.name_any());
         if let Some(config) = DeletedConfig::of(config) {
             // The receiver lives as long as the controllers; a send fails only at shutdown.
             let _ = deleted.send(config);
