@@ -20,6 +20,8 @@ use crate::k8s::workload::WorkloadClients;
 use crate::metrics::Metrics;
 use crate::reconcile::memory::{ByConfig, Told};
 use crate::reconcile::own_writes::OwnWrites;
+use futures::channel::mpsc::UnboundedReceiver;
+use kube::runtime::reflector::ObjectRef;
 
 /// Settings from the command line.
 #[derive(Clone, Debug)]
@@ -88,13 +90,19 @@ pub(crate) struct Caches {
 }
 
 impl Caches {
-    /// Empty caches; generator calls present the client certificate of `settings`.
-    pub(crate) fn new(settings: &Settings) -> Caches {
+    /// Empty caches; generator calls present the client certificate of `settings`. Also the
+    /// configs to reconcile again that [`OwnWrites`] names.
+    pub(crate) fn new(
+        settings: &Settings,
+    ) -> (Caches, UnboundedReceiver<ObjectRef<BootplateConfig>>) {
         let generators = Generators::with_client_cert(settings.generator_client_cert.clone());
-        Caches {
+        let (own_writes, retriggered) = OwnWrites::channel();
+        let caches = Caches {
             generators: Arc::new(generators),
+            own_writes: Arc::new(own_writes),
             ..Caches::default()
-        }
+        };
+        (caches, retriggered)
     }
 }
 

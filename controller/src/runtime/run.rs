@@ -322,36 +322,7 @@ fn watches(
     let (generators, generator_events) = watch_generators(client, caches);
     let (secrets, data_secrets) = watch_secrets(client, ns, caches.own_writes.clone());
     let forget_config = forget_config(metrics.clone(), deleted_configs, &caches.own_writes);
-    // Configs: those of this shard only; what they read (Machines, Clusters) in full.
-    let filter = settings.watch_filter.as_deref();
-    let config_scope = match shard::config_selector(
-        filter.map(|value| (WATCH_FILTER_LABEL, value)),
-        settings.shard_selector.as_deref(),
-    ) {
-        Some(selector) => watcher::Config::default().labels(&selector),
-        None => watcher::Config::default(),
-    };
-    let own_writes = caches.own_writes.clone();
-    let (configs, config_events) = watch_as(
-        api(client, ns),
-        config_scope,
-        |mut config: BootplateConfig| {
-            strip(&mut config);
-            config
-        },
-        Deletions::Skip,
-        forget_config,
-        move |config| {
-            let (namespace, name) = (config.namespace().unwrap_or_default(), config.name_any());
-            let version = config.resource_version();
-            own_writes.is_echo(
-                WriteTarget::ConfigStatus,
-                &namespace,
-                &name,
-                version.as_deref(),
-            )
-        },
-    );
+    let (configs, config_events) = watch_configs(client, settings, caches, forget_config);
     let stores = Stores {
         configs,
         machines,
@@ -373,6 +344,41 @@ fn watches(
         generators: generator_events.boxed(),
     };
     (stores, triggers)
+}
+
+/// The watch of configs: those of this shard only (what they read, Machines and Clusters, is
+/// watched in full); the events of the controller's own status writes trigger nothing.
+#[allow(clippy::type_complexity)]
+fn watch_configs(
+    client: &Client,
+    settings: &Settings,
+    caches: &Caches,
+    forget_config: impl Fn(&BootplateConfig) + Send + 'static,
+) -> (
+    Store<BootplateConfig>,
+    impl futures::Stream<Item = Result<BootplateConfig, watcher::Error>> + Send + 'static,
+) {
+    let filter = settings.watch_filter.as_deref();
+    let scope = match shard::config_selector(
+        filter.map(|value| (WATCH_FILTER_LABEL, value)),
+        settings.shard_selector.as_deref(),
+    ) {
+        Some(selector) => watcher::Config::default().labels(&selector),
+        None => watcher::Config::default(),
+    };
+    let own_writes = caches.own_writes.clone();
+    let echo = move |config: &BootplateConfig| {
+        let (namespace, name) = (config.namespace().unwrap_or_default(), config.name_any());
+        let version = config.resource_version();
+        let target = WriteTarget::ConfigStatus;
+        own_writes.is_echo(target, &namespace, &name, version.as_deref())
+    };
+    let stripped = |mut config: BootplateConfig| {
+        strip(&mut config);
+        config
+    };
+    let api = api(client, settings.namespace.as_deref());
+    watch_as(api, scope, stripped, Deletions::Skip, forget_config, echo)
 }
 
 /// The watch of Secrets: metadata only, of those labelled with a cluster name (CAPI's
@@ -512,11 +518,7 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let (own_writes, own_writes_retriggered) = OwnWrites::channel();
-    let caches = Caches {
-        own_writes: Arc::new(own_writes),
-        ..Caches::new(&settings)
-    };
+    let (caches, own_writes_retriggered) = Caches::new(&settings);
     let (deleted_tx, deleted_rx) = deleted::channel();
     let pools = machine_pools_served(&client).await?;
     let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);
