@@ -858,56 +858,6 @@ async fn a_restart_over_ready_configs_needs_nothing_from_the_workload_cluster() 
     assert!(message.contains("Cluster team-a/r1"), "{message}");
 }
 
-/// A config's own writes come back as watch events (its data Secret, its status), and none of
-/// them triggers a reconcile (`reconcile::own_writes`). Once the config is ready, someone edits
-/// its user-data: exactly one reconcile is due, which restores the data Secret and records its
-/// new version in the status. The reconciles counted from the edit to a nudge that every
-/// reconcile sees are that one and the nudge's; an echo's would be a third.
-#[tokio::test]
-async fn a_configs_own_writes_trigger_no_reconcile() {
-    let env = env().await;
-    publish_cluster_template(&env.client, "probe", "v1").await;
-    env.initialized_cluster("e1").await;
-    let controller = env.controller(&[]).await;
-    env.machine("e1", "e-w0", false, cluster_template("probe"))
-        .await;
-    env.wait_ready("e-w0").await;
-    let rendered = env.user_data("e-w0").await;
-    env.settled(&controller, "e-w0").await;
-    let config_before = env.config("e-w0").await.resource_version();
-    let log_before = controller.log().len();
-    let edited = Api::<Secret>::namespaced(env.client.clone(), NS)
-        .patch(
-            "e-w0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": {"value": "#!/bin/bash\necho edited\n"}})),
-        )
-        .await
-        .unwrap();
-    eventually("the user-data restored", WAIT, || async {
-        let restored = env.secret("e-w0").await?;
-        (restored.resource_version() != edited.resource_version()
-            && env.user_data("e-w0").await == rendered)
-            .then_some(())
-    })
-    .await;
-    env.settled(&controller, "e-w0").await;
-    assert_ne!(
-        env.config("e-w0").await.resource_version(),
-        config_before,
-        "the status was written too"
-    );
-    let config = format!("config={NS}/e-w0 ");
-    let reconciles = controller.log()[log_before..]
-        .lines()
-        .filter(|line| line.contains("config reconciled") && line.contains(&config))
-        .count();
-    assert_eq!(
-        reconciles, 2,
-        "the edit's reconcile and the nudge's, and none for the controller's own writes"
-    );
-}
-
 /// What a restart over ready configs must leave alone: the configs' and their data Secrets'
 /// resourceVersions, and the Events.
 struct Untouched {

@@ -9,20 +9,19 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::labels;
 
-/// Applies `status` to `object` unless it already has it. Returns the object written, `None`
-/// when it wrote nothing.
+/// Applies `status` to `object` unless it already has it. Returns whether it wrote.
 pub(crate) async fn apply<K, S>(
     api: &Api<K>,
     object: &K,
     current: Option<&S>,
     status: &S,
-) -> Result<Option<K>>
+) -> Result<bool>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize + PartialEq,
 {
     if current == Some(status) {
-        return Ok(None);
+        return Ok(false);
     }
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
@@ -30,12 +29,11 @@ where
         "status": status,
     });
     let name = object.meta().name.clone().unwrap_or_default();
-    let written = api
-        .patch_status(
-            &name,
-            &PatchParams::apply(labels::FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-    Ok(Some(written))
+    api.patch_status(
+        &name,
+        &PatchParams::apply(labels::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(true)
 }

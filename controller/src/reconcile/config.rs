@@ -17,7 +17,6 @@ use tracing::{debug, warn};
 use super::boot;
 use super::context::{Context, Topic, config_key};
 use super::joined::{self, Joined};
-use super::own_writes::WriteTarget;
 use super::render::{self, Rendered, Subject};
 use crate::core::blocked::Blocked;
 use crate::core::boot::View;
@@ -343,17 +342,7 @@ async fn apply_status(
     config: &BootplateConfig,
     desired: &BootplateConfigStatus,
 ) -> Result<bool> {
-    if config.status.as_ref() == Some(desired) {
-        return Ok(false);
-    }
-    let (namespace, name) = (config.namespace().unwrap_or_default(), config.name_any());
-    let api: Api<BootplateConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-    let writing = (ctx.own_writes).start(WriteTarget::ConfigStatus, &namespace, &name);
-    let written = crate::k8s::status::apply(&api, config, config.status.as_ref(), desired).await?;
-    writing.finish(
-        written
-            .as_ref()
-            .and_then(|w| w.meta().resource_version.as_deref()),
-    );
-    Ok(written.is_some())
+    let api: Api<BootplateConfig> =
+        Api::namespaced(ctx.client.clone(), &config.namespace().unwrap_or_default());
+    crate::k8s::status::apply(&api, config, config.status.as_ref(), desired).await
 }

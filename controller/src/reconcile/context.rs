@@ -19,9 +19,6 @@ use crate::k8s::templates::CompiledCache;
 use crate::k8s::workload::WorkloadClients;
 use crate::metrics::Metrics;
 use crate::reconcile::memory::{ByConfig, Told};
-use crate::reconcile::own_writes::OwnWrites;
-use futures::channel::mpsc::UnboundedReceiver;
-use kube::runtime::reflector::ObjectRef;
 
 /// Settings from the command line.
 #[derive(Clone, Debug)]
@@ -85,24 +82,16 @@ pub(crate) struct Caches {
     pub boot_reports: Arc<BootReports>,
     /// Each workload cluster's shared report grant and policy, and whether it enforces it.
     pub footprint: Arc<crate::k8s::footprint::Shared>,
-    /// The versions of this controller's own writes, whose watch events trigger nothing.
-    pub own_writes: Arc<OwnWrites>,
 }
 
 impl Caches {
-    /// Empty caches; generator calls present the client certificate of `settings`. Also the
-    /// configs to reconcile again that [`OwnWrites`] names.
-    pub(crate) fn new(
-        settings: &Settings,
-    ) -> (Caches, UnboundedReceiver<ObjectRef<BootplateConfig>>) {
+    /// Empty caches; generator calls present the client certificate of `settings`.
+    pub(crate) fn new(settings: &Settings) -> Caches {
         let generators = Generators::with_client_cert(settings.generator_client_cert.clone());
-        let (own_writes, retriggered) = OwnWrites::channel();
-        let caches = Caches {
+        Caches {
             generators: Arc::new(generators),
-            own_writes: Arc::new(own_writes),
             ..Caches::default()
-        };
-        (caches, retriggered)
+        }
     }
 }
 
@@ -165,9 +154,6 @@ pub struct Context {
     pub boot_reports: Arc<BootReports>,
     /// Each workload cluster's shared report grant and policy.
     pub footprint: Arc<crate::k8s::footprint::Shared>,
-    /// The versions of this controller's own writes, whose watch events trigger nothing: read
-    /// by the watch streams, which see an object's name and version, not its memory.
-    pub own_writes: Arc<OwnWrites>,
     /// What this process remembers of each config (by UID) between reconciles, one record a
     /// config, dropped with it. Boxed: the map's table has room for up to twice its entries,
     /// and at 20 000 configs a table of whole records was 6 MB, a table of pointers 1 MB.
@@ -212,7 +198,6 @@ impl Context {
             generators: caches.generators,
             boot_reports: caches.boot_reports,
             footprint: caches.footprint,
-            own_writes: caches.own_writes,
             memory: Default::default(),
             failures: Default::default(),
             generator_failures: Default::default(),

@@ -9,7 +9,6 @@ pub(crate) mod generate;
 pub(crate) mod inplace;
 pub(crate) mod joined;
 pub(crate) mod memory;
-pub(crate) mod own_writes;
 pub(crate) mod render;
 pub(crate) mod retry;
 pub(crate) mod template;

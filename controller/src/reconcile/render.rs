@@ -727,11 +727,7 @@ async fn write_data_secret(
         }
         Plan::Write => {}
     }
-    let target = super::own_writes::WriteTarget::DataSecret;
-    let writing = (ctx.own_writes).start(target, &namespace, &desired.name_any());
-    let written = data_secret::write(&ctx.client, desired).await?;
-    writing.finish(written.as_deref());
-    Ok((true, written))
+    Ok((true, data_secret::write(&ctx.client, desired).await?))
 }
 
 /// The cluster's certificates for the control-plane roles; `None` for workers.

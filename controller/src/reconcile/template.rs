@@ -130,7 +130,7 @@ where
     ctx.metrics
         .template_validity(&metrics_key(template), Some(invalid.is_none()));
     let written = match crate::k8s::status::apply(api, template, previous, &desired).await {
-        Ok(written) => written.is_some(),
+        Ok(written) => written,
         Err(e) => {
             ctx.metrics
                 .reconciled("template", "error", started.elapsed());

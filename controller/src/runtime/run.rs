@@ -25,7 +25,6 @@ use crate::metrics::Metrics;
 use crate::reconcile::boot;
 use crate::reconcile::context::{Caches, Context, Settings};
 use crate::reconcile::deleted::{self, DeletedConfig};
-use crate::reconcile::own_writes::{OwnWrites, WriteTarget};
 use crate::reconcile::{config as config_controller, template as template_controller};
 use crate::runtime::http::Readiness;
 use crate::runtime::leader::LeaderElection;
@@ -320,9 +319,24 @@ fn watches(
     let ((templates, template_events), (cluster_templates, cluster_template_events)) =
         watch_templates(client, ns, metrics, compiled);
     let (generators, generator_events) = watch_generators(client, caches);
-    let (secrets, data_secrets) = watch_secrets(client, ns, caches.own_writes.clone());
-    let forget_config = forget_config(metrics.clone(), deleted_configs, &caches.own_writes);
-    let (configs, config_events) = watch_configs(client, settings, caches, forget_config);
+    let (secrets, data_secrets) = watch_secrets(client, ns);
+    let forget_config = forget_config(metrics.clone(), deleted_configs);
+    // Configs: those of this shard only; what they read (Machines, Clusters) in full.
+    let filter = settings.watch_filter.as_deref();
+    let config_scope = match shard::config_selector(
+        filter.map(|value| (WATCH_FILTER_LABEL, value)),
+        settings.shard_selector.as_deref(),
+    ) {
+        Some(selector) => watcher::Config::default().labels(&selector),
+        None => watcher::Config::default(),
+    };
+    let (configs, config_events) = watch(
+        api(client, ns),
+        config_scope,
+        strip,
+        Deletions::Skip,
+        forget_config,
+    );
     let stores = Stores {
         configs,
         machines,
@@ -346,41 +360,6 @@ fn watches(
     (stores, triggers)
 }
 
-/// The watch of configs: those of this shard only (what they read, Machines and Clusters, is
-/// watched in full); the events of the controller's own status writes trigger nothing.
-#[allow(clippy::type_complexity)]
-fn watch_configs(
-    client: &Client,
-    settings: &Settings,
-    caches: &Caches,
-    forget_config: impl Fn(&BootplateConfig) + Send + 'static,
-) -> (
-    Store<BootplateConfig>,
-    impl futures::Stream<Item = Result<BootplateConfig, watcher::Error>> + Send + 'static,
-) {
-    let filter = settings.watch_filter.as_deref();
-    let scope = match shard::config_selector(
-        filter.map(|value| (WATCH_FILTER_LABEL, value)),
-        settings.shard_selector.as_deref(),
-    ) {
-        Some(selector) => watcher::Config::default().labels(&selector),
-        None => watcher::Config::default(),
-    };
-    let own_writes = caches.own_writes.clone();
-    let echo = move |config: &BootplateConfig| {
-        let (namespace, name) = (config.namespace().unwrap_or_default(), config.name_any());
-        let version = config.resource_version();
-        let target = WriteTarget::ConfigStatus;
-        own_writes.is_echo(target, &namespace, &name, version.as_deref())
-    };
-    let stripped = |mut config: BootplateConfig| {
-        strip(&mut config);
-        config
-    };
-    let api = api(client, settings.namespace.as_deref());
-    watch_as(api, scope, stripped, Deletions::Skip, forget_config, echo)
-}
-
 /// The watch of Secrets: metadata only, of those labelled with a cluster name (CAPI's
 /// certificate and kubeconfig Secrets, and the data Secrets), cached as what is read of them
 /// (`trim::secret`); the data Secrets also trigger their config's reconcile.
@@ -388,7 +367,6 @@ fn watch_configs(
 fn watch_secrets(
     client: &Client,
     ns: Option<&str>,
-    own_writes: Arc<OwnWrites>,
 ) -> (
     Store<CachedSecret>,
     impl futures::Stream<Item = Result<CachedSecret, watcher::Error>> + Send + 'static,
@@ -399,12 +377,6 @@ fn watch_secrets(
         trim::secret,
         Deletions::Include,
         |_| {},
-        move |secret: &CachedSecret| {
-            let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
-            let name = secret.metadata.name.as_deref().unwrap_or_default();
-            let version = secret.metadata.resource_version.as_deref();
-            own_writes.is_echo(WriteTarget::DataSecret, namespace, name, version)
-        },
     );
     let data_secrets = events.try_filter(|s| std::future::ready(s.is_data_secret()));
     (secrets, data_secrets)
@@ -466,12 +438,10 @@ fn watch_generators(
 }
 
 /// The config controller: a config is reconciled when it, its data Secret, its Machine or
-/// MachinePool, its Cluster, its template or a generator its template names changes, and when
-/// `retriggers` names it (its boot report changed, or a change was held back during one of
-/// its writes: `reconcile::own_writes`).
+/// MachinePool, its Cluster, its template or a generator its template names changes.
 fn config_controller(
     triggers: Triggers,
-    retriggers: impl futures::Stream<Item = ObjectRef<BootplateConfig>> + Send + 'static,
+    boot_reports_changed: impl futures::Stream<Item = ObjectRef<BootplateConfig>> + Send + 'static,
     stores: &Stores,
     concurrency: u16,
 ) -> Controller<BootplateConfig> {
@@ -505,7 +475,7 @@ fn config_controller(
         .watches_stream(triggers.generators, move |generator: BootstrapGenerator| {
             configs_of_generator(&by_generator, &generator.name_any())
         })
-        .reconcile_on(retriggers)
+        .reconcile_on(boot_reports_changed)
         .trigger_backoff(NoSharedBackoff)
         .with_config(controller::Config::default().concurrency(concurrency))
 }
@@ -518,13 +488,12 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let (caches, own_writes_retriggered) = Caches::new(&settings);
+    let caches = Caches::new(&settings);
     let (deleted_tx, deleted_rx) = deleted::channel();
     let pools = machine_pools_served(&client).await?;
     let (stores, triggers) = watches(&client, &settings, &metrics, &caches, deleted_tx, pools);
     let (report_changed_tx, report_changed_rx) = futures::channel::mpsc::unbounded();
-    let retriggers = futures::stream::select(report_changed_rx, own_writes_retriggered);
-    let controller = config_controller(triggers, retriggers, &stores, settings.concurrency);
+    let controller = config_controller(triggers, report_changed_rx, &stores, settings.concurrency);
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings.clone(),
@@ -654,19 +623,17 @@ fn watch<K: Cached>(
         trim(&mut object);
         object
     };
-    watch_as(api, config, trimmed, deletions, deleted, |_| false)
+    watch_as(api, config, trimmed, deletions, deleted)
 }
 
 /// [`watch`] of objects of kind `A`, cached and triggering as what `convert` makes of each
-/// (a type that holds only what is read). A watched change that `echo` says is this
-/// controller's own write is cached but triggers nothing (`reconcile::own_writes`).
+/// (a type that holds only what is read).
 fn watch_as<A: Cached, K>(
     api: Api<A>,
     config: watcher::Config,
     mut convert: impl FnMut(A) -> K + Send + 'static,
     deletions: Deletions,
     deleted: impl Fn(&K) + Send + 'static,
-    echo: impl Fn(&K) -> bool + Send + 'static,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -678,10 +645,7 @@ where
     let events = watcher(api, config)
         .default_backoff()
         .map_ok(move |event| trim::map_event(event, &mut convert))
-        .reflect(writer)
-        .try_filter(move |event| {
-            std::future::ready(!matches!(event, watcher::Event::Apply(object) if echo(object)))
-        });
+        .reflect(writer);
     (store.clone(), settled(events, store, deletions, deleted))
 }
 
@@ -827,12 +791,9 @@ where
 fn forget_config(
     metrics: Arc<Metrics>,
     deleted: tokio::sync::mpsc::UnboundedSender<DeletedConfig>,
-    own_writes: &Arc<OwnWrites>,
 ) -> impl Fn(&BootplateConfig) + Send + 'static {
-    let own_writes = own_writes.clone();
     move |config| {
         metrics.config_deleted(&crate::reconcile::context::config_key(config));
-        own_writes.forget(&config.namespace().unwrap_or_default(), &config.name_any());
         if let Some(config) = DeletedConfig::of(config) {
             // The receiver lives as long as the controllers; a send fails only at shutdown.
             let _ = deleted.send(config);
